@@ -1,0 +1,83 @@
+"""The collector interface, the per-round context and the registry.
+
+A collector module defines a subclass of `Collector` decorated with `@register`; the sampling
+engine instantiates every registered collector (or the ones asked for), calls `start`, `sample`
+every interval and `finish`, and merges the fragments. Any exception out of a collector becomes
+that collector's `error` status; the others go on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from topology import Graph
+from topology.models import CollectorStatus, Meta
+
+
+@dataclass
+class Context:
+    """What every collector of one round shares: where to read, what is in scope, the clock."""
+
+    host: str = field(default_factory=lambda: socket.gethostname().split(".")[0] or "localhost")
+    pids: set[int] | None = None  # None = the whole host
+    duration_s: float = 10.0
+    interval_s: float = 1.0
+    proc: Path = Path("/proc")
+    sys: Path = Path("/sys")
+    started_monotonic: float = field(default_factory=time.monotonic)
+    cache: dict[str, Any] = field(default_factory=dict)  # read once, shared between collectors
+
+    @property
+    def is_root(self) -> bool:
+        return os.geteuid() == 0
+
+
+class Collector:
+    """Base class. Subclasses set `name` and implement `finish` (and `start`/`sample` if sampling)."""
+
+    name: ClassVar[str] = ""
+    default_enabled: ClassVar[bool] = True
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.status = CollectorStatus(status="ok")
+
+    def start(self) -> None:
+        """Read the initial counters and the topology at the start of the window."""
+
+    def sample(self) -> None:
+        """Read the cheap counters; called every interval."""
+
+    def finish(self) -> Graph:
+        """Read the end state; return the fragment for the window."""
+        raise NotImplementedError
+
+    # -- status helpers -------------------------------------------------------------------
+    def unavailable(self, reason: str) -> Graph:
+        self.status = CollectorStatus(status="unavailable", reason=reason)
+        return Graph()
+
+    def partial(self, reason: str) -> None:
+        if self.status.status == "ok":
+            self.status = CollectorStatus(status="partial", reason=reason)
+        elif self.status.reason and reason not in self.status.reason:
+            self.status.reason = f"{self.status.reason}; {reason}"
+
+    def fragment(self) -> Graph:
+        """An empty fragment whose meta names this host."""
+        return Graph(Meta(hosts=[self.ctx.host]))
+
+
+REGISTRY: dict[str, type[Collector]] = {}
+
+
+def register(cls: type[Collector]) -> type[Collector]:
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls

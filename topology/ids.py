@@ -1,0 +1,58 @@
+"""Stable, readable entity and edge ids, namespaced by host.
+
+An id is ``<type>:<host>:<key>[:<key>...]``. Keys are the entity's own identity and never a
+relation that may change: a process is keyed by its pid (not its parent), a thread by its
+process and its tid, a PCI device by its full bus address. Graphs from several hosts therefore
+merge without clashes, and the same object seen twice gets the same id.
+"""
+
+from __future__ import annotations
+
+
+def entity_id(kind: str, host: str, *keys: object) -> str:
+    return ":".join([kind, host, *(str(k) for k in keys)])
+
+
+def edge_id(kind: str, source: str, target: str, qualifier: str | None = None) -> str:
+    base = f"{kind}|{source}|{target}"
+    return f"{base}|{qualifier}" if qualifier else base
+
+
+def host_id(host: str) -> str:
+    return entity_id("host", host)
+
+
+def process_id(host: str, pid: int) -> str:
+    return entity_id("process", host, pid)
+
+
+def thread_id(host: str, pid: int, tid: int) -> str:
+    return entity_id("thread", host, pid, tid)
+
+
+def numa_id(host: str, node: int) -> str:
+    return entity_id("numa_node", host, node)
+
+
+def cpu_id(host: str, cpu: int) -> str:
+    return entity_id("cpu", host, cpu)
+
+
+def pci_address(bdf: str) -> str:
+    """Normalise a PCI address to the 4-hex-digit domain form, lower case.
+
+    NVML reports an 8-digit domain (``00000000:3B:00.0``), sysfs and npu-smi a 4-digit one;
+    both must name the same device.
+    """
+    bdf = bdf.strip().lower()
+    parts = bdf.split(":")
+    if len(parts) == 2:  # bus:dev.fn without a domain
+        parts.insert(0, "0000")
+    domain = parts[0][-4:].rjust(4, "0") if len(parts[0]) > 4 and int(parts[0][:-4] or "0", 16) == 0 else parts[0].rjust(4, "0")
+    return ":".join([domain, *parts[1:]])
+
+
+def split_id(eid: str) -> tuple[str, str, list[str]]:
+    """Return (type, host, keys) of an entity id."""
+    kind, host, *keys = eid.split(":")
+    return kind, host, keys

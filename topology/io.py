@@ -1,0 +1,119 @@
+"""Reading and writing graphs: native format v1 (validated, deterministic) and legacy files.
+
+`load_graph` sniffs the file: a native document (``"format": "witty-graph"``) is validated
+against the v1 models; a bare ``{nodes, edges}`` or an ``{env, content}`` envelope goes through
+`topology.legacy`. Anything else is a `GraphFormatError` with one line that says what was found.
+
+Output is deterministic: entities and edges sorted by id, keys sorted, one item per line, so the
+same graph always gives the same bytes and files diff well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from topology.errors import GraphFormatError
+from topology.graph import Graph
+from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
+
+
+def _item_line(item: Entity | Edge) -> str:
+    return json.dumps(item.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps_graph(graph: Graph) -> str:
+    meta = json.dumps(graph.meta.model_dump(mode="json", exclude_none=True), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
+    entities = ",\n".join(_item_line(e) for e in graph.entities())
+    edges = ",\n".join(_item_line(e) for e in graph.edges())
+    extra = "".join(f",\n{json.dumps(k)}:{json.dumps(v, sort_keys=True, separators=(',', ':'), ensure_ascii=False)}"
+                    for k, v in sorted(graph.extra.items()))
+    return (f'{{"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},\n"meta":{meta},\n'
+            f'"entities":[\n{entities}\n],\n"edges":[\n{edges}\n]{extra}}}\n')
+
+
+def dump_graph(graph: Graph, path: str | os.PathLike[str]) -> None:
+    """Write atomically: a reader never sees half a file, a crash never leaves one."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    tmp.write_text(dumps_graph(graph), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def graph_from_document(doc: GraphDocument) -> Graph:
+    graph = Graph(doc.meta)
+    for entity in doc.entities:
+        graph.add_entity(entity)
+    for edge in doc.edges:
+        graph.add_edge(edge)
+    graph.extra = dict(doc.model_extra or {})
+    return graph
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "document"
+    return f"{where}: {err.get('msg', 'invalid')}"
+
+
+def _check_version(data: dict[str, Any], name: str) -> None:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise GraphFormatError(
+            f"{name}: schema_version {version!r} is not supported by this version of witty-profiler "
+            f"(it reads schema_version {SCHEMA_VERSION}); upgrade witty-profiler or re-export the graph")
+
+
+def loads_graph(text: str | bytes, name: str = "<input>") -> Graph:
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GraphFormatError(f"{name}: not UTF-8 text (byte {exc.start}); expected a JSON graph file") from None
+    if not text.strip():
+        raise GraphFormatError(f"{name}: the file is empty; expected a JSON graph file")
+    head = text[:256]
+    if f'"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},' in head.replace(" ", ""):
+        try:  # fast path: our own writer's output, parsed and validated in one pass
+            return graph_from_document(GraphDocument.model_validate_json(text))
+        except ValidationError:
+            pass  # fall through for a precise message
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphFormatError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    return graph_from_data(data, name)
+
+
+def graph_from_data(data: Any, name: str = "<input>") -> Graph:
+    if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
+        _check_version(data, name)
+        try:
+            return graph_from_document(GraphDocument.model_validate(data))
+        except ValidationError as exc:
+            raise GraphFormatError(f"{name}: invalid witty graph: {_first_error(exc)}") from None
+    from topology import legacy
+    if legacy.is_legacy(data):
+        return legacy.from_legacy(data, name)
+    found = type(data).__name__ if not isinstance(data, dict) else "an object with keys " + ", ".join(sorted(data)[:6])
+    raise GraphFormatError(
+        f"{name}: not a witty graph: expected a native graph (format 'witty-graph') or a legacy "
+        f"witty-profiler graph ({{nodes, edges}} or {{env, content}}), found {found}")
+
+
+def load_graph(path: str | os.PathLike[str]) -> Graph:
+    p = Path(path)
+    if p.is_dir():
+        raise GraphFormatError(f"{p}: is a directory; give the path of a graph JSON file")
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise GraphFormatError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise GraphFormatError(f"{p}: cannot read ({exc.strerror})") from None
+    return loads_graph(raw, str(p))

@@ -1,0 +1,5 @@
+import sys
+
+from witty_profiler.cli import main
+
+sys.exit(main())

@@ -1,0 +1,59 @@
+"""`witty-profiler`: argparse front end. Subcommands live in witty_profiler.commands.
+
+Exit codes: 0 success (also when some collectors were unavailable), 2 bad usage or bad input
+(one line on stderr, no traceback), 1 internal error (set WITTY_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from topology.errors import InputError
+from witty_profiler import __version__
+from witty_profiler.commands import COMMANDS
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="witty-profiler", description="Find why an AI training or inference host is slow.")
+    parser.add_argument("--version", action="version", version=f"witty-profiler {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"witty_profiler.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except InputError as exc:
+        print(f"witty-profiler: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("witty-profiler: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if os.environ.get("WITTY_DEBUG"):
+            traceback.print_exc()
+        print(f"witty-profiler: internal error: {type(exc).__name__}: {exc} (set WITTY_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

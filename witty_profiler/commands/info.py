@@ -1,0 +1,56 @@
+"""`witty-profiler info GRAPH`: what a graph file holds, at a glance."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from topology import Graph, load_graph
+from witty_profiler.output import print_json, table
+
+
+def graph_info(graph: Graph) -> dict[str, Any]:
+    entities, edges = graph.counts_by_type()
+    meta = graph.meta
+    return {
+        "hosts": meta.hosts,
+        "source": meta.source,
+        "started_at": meta.started_at,
+        "duration_s": meta.duration_s,
+        "interval_s": meta.interval_s,
+        "collectors": {name: c.model_dump(exclude_none=True) for name, c in sorted(meta.collectors.items())},
+        "entities": entities,
+        "edges": edges,
+        "entity_count": graph.entity_count(),
+        "edge_count": graph.edge_count(),
+    }
+
+
+def render_info(info: dict[str, Any]) -> str:
+    window = (f"{info['started_at'] or 'unknown start'}, {info['duration_s']} s" if info["duration_s"] is not None
+              else "no capture window (a snapshot without time base)")
+    lines = [f"hosts: {', '.join(info['hosts']) or 'unknown'}", f"source: {info['source'] or 'unknown'}",
+             f"window: {window}", f"entities: {info['entity_count']}  edges: {info['edge_count']}", ""]
+    out = "\n".join(lines) + "\n"
+    if info["collectors"]:
+        out += table([[n, c["status"], c.get("reason", "")] for n, c in info["collectors"].items()],
+                     ["collector", "status", "reason"]) + "\n"
+    out += table([[t, n] for t, n in info["entities"].items()], ["entity type", "count"]) + "\n"
+    out += table([[t, n] for t, n in info["edges"].items()], ["edge type", "count"])
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    info = graph_info(load_graph(args.graph))
+    if args.json:
+        print_json(info)
+    else:
+        print(render_info(info), end="")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="hosts, window, collector statuses and counts of a graph file")
+    p.add_argument("graph", help="graph file (native v1 or legacy witty-profiler JSON)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(handler=run)
