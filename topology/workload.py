@@ -1,0 +1,95 @@
+"""Recognising AI training/inference processes and their roles, from what a process shows.
+
+Pure functions over a process's name, command line, mapped libraries and allowlisted
+environment, used by the live collectors and the legacy reader (which store the result in the
+process's attrs ``framework``, ``role``, ``ai``) and by the diagnosis to decide what "the
+workload" is when no pid is given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# (framework, pattern in cmdline or name)
+_CMDLINE_FRAMEWORKS = [
+    ("vllm", re.compile(r"\bvllm\b", re.I)),
+    ("sglang", re.compile(r"\bsglang\b", re.I)),
+    ("deepspeed", re.compile(r"\bdeepspeed\b", re.I)),
+    ("megatron", re.compile(r"megatron", re.I)),
+    ("torchrun", re.compile(r"\btorchrun\b|torch\.distributed\.(run|launch)", re.I)),
+    ("mindspore", re.compile(r"\bmindspore\b", re.I)),
+    ("tensorflow", re.compile(r"\btensorflow\b", re.I)),
+    ("jax", re.compile(r"\bjax\b", re.I)),
+    ("triton", re.compile(r"tritonserver", re.I)),
+    ("tgi", re.compile(r"text-generation-launcher|text-generation-server", re.I)),
+]
+
+# (library, framework it implies) from /proc/PID/maps
+_LIBRARIES = [
+    ("libtorch_cuda", "pytorch"), ("libtorch_npu", "pytorch"), ("libtorch", "pytorch"),
+    ("libcudart", "cuda"), ("libnccl", "cuda"), ("libcublas", "cuda"),
+    ("libascendcl", "cann"), ("libhccl", "cann"), ("libge_runner", "cann"),
+    ("libtensorflow", "tensorflow"), ("libmindspore", "mindspore"), ("libxla", "jax"),
+]
+
+_LOADER_NAMES = re.compile(r"pt_data_worker|dataloader|data_loader|loader|preprocess|pin_memory|pt_autograd", re.I)
+_RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def frameworks_in(name: str, cmdline: str, libraries: Iterable[str] = ()) -> list[str]:
+    found = [fw for fw, pattern in _CMDLINE_FRAMEWORKS if pattern.search(cmdline) or pattern.search(name)]
+    for lib in libraries:
+        base = lib.rsplit("/", 1)[-1]
+        for prefix, fw in _LIBRARIES:
+            if base.startswith(prefix) and fw not in found:
+                found.append(fw)
+                break
+    return found
+
+
+def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env: dict[str, str] | None = None,
+                     parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return attrs to set on a process: ai (bool), framework (str|None), role, rank, world_size.
+
+    role is one of: ``inference`` (a serving engine or its workers), ``trainer``, ``loader``
+    (DataLoader / preprocessing workers: children of an AI process whose name or command line
+    says so, or multiprocessing children of a trainer), ``launcher`` (torchrun, deepspeed
+    launcher), or ``None`` for a process that is not part of an AI workload.
+    """
+    env = env or {}
+    frameworks = frameworks_in(name, cmdline, libraries)
+    ranked = any(k in env for k in _RANK_KEYS)
+    parent_ai = bool(parent and parent.get("ai"))
+    ai = bool(frameworks) or ranked
+    role: str | None = None
+    if _LOADER_NAMES.search(name) and (ai or parent_ai):
+        role = "loader"
+    elif any(fw in frameworks for fw in ("vllm", "sglang", "triton", "tgi")) or (
+            parent_ai and parent.get("role") == "inference"):
+        role = "inference"
+    elif "torchrun" in frameworks and not ranked:
+        role = "launcher"
+    elif ai:
+        role = "trainer"
+    elif parent_ai and "multiprocessing" in cmdline:
+        role = "loader" if parent.get("role") == "trainer" else parent.get("role")
+    if parent_ai and role is not None:
+        ai = True
+    result: dict[str, Any] = {"ai": ai, "framework": frameworks[0] if frameworks else (
+        parent.get("framework") if parent_ai else None), "role": role}
+    if "RANK" in env:
+        result["rank"] = _int(env["RANK"])
+    if "LOCAL_RANK" in env:
+        result["local_rank"] = _int(env["LOCAL_RANK"])
+    if "WORLD_SIZE" in env:
+        result["world_size"] = _int(env["WORLD_SIZE"])
+    return result
+
+
+def _int(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text
