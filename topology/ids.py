@@ -48,7 +48,8 @@ def pci_address(bdf: str) -> str:
     parts = bdf.split(":")
     if len(parts) == 2:  # bus:dev.fn without a domain
         parts.insert(0, "0000")
-    domain = parts[0][-4:].rjust(4, "0") if len(parts[0]) > 4 and int(parts[0][:-4] or "0", 16) == 0 else parts[0].rjust(4, "0")
+    # drop leading zeros beyond four digits, but keep a real wide domain (Intel VMD: 10000)
+    domain = parts[0].lstrip("0").rjust(4, "0")
     return ":".join([domain, *parts[1:]])
 
 
