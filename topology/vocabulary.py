@@ -62,6 +62,7 @@ EDGE_TYPES: dict[str, str] = {
     "shm": "process -> process sharing a shared memory object; attrs path",
     "msg_queue": "process -> process sharing a SysV message queue; metrics queued_bytes",
     "owns_connection": "process -> tcp_connection",
+    "uses_shm": "process -> shared_memory object it maps or holds open",
     "has_socket": "thread or process -> socket (legacy)",
     "sends_to": "thread -> socket, with a byte and packet flow (legacy); metrics bytes_total, packets_total, bytes_per_s",
     "numa_set_contains": "numa_set -> numa_node (legacy)",
@@ -149,6 +150,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("packets_total", "packets", "packets carried along an edge over its window"),
     _M("queued_bytes", "bytes", "bytes waiting in a pipe, socket or queue at the end of the window"),
     _M("queued_bytes_growth_per_s", "bytes/s", "growth of queued_bytes over the window"),
+    _M("channels", "channels", "pipes, sockets, connections or queues aggregated into one IPC edge at the end of the window"),
     # cgroups
     _M("cpu_quota_cores", "cores", "CPU quota / period (cgroup)"),
     _M("throttled_periods_pct", "%", "share of enforcement periods in which the cgroup was throttled"),
