@@ -1,0 +1,338 @@
+"""IPC topology: which process talks to which, through pipes, unix sockets, local TCP, shared
+memory and SysV message queues, as process -> process edges.
+
+Read at the start and the end of the window (the reads are expensive: every fd of every process,
+every /proc/PID/maps, the socket tables), and edges are drawn from the end state. Volumes where
+the kernel keeps them: TCP bytes acked/received over the window (tcp_info), bytes queued in
+pipes, unix sockets and message queues at the end plus their growth over the window. Pipes and
+shared memory have no byte counters. Connections opened and closed inside the window are not seen.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import termios
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors import fdscan, sockdiag
+from collectors.base import Collector, register
+from topology import Graph
+from topology.ids import entity_id, process_id
+
+PAIRWISE_LIMIT = 16  # above this many sharers of one shm object, draw a star instead of all pairs
+
+
+@dataclass
+class Snapshot:
+    taken_at: float
+    fds: fdscan.FdTable
+    pipes: dict[int, dict[int, str]] = field(default_factory=dict)  # inode -> pid -> 'r'|'w'|'rw'
+    pipe_queued: dict[int, int] = field(default_factory=dict)  # inode -> bytes
+    unix: list[sockdiag.UnixSock] | None = None
+    tcp: list[sockdiag.TcpSock] | None = None
+    shm_maps: dict[str, set[int]] = field(default_factory=dict)  # '/dev/shm/x' or 'sysv:<shmid>' -> pids
+    sysv_shm: list[dict[str, int]] = field(default_factory=list)
+    sysv_msg: list[dict[str, int]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+# -- pure parsers -------------------------------------------------------------------------
+def parse_sysvipc(text: str) -> list[dict[str, int]]:
+    """/proc/sysvipc/{shm,msg,sem}: a header line of column names, then one row of integers per object."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    names = lines[0].split()
+    rows = []
+    for line in lines[1:]:
+        values = line.split()
+        if len(values) >= len(names):
+            rows.append({n: int(v) for n, v in zip(names, values)})
+    return rows
+
+
+_MAPS_SHM = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+(/dev/shm/\S.*?|/SYSV[0-9a-fA-F]{8})(?: \(deleted\))?$")
+
+
+def parse_maps_shm(text: str) -> set[str]:
+    """Shared memory objects a process maps: '/dev/shm/<name>' paths and 'sysv:<shmid>' segments."""
+    found = set()
+    for line in text.splitlines():
+        if "/dev/shm/" not in line and "/SYSV" not in line:
+            continue
+        m = _MAPS_SHM.match(line)
+        if m:
+            inode, path = m.groups()
+            found.add(f"sysv:{inode}" if path.startswith("/SYSV") else path)
+    return found
+
+
+# -- reading ------------------------------------------------------------------------------
+def _pipe_queued(proc: Path, pid: int, fd: int) -> int | None:
+    """Bytes waiting in a pipe: FIONREAD on a fresh read end opened through /proc (no data is taken)."""
+    try:
+        fdno = os.open(f"{proc}/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return int.from_bytes(fcntl.ioctl(fdno, termios.FIONREAD, b"\0\0\0\0"), "little")
+    except OSError:
+        return None
+    finally:
+        os.close(fdno)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def snapshot(proc: Path, cache: dict) -> Snapshot:
+    snap = Snapshot(taken_at=time.monotonic(), fds=fdscan.shared_scan(proc, cache))
+    for inode, holders in snap.fds.inodes("pipe").items():
+        for pid, fds in holders.items():
+            modes = {fdscan.access_mode(proc, pid, fd) for fd in fds} - {None}
+            mode = "rw" if "rw" in modes or modes >= {"r", "w"} else next(iter(modes), None)
+            if mode:
+                snap.pipes.setdefault(inode, {})[pid] = mode
+        if len({p for p, m in snap.pipes.get(inode, {}).items()}) >= 2:
+            pid, fds = next(iter(holders.items()))
+            queued = _pipe_queued(proc, pid, fds[0])
+            if queued is not None:
+                snap.pipe_queued[inode] = queued
+    try:
+        snap.unix = sockdiag.unix_sockets()
+    except OSError as exc:
+        snap.problems.append(f"unix socket peers unavailable ({exc}; load the unix_diag module)")
+    snap.tcp, problem = _tcp_table()
+    if problem:
+        snap.problems.append(problem)
+    for pid, fds in snap.fds.links.items():
+        objects = {t.removesuffix(" (deleted)") for t in fds.values() if t.startswith("/dev/shm/")}
+        maps = _read(f"{proc}/{pid}/maps")
+        if maps:
+            objects |= parse_maps_shm(maps)
+        for key in objects:
+            snap.shm_maps.setdefault(key, set()).add(pid)
+    snap.sysv_shm = parse_sysvipc(_read(f"{proc}/sysvipc/shm") or "")
+    snap.sysv_msg = parse_sysvipc(_read(f"{proc}/sysvipc/msg") or "")
+    return snap
+
+
+def _tcp_table() -> tuple[list[sockdiag.TcpSock] | None, str | None]:
+    try:
+        return sockdiag.tcp_sockets(), None
+    except OSError as exc:
+        import subprocess
+        try:
+            out = subprocess.run(["ss", "-tanieH"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None, f"TCP table unavailable (sock_diag: {exc}; ss not runnable)"
+        return sockdiag.parse_ss_tcp(out), None
+
+
+# -- edges --------------------------------------------------------------------------------
+class _Edges:
+    """Accumulates process -> process edges of one type, summing the channels they aggregate."""
+
+    def __init__(self, host: str, scope: set[int] | None) -> None:
+        self.host, self.scope = host, scope
+        self.found: dict[tuple, dict] = {}
+
+    def add(self, kind: str, src: int, dst: int, attrs: dict, metrics: dict, qualifier: str | None = None) -> None:
+        if src == dst or (self.scope is not None and src not in self.scope and dst not in self.scope):
+            return
+        edge = self.found.setdefault((kind, src, dst, qualifier), {"attrs": dict(attrs), "metrics": {"channels": 0}})
+        edge["metrics"]["channels"] += 1
+        for name, value in metrics.items():
+            if value is not None:
+                edge["metrics"][name] = edge["metrics"].get(name, 0) + value
+
+    def into(self, graph: Graph, proc: Path) -> None:
+        for (kind, src, dst, qualifier), edge in sorted(self.found.items(), key=lambda kv: str(kv[0])):
+            for pid in (src, dst):
+                name = fdscan.comm(proc, pid)
+                graph.entity_of("process", process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
+            graph.edge_of(kind, process_id(self.host, src), process_id(self.host, dst), edge["attrs"],
+                          edge["metrics"], qualifier)
+
+
+def _growth(end: int | None, start: int | None, seconds: float) -> float | None:
+    if end is None or start is None or seconds <= 0:
+        return None
+    return round((end - start) / seconds, 3)
+
+
+def pipe_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: float) -> None:
+    for inode, holders in sorted(end.pipes.items()):
+        writers = [p for p, m in holders.items() if "w" in m]
+        readers = [p for p, m in holders.items() if "r" in m]
+        queued = end.pipe_queued.get(inode)
+        growth = _growth(queued, start.pipe_queued.get(inode) if start else None, seconds)
+        for w in writers:
+            for r in readers:
+                direction = "writer_to_reader" if holders[w] == "w" and holders[r] == "r" else "unknown"
+                edges.add("pipe", w, r, {"inode": inode, "direction": direction},
+                          {"queued_bytes": queued, "queued_bytes_growth_per_s": growth})
+
+
+def unix_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: float) -> None:
+    if end.unix is None:
+        return
+    owners = end.fds.inodes("socket")
+    by_inode = {s.inode: s for s in end.unix}
+    before = {s.inode: s.rqueue for s in (start.unix or [])} if start else {}
+    for sock in end.unix:
+        peer = by_inode.get(sock.peer) if sock.peer else None
+        if peer is None or sock.inode > peer.inode or sock.inode not in owners or peer.inode not in owners:
+            continue
+        # The accepting (server) end carries the bound path; the connecting end has none.
+        client, server, direction = sock, peer, "client_to_server"
+        if bool(sock.name) == bool(peer.name):
+            direction = "unordered"
+        elif sock.name:
+            client, server = peer, sock
+        queued = (client.rqueue or 0) + (server.rqueue or 0)
+        queued_before = None
+        if client.inode in before and server.inode in before:
+            queued_before = (before[client.inode] or 0) + (before[server.inode] or 0)
+        attrs = {"inode": client.inode, "peer_inode": server.inode, "direction": direction}
+        if server.name:
+            attrs["path"] = server.name
+        for a in sorted(owners[client.inode]):
+            for b in sorted(owners[server.inode]):
+                src, dst = (a, b) if direction != "unordered" or a < b else (b, a)
+                edges.add("unix_socket", src, dst, attrs,
+                          {"queued_bytes": queued, "queued_bytes_growth_per_s": _growth(queued, queued_before, seconds)})
+
+
+def _listening(socks: list[sockdiag.TcpSock]) -> set[tuple[str, int]]:
+    return {s.local for s in socks if s.state == "LISTEN"}
+
+
+def _is_server(sock: sockdiag.TcpSock, listening: set[tuple[str, int]]) -> bool:
+    host, port = sock.local
+    return any((h, port) in listening for h in (host, "0.0.0.0", "::", "*"))
+
+
+def client_side(sock: sockdiag.TcpSock, peer: sockdiag.TcpSock, listening: set[tuple[str, int]]) -> tuple[bool, str]:
+    """Whether `sock` is the connecting end: the other end's port is listening, else the higher (ephemeral) port."""
+    mine, theirs = _is_server(sock, listening), _is_server(peer, listening)
+    if mine != theirs:
+        return theirs, "client_to_server"
+    return sock.local[1] > peer.local[1], "guessed_from_ports"
+
+
+def tcp_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: float) -> None:
+    if end.tcp is None:
+        return
+    owners = end.fds.inodes("socket")
+    established = {(s.local, s.remote): s for s in end.tcp if s.state == "ESTAB"}
+    listening = _listening(end.tcp)
+    before = {s.cookie: s for s in (start.tcp or [])} if start else {}
+    for (local, remote), sock in sorted(established.items()):
+        peer = established.get((remote, local))
+        if peer is None:
+            continue  # the other end is not on this host
+        is_client, direction = client_side(sock, peer, listening)
+        if not is_client:
+            continue  # each pair is drawn once, from its client end
+        client_pids = owners.get(sock.inode, {}) or ({sock.pid: []} if sock.pid else {})
+        server_pids = owners.get(peer.inode, {}) or ({peer.pid: []} if peer.pid else {})
+        sent, received = _tcp_window_bytes(sock, before.get(sock.cookie) if sock.cookie else None)
+        attrs = {"client": sockdiag.endpoint(local), "server": sockdiag.endpoint(remote), "direction": direction}
+        for a in sorted(client_pids):
+            for b in sorted(server_pids):
+                edges.add("tcp", a, b, attrs, {"bytes_sent_total": sent, "bytes_received_total": received,
+                                               "bytes_per_s": round((sent + received) / seconds, 3)
+                                               if seconds > 0 and sent is not None and received is not None else None})
+
+
+def _tcp_window_bytes(sock: sockdiag.TcpSock, old: sockdiag.TcpSock | None) -> tuple[int | None, int | None]:
+    """Bytes over the window; a connection not seen at the start was opened in it (its SYN is acked too)."""
+    if sock.bytes_acked is None or sock.bytes_received is None:
+        return None, None
+    if old is not None and old.bytes_acked is not None and old.bytes_received is not None:
+        return sock.bytes_acked - old.bytes_acked, sock.bytes_received - old.bytes_received
+    return max(sock.bytes_acked - 1, 0), sock.bytes_received
+
+
+def shm_edges(edges: _Edges, graph: Graph, host: str, end: Snapshot) -> None:
+    segments = {f"sysv:{row['shmid']}": row for row in end.sysv_shm if "shmid" in row}
+    for key, pids in sorted(end.shm_maps.items()):
+        if len(pids) < 2 or (edges.scope is not None and not pids & edges.scope):
+            continue
+        row = segments.get(key, {})
+        attrs: dict = {"path": key} if key.startswith("/dev/shm/") else {
+            "shmid": row.get("shmid"), "key": f"0x{row.get('key', 0):08x}", "creator_pid": row.get("cpid")}
+        size = row.get("size") if row else _size(key)
+        if size is not None:
+            attrs["size_bytes"] = size
+        shm_id = entity_id("shared_memory", host, key)
+        graph.entity_of("shared_memory", shm_id, attrs)
+        for pid in sorted(pids):
+            graph.entity_of("process", process_id(host, pid), {"pid": pid})
+            graph.edge_of("uses_shm", process_id(host, pid), shm_id)
+        ordered = sorted(pids)
+        creator = row.get("cpid")
+        if creator in pids:
+            pairs = [(creator, p, "creator_to_user") for p in ordered if p != creator]
+        elif len(ordered) <= PAIRWISE_LIMIT:
+            pairs = [(a, b, "unordered") for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+        else:
+            pairs = [(ordered[0], p, "unordered") for p in ordered[1:]]
+        for a, b, direction in pairs:
+            edges.add("shm", a, b, {"path": key, "direction": direction}, {}, qualifier=key)
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def msg_edges(edges: _Edges, proc: Path, end: Snapshot, start: Snapshot | None, seconds: float) -> None:
+    before = {row["msqid"]: row.get("cbytes") for row in (start.sysv_msg if start else [])}
+    for row in end.sysv_msg:
+        sender, receiver = row.get("lspid", 0), row.get("lrpid", 0)
+        if not sender or not receiver or not all(os.path.exists(f"{proc}/{p}") for p in (sender, receiver)):
+            continue
+        edges.add("msg_queue", sender, receiver,
+                  {"msqid": row["msqid"], "key": f"0x{row['key']:08x}", "messages": row.get("qnum")},
+                  {"queued_bytes": row.get("cbytes"),
+                   "queued_bytes_growth_per_s": _growth(row.get("cbytes"), before.get(row["msqid"]), seconds)},
+                  qualifier=str(row["msqid"]))
+
+
+@register
+class IpcCollector(Collector):
+    name = "ipc"
+
+    def start(self) -> None:
+        self._start = snapshot(self.ctx.proc, self.ctx.cache)
+
+    def finish(self) -> Graph:
+        start = getattr(self, "_start", None)
+        end = snapshot(self.ctx.proc, self.ctx.cache)
+        seconds = end.taken_at - start.taken_at if start else 0.0
+        graph = self.fragment()
+        edges = _Edges(self.ctx.host, self.ctx.pids)
+        pipe_edges(edges, end, start, seconds)
+        unix_edges(edges, end, start, seconds)
+        tcp_edges(edges, end, start, seconds)
+        msg_edges(edges, self.ctx.proc, end, start, seconds)
+        shm_edges(edges, graph, self.ctx.host, end)
+        edges.into(graph, self.ctx.proc)
+        for problem in end.problems:
+            self.partial(problem)
+        if end.fds.denied:
+            self.partial(f"fds of {end.fds.denied} processes unreadable (run as root to see all IPC)")
+        return graph

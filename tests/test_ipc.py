@@ -1,0 +1,275 @@
+"""The IPC collector against real processes: a pipe, unix sockets, loopback TCP, /dev/shm and a
+SysV message queue between children this test starts, plus its parsers on recorded /proc text."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors import fdscan, ipc
+from collectors.base import Context
+from topology.ids import process_id
+
+TCP_BYTES = 300_000
+PY = sys.executable
+IPC_PRIVATE, IPC_RMID = 0, 0
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def spawn(code: str, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([PY, "-c", code, *args], text=True, **kw)
+
+
+def wait_line(proc: subprocess.Popen) -> str:
+    line = proc.stdout.readline().strip()
+    assert line, f"child {proc.args} said nothing (rc={proc.poll()})"
+    return line
+
+
+HOLD = "import time; time.sleep(60)"
+WRITER = "import sys, time; sys.stdout.write('x' * 1000); sys.stdout.flush(); print('ok', file=sys.stderr, flush=True); time.sleep(60)"
+PAIR_END = "import socket, sys, time; s = socket.socket(fileno=int(sys.argv[1])); s.send(b'y' * 10); print('ok', flush=True); time.sleep(60)"
+UNIX_SERVER = """
+import socket, sys, time
+srv = socket.socket(socket.AF_UNIX); srv.bind(sys.argv[1]); srv.listen()
+print('ready', flush=True)
+conn, _ = srv.accept(); time.sleep(60)
+"""
+UNIX_CLIENT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print('ok', flush=True); time.sleep(60)"
+TCP_SERVER = """
+import socket, sys, time
+srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept(); got = 0
+while got < int(sys.argv[1]):
+    got += len(conn.recv(65536))
+print(got, flush=True); time.sleep(60)
+"""
+TCP_CLIENT = """
+import socket, sys, time
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+print('connected', flush=True)
+sys.stdin.readline()
+s.sendall(b'z' * int(sys.argv[2])); time.sleep(60)
+"""
+SHM_USER = """
+import mmap, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); os.ftruncate(fd, 65536)
+m = mmap.mmap(fd, 65536); os.close(fd); m[:4] = b'data'
+print('mapped', flush=True); time.sleep(60)
+"""
+MSG_USER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.msgsnd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.msgrcv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_int]
+libc.msgrcv.restype = ctypes.c_ssize_t
+qid, role = int(sys.argv[1]), sys.argv[2]
+buf = ctypes.create_string_buffer(8 + 64)
+ctypes.memmove(buf, (1).to_bytes(8, 'little') + b'm' * 64, 72)
+if role == 'send':
+    for _ in range(3):
+        assert libc.msgsnd(qid, buf, 64, 0) == 0, ctypes.get_errno()
+else:
+    assert libc.msgrcv(qid, buf, 64, 0, 0) == 64, ctypes.get_errno()
+print('done', flush=True); time.sleep(60)
+"""
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Start every pair of children, collect once around the TCP transfer, and clean up."""
+    children: list[subprocess.Popen] = []
+    tmp = tempfile.mkdtemp(prefix="witty-ipc-")
+    shm_path = f"/dev/shm/witty-test-{os.getpid()}"
+    qid = libc.msgget(IPC_PRIVATE, 0o600)
+    try:
+        writer = spawn(WRITER, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reader = spawn(HOLD, stdin=writer.stdout)
+        writer.stdout.close()  # the test must not hold the read end itself
+        children += [writer, reader]
+        assert writer.stderr.readline().strip() == "ok"
+
+        a, b = socket.socketpair()
+        pair = [spawn(PAIR_END, str(s.fileno()), pass_fds=[s.fileno()], stdout=subprocess.PIPE) for s in (a, b)]
+        a.close(), b.close()
+        children += pair
+        for p in pair:
+            wait_line(p)
+
+        path = os.path.join(tmp, "sock")
+        userver = spawn(UNIX_SERVER, path, stdout=subprocess.PIPE)
+        children.append(userver)
+        wait_line(userver)
+        uclient = spawn(UNIX_CLIENT, path, stdout=subprocess.PIPE)
+        children.append(uclient)
+        wait_line(uclient)
+
+        tserver = spawn(TCP_SERVER, str(TCP_BYTES), stdout=subprocess.PIPE)
+        children.append(tserver)
+        port = wait_line(tserver)
+        tclient = spawn(TCP_CLIENT, port, str(TCP_BYTES), stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+        children.append(tclient)
+        wait_line(tclient)
+
+        shm = [spawn(SHM_USER, shm_path, stdout=subprocess.PIPE) for _ in range(2)]
+        children += shm
+        for p in shm:
+            wait_line(p)
+
+        msg = []
+        if qid >= 0:
+            msg = [spawn(MSG_USER, str(qid), role, stdout=subprocess.PIPE) for role in ("send", "recv")]
+            children += msg
+            for p in msg:
+                wait_line(p)
+
+        ctx = Context(duration_s=1.0, interval_s=1.0, pids={p.pid for p in children})
+        collector = ipc.IpcCollector(ctx)
+        collector.start()
+        tclient.stdin.write("go\n")
+        tclient.stdin.flush()
+        assert int(wait_line(tserver)) >= TCP_BYTES
+        collector.sample()
+        graph = collector.finish()
+        yield {"graph": graph, "status": collector.status, "host": ctx.host, "writer": writer, "reader": reader,
+               "pair": pair, "userver": userver, "uclient": uclient, "tserver": tserver, "tclient": tclient,
+               "shm": shm, "shm_path": shm_path, "msg": msg}
+    finally:
+        for p in children:
+            p.kill()
+        for p in children:
+            p.wait()
+        if qid >= 0:
+            libc.msgctl(qid, IPC_RMID, None)
+        Path(shm_path).unlink(missing_ok=True)
+        Path(tmp, "sock").unlink(missing_ok=True)
+        os.rmdir(tmp)
+
+
+def edges_between(w, kind, a, b):
+    src, dst = process_id(w["host"], a.pid), process_id(w["host"], b.pid)
+    return [e for e in w["graph"].edges(kind) if e.source == src and e.target == dst]
+
+
+def test_collector_is_ok(world):
+    assert world["status"].status == "ok", world["status"].reason
+
+
+def test_pipe_edge_writer_to_reader(world):
+    [edge] = edges_between(world, "pipe", world["writer"], world["reader"])
+    assert edge.attrs["direction"] == "writer_to_reader"
+    assert edge.metrics["queued_bytes"] == 1000  # the reader never reads
+    assert not edges_between(world, "pipe", world["reader"], world["writer"])
+
+
+def test_unix_socketpair_edge(world):
+    a, b = sorted(world["pair"], key=lambda p: p.pid)
+    [edge] = edges_between(world, "unix_socket", a, b)
+    assert edge.attrs["direction"] == "unordered"
+    assert edge.metrics["queued_bytes"] == 20  # each end sent 10 bytes nobody read
+
+
+def test_unix_path_edge_client_to_server(world):
+    [edge] = edges_between(world, "unix_socket", world["uclient"], world["userver"])
+    assert edge.attrs["direction"] == "client_to_server"
+    assert edge.attrs["path"].endswith("/sock")
+    assert not edges_between(world, "unix_socket", world["userver"], world["uclient"])
+
+
+def test_tcp_edge_client_to_server_with_bytes(world):
+    [edge] = edges_between(world, "tcp", world["tclient"], world["tserver"])
+    assert edge.attrs["direction"] == "client_to_server"
+    assert edge.metrics["bytes_sent_total"] >= TCP_BYTES
+    assert edge.metrics["bytes_sent_total"] < TCP_BYTES * 1.01  # only this window's transfer
+    assert edge.metrics["bytes_received_total"] == 0
+    assert not edges_between(world, "tcp", world["tserver"], world["tclient"])
+
+
+def test_dev_shm_mapped_by_two_processes(world):
+    a, b = sorted(world["shm"], key=lambda p: p.pid)
+    [edge] = edges_between(world, "shm", a, b)
+    assert edge.attrs["path"] == world["shm_path"]
+    shm = world["graph"].entity(f"shared_memory:{world['host']}:{world['shm_path']}")
+    assert shm is not None and shm.attrs["size_bytes"] == 65536
+    users = {e.source for e in world["graph"].edges("uses_shm") if e.target == shm.id}
+    assert users == {process_id(world["host"], p.pid) for p in (a, b)}
+
+
+def test_sysv_message_queue_sender_to_receiver(world):
+    if not world["msg"]:
+        pytest.skip("msgget failed: SysV IPC not available here")
+    sender, receiver = world["msg"]
+    [edge] = edges_between(world, "msg_queue", sender, receiver)
+    assert edge.metrics["queued_bytes"] == 2 * 64  # three sent, one received
+    assert edge.attrs["messages"] == 2
+
+
+def test_scope_keeps_only_edges_touching_it(world):
+    pids = {int(e.id.split(":")[2]) for e in world["graph"].entities("process")}
+    children = {p.pid for k, v in world.items() for p in (v if isinstance(v, list) else [v])
+                if isinstance(p, subprocess.Popen)}
+    for edge in world["graph"].edges():
+        if edge.type in ("pipe", "unix_socket", "tcp", "shm", "msg_queue"):
+            ends = {int(edge.source.split(":")[2]), int(edge.target.split(":")[2])}
+            assert ends & children, edge.id
+    assert children <= pids
+
+
+def test_survives_processes_exiting_mid_scan():
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            subprocess.run(["true"])
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(5):
+            ipc.snapshot(Path("/proc"), {})
+    finally:
+        stop.set()
+        thread.join()
+
+
+# -- parsers on recorded text -----------------------------------------------------------
+SYSVIPC_MSG = """       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      ctime
+         0          0   600         128          2 13021 13022     0     0     0     0 1764673941 1764673941 1764673941
+"""
+SYSVIPC_SHM = """       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap
+1234567890          3   600               1048576 13100 13101      2     0     0     0     0 1764673950          0 1764673950                  4096                     0
+"""
+MAPS = """55d0c3a00000-55d0c3a28000 r--p 00000000 fe:00 1311745                    /usr/bin/python3.11
+7f1b2c000000-7f1b2c010000 rw-s 00000000 00:1a 14502                      /dev/shm/witty-test-12956
+7f1b2c100000-7f1b2c200000 rw-s 00000000 00:01 3                          /SYSV499602d2 (deleted)
+7f1b2c300000-7f1b2c310000 rw-s 00000000 00:1a 14503                      /dev/shm/gone (deleted)
+7ffd5d1e1000-7ffd5d202000 rw-p 00000000 00:00 0                          [stack]
+"""
+
+
+def test_parse_sysvipc():
+    [row] = ipc.parse_sysvipc(SYSVIPC_MSG)
+    assert (row["msqid"], row["cbytes"], row["qnum"], row["lspid"], row["lrpid"]) == (0, 128, 2, 13021, 13022)
+    [seg] = ipc.parse_sysvipc(SYSVIPC_SHM)
+    assert (seg["shmid"], seg["size"], seg["cpid"], seg["nattch"]) == (3, 1048576, 13100, 2)
+    assert ipc.parse_sysvipc("") == []
+
+
+def test_parse_maps_shm():
+    assert ipc.parse_maps_shm(MAPS) == {"/dev/shm/witty-test-12956", "sysv:3", "/dev/shm/gone"}
+
+
+def test_parse_fdinfo_mode():
+    assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000001\nmnt_id:\t15\nino:\t14438\n") == "w"
+    assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000000\nmnt_id:\t15\n") == "r"
+    assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000002\n") == "rw"
