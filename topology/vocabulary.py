@@ -56,6 +56,7 @@ EDGE_TYPES: dict[str, str] = {
     "device_link": "device -> device; attrs link_type (NVLink, HCCS, PIX, PXB, PHB, NODE, SYS, SIO...)",
     "near_nic": "gpu/npu -> nic or rdma_port closest to it on the PCIe tree; attrs link_type",
     "netdev_of": "rdma_port -> nic",
+    "pci_function": "gpu, npu, nic or rdma_port -> the pci_device that implements it (its PCIe link state)",
     "pipe": "process -> process through a pipe (writer -> reader where known); attrs inode",
     "unix_socket": "process -> process through a connected unix socket pair; attrs inode",
     "tcp": "process -> process over local TCP (client -> server); metrics bytes_sent_total, bytes_received_total",
