@@ -1,8 +1,8 @@
 """Who holds which file: one walk over /proc/PID/fd, shared by the collectors of a round.
 
 The walk costs one readlink per open file of every process (a few ms per thousand fds), so the
-IPC and network collectors share one result through `Context.cache` when they read it within
-`MAX_AGE_S` of each other. Processes that exit while being walked, and fds closed under us,
+IPC and network collectors share one walk per phase of the round (start, end) through
+`Context.cache`. Processes that exit while being walked, and fds closed under us,
 are skipped; fds we may not read (another user's process, not root) are counted so the caller
 can report a partial view.
 """
@@ -61,9 +61,10 @@ def scan(proc: Path = Path("/proc")) -> FdTable:
     return table
 
 
-def shared_scan(proc: Path, cache: dict) -> FdTable:
-    """The round's fd table, walked again only when the cached one is older than MAX_AGE_S."""
-    key = f"fdscan:{proc}"
+def shared_scan(proc: Path, cache: dict, phase: str) -> FdTable:
+    """The fd table of one phase ('start' or 'end') of the round, shared by the collectors that
+    read it then; walked again if the cached one is older than MAX_AGE_S."""
+    key = f"fdscan:{proc}:{phase}"
     table = cache.get(key)
     if table is None or time.monotonic() - table.taken_at > MAX_AGE_S:
         table = scan(proc)

@@ -94,8 +94,8 @@ def _read(path: str) -> str | None:
         return None
 
 
-def snapshot(proc: Path, cache: dict) -> Snapshot:
-    snap = Snapshot(taken_at=time.monotonic(), fds=fdscan.shared_scan(proc, cache))
+def snapshot(proc: Path, cache: dict, phase: str) -> Snapshot:
+    snap = Snapshot(taken_at=time.monotonic(), fds=fdscan.shared_scan(proc, cache, phase))
     for inode, holders in snap.fds.inodes("pipe").items():
         for pid, fds in holders.items():
             modes = {fdscan.access_mode(proc, pid, fd) for fd in fds} - {None}
@@ -111,7 +111,7 @@ def snapshot(proc: Path, cache: dict) -> Snapshot:
         snap.unix = sockdiag.unix_sockets()
     except OSError as exc:
         snap.problems.append(f"unix socket peers unavailable ({exc}; load the unix_diag module)")
-    snap.tcp, problem = _tcp_table()
+    snap.tcp, problem = sockdiag.shared_tcp_table(cache, phase)
     if problem:
         snap.problems.append(problem)
     for pid, fds in snap.fds.links.items():
@@ -124,18 +124,6 @@ def snapshot(proc: Path, cache: dict) -> Snapshot:
     snap.sysv_shm = parse_sysvipc(_read(f"{proc}/sysvipc/shm") or "")
     snap.sysv_msg = parse_sysvipc(_read(f"{proc}/sysvipc/msg") or "")
     return snap
-
-
-def _tcp_table() -> tuple[list[sockdiag.TcpSock] | None, str | None]:
-    try:
-        return sockdiag.tcp_sockets(), None
-    except OSError as exc:
-        import subprocess
-        try:
-            out = subprocess.run(["ss", "-tanieH"], capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None, f"TCP table unavailable (sock_diag: {exc}; ss not runnable)"
-        return sockdiag.parse_ss_tcp(out), None
 
 
 # -- edges --------------------------------------------------------------------------------
@@ -317,11 +305,11 @@ class IpcCollector(Collector):
     name = "ipc"
 
     def start(self) -> None:
-        self._start = snapshot(self.ctx.proc, self.ctx.cache)
+        self._start = snapshot(self.ctx.proc, self.ctx.cache, "start")
 
     def finish(self) -> Graph:
         start = getattr(self, "_start", None)
-        end = snapshot(self.ctx.proc, self.ctx.cache)
+        end = snapshot(self.ctx.proc, self.ctx.cache, "end")
         seconds = end.taken_at - start.taken_at if start else 0.0
         graph = self.fragment()
         edges = _Edges(self.ctx.host, self.ctx.pids)

@@ -15,6 +15,8 @@ import ipaddress
 import re
 import socket
 import struct
+import subprocess
+import time
 from dataclasses import dataclass, field
 
 NETLINK_SOCK_DIAG = 4
@@ -238,3 +240,29 @@ def _parse_ss_info(line: str, sock: TcpSock) -> None:
             setattr(sock, attr, int(m.group(1)))
     retrans = re.search(r"\bretrans:\d+/(\d+)", line)
     sock.total_retrans = int(retrans.group(1)) if retrans else 0
+
+
+def tcp_table() -> tuple[list[TcpSock] | None, str | None]:
+    """The TCP table by sock_diag, else by `ss -tanieH`; (None, why) when neither works."""
+    try:
+        return tcp_sockets(), None
+    except OSError as exc:
+        try:
+            out = subprocess.run(["ss", "-tanieH"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None, f"TCP table unavailable (sock_diag: {exc}; `ss` not runnable: install iproute2)"
+        return parse_ss_tcp(out), None
+
+
+MAX_AGE_S = 0.5
+
+
+def shared_tcp_table(cache: dict, phase: str) -> tuple[list[TcpSock] | None, str | None]:
+    """The TCP table of one phase ('start' or 'end') of the round, shared by the collectors that
+    read it then (IPC and network); dumped again if the cached one is older than MAX_AGE_S."""
+    key = f"sockdiag:tcp:{phase}"
+    cached = cache.get(key)
+    if cached is None or time.monotonic() - cached[0] > MAX_AGE_S:
+        cached = (time.monotonic(), *tcp_table())
+        cache[key] = cached
+    return cached[1], cached[2]

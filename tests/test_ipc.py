@@ -236,7 +236,7 @@ def test_survives_processes_exiting_mid_scan():
     thread.start()
     try:
         for _ in range(5):
-            ipc.snapshot(Path("/proc"), {})
+            ipc.snapshot(Path("/proc"), {}, "start")
     finally:
         stop.set()
         thread.join()
