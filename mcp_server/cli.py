@@ -1,0 +1,65 @@
+"""`witty-mcp`: run the MCP server, over stdio (default) or streamable HTTP on loopback.
+
+In stdio mode stdout carries the protocol and nothing else: logs go to stderr, and while the
+server runs the SDK points file descriptor 1 at stderr, so a stray print cannot corrupt the wire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from topology.errors import InputError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from witty_profiler import __version__
+    p = argparse.ArgumentParser(prog="witty-mcp", description="witty-profiler as an MCP server: collect, load, "
+                                "query and diagnose topology graphs from an assistant.")
+    p.add_argument("--version", action="version", version=f"witty-mcp {__version__}")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
+                   help="stdio (default; what assistants launch) or streamable-http")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on (default 127.0.0.1, loopback)")
+    p.add_argument("--port", type=int, default=18090, help="HTTP port (default 18090)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file of pattern thresholds to use by default")
+    p.add_argument("--state-dir", metavar="DIR", help="where graphs are kept between sessions "
+                   "(default $WITTY_STATE_DIR, else $XDG_STATE_HOME/witty-profiler, else ~/.local/state/witty-profiler)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level, format="witty-mcp %(levelname)s %(message)s")
+    if args.thresholds and not os.path.isfile(args.thresholds):
+        print(f"witty-mcp: error: --thresholds {args.thresholds}: no such file", file=sys.stderr)
+        return 2
+    from pathlib import Path
+
+    from mcp_server.server import build_server
+    from mcp_server.store import GraphStore
+    from mcp_server.tools import WittyTools
+    tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
+                       thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None)
+    server = build_server(tools)
+    logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
+    try:
+        if args.transport == "stdio":
+            server.run("stdio")  # the SDK points fd 1 at stderr while it serves, so stray prints miss the wire
+        else:
+            if args.host not in ("127.0.0.1", "localhost", "::1"):
+                logging.getLogger("witty-mcp").warning(
+                    "listening on %s: anyone who can reach it can read this host's processes", args.host)
+            server.run("streamable-http", host=args.host, port=args.port)
+    except KeyboardInterrupt:
+        return 130
+    except InputError as exc:
+        print(f"witty-mcp: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Text the server hands to assistants: the diagnosis prompt and the resources' documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_server.schemas import GraphSummary
+
+PROMPT = """\
+Find why this host is slow. Symptom reported: {symptom}
+{scope}
+Use the witty-profiler tools in this order, and keep each step small:
+
+1. Capture. Call `collect` with duration_s=10 (longer, up to 300, if the symptom comes and goes){pids_arg}. \
+If the user gave a graph file instead, call `load_graph` with its path. Note the graph_id.
+2. Orient. Read the summary that comes back (or call `graph_summary`). Check `collectors`: an \
+unavailable collector means its layer cannot be judged; say so rather than guessing. From the \
+overview, pick the layers that look unhealthy (high utilisation, waits, remote NUMA, errors).
+3. Look closer, one layer at a time. Call `convert_layer` for each unhealthy layer (compute, memory, \
+interconnect, network, storage, control, dataplane). Use `query_graph` for details (top_by_metric, \
+around=<id>) instead of asking for everything.
+4. Decide. Call `match_patterns` (all layers). Findings are deterministic; each carries evidence \
+(entity/edge ids, values, thresholds). Coverage rows marked not_evaluated say what could not be \
+checked and why.
+5. Report. Call `generate_report` (format md; output_path to save it). Explain the P0 findings first, \
+tie them to the symptom, and give the recommendations with the evidence that supports them. \
+Do not claim a bottleneck that no finding or measured number supports.
+
+After a fix, collect again and call `compare_graphs` with the two graph ids.
+"""
+
+
+def diagnose_prompt(symptom: str, pids: str | None) -> str:
+    pid_list = [p for p in (pids or "").replace(",", " ").split() if p.strip()]
+    scope = (f"Processes in scope: {', '.join(pid_list)} (and their children).\n" if pid_list
+             else "Processes in scope: the AI workloads the tool recognises on the host.\n")
+    pids_arg = f" and pids=[{', '.join(pid_list)}]" if pid_list else ""
+    return PROMPT.format(symptom=symptom.strip() or "not described", scope=scope, pids_arg=pids_arg)
+
+
+def summary_text(out: GraphSummary) -> str:
+    lines = [f"graph {out.graph_id} ({out.origin}{', from ' + out.loaded_from if out.loaded_from else ''})",
+             f"hosts: {', '.join(out.hosts) or 'unknown'}; source: {out.source or 'unknown'}; "
+             f"window: {out.duration_s if out.duration_s is not None else 'none'} s from {out.started_at or '?'}",
+             f"entities: {out.entity_count} ({', '.join(f'{k} {v}' for k, v in out.entities_by_type.items())})",
+             f"edges: {out.edge_count} ({', '.join(f'{k} {v}' for k, v in out.edges_by_type.items())})"]
+    lines += [f"collector {c.name}: {c.status}{' - ' + c.reason if c.reason else ''}" for c in out.collectors]
+    if out.overview:
+        lines += ["", out.overview.rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def pattern_catalog() -> str:
+    from diagnosis import catalog_markdown  # type: ignore[attr-defined]
+    return catalog_markdown()
+
+
+def thresholds_text(path: str | None) -> str:
+    if path:
+        return Path(path).read_text(encoding="utf-8")
+    from diagnosis import default_thresholds_toml  # type: ignore[attr-defined]
+    return default_thresholds_toml()

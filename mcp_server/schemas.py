@@ -1,0 +1,257 @@
+"""The tools' inputs and outputs as pydantic models: these become the published JSON Schemas.
+
+Inputs describe every field for the assistant that fills them in; outputs are what
+`structuredContent` carries. Output models allow extra fields, so a library that grows a field
+does not break a server that does not know it yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_DURATION_S = 300.0
+LAYER_NAMES = ("summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all")
+Layer = Literal["summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all"]
+DiagnosisLayer = Literal["compute", "memory", "interconnect", "network", "storage", "control", "dataplane"]
+
+_MAX_TOKENS_HELP = ("token budget of this answer (default 8000); longer content is cut and the answer says "
+                    "what was left out")
+GraphId = Field(description="id from collect, load_graph or list_graphs", min_length=1, max_length=96)
+
+
+def _max_tokens() -> Any:
+    return Field(default=8000, ge=200, le=200_000, description=_MAX_TOKENS_HELP)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- inputs ---------------------------------------------------------------------------------
+class CollectInput(_In):
+    duration_s: float = Field(default=10.0, gt=0, json_schema_extra={"maximum": MAX_DURATION_S},
+                              description=f"length of the capture window in seconds (at most {MAX_DURATION_S:g})")
+    interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples inside the window")
+    pids: list[int] | None = Field(default=None, description="processes to focus on (their descendants are "
+                                   "included); default: the AI workloads recognised on the host")
+    collectors: list[str] | None = Field(default=None, description="collector names to run; default: all that "
+                                         "apply to this host")
+
+
+class LoadGraphInput(_In):
+    path: str = Field(min_length=1, description="graph JSON file: native witty-graph v1 or the original "
+                      "witty-profiler's {nodes, edges} / {env, content} file; ~ and relative paths are resolved "
+                      "against the server's working directory")
+
+
+class ListGraphsInput(_In):
+    limit: int = Field(default=20, ge=1, le=200, description="graphs per page, newest first")
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page")
+
+
+class GraphSummaryInput(_In):
+    graph_id: str = GraphId
+    max_tokens: int = _max_tokens()
+
+
+class QueryGraphInput(_In):
+    graph_id: str = GraphId
+    type: str | None = Field(default=None, description="entity type, e.g. process, thread, numa_node, gpu, npu, "
+                             "nic, block_device, tcp_connection")
+    where: list[str] | None = Field(default=None, description="conditions that must all hold, each FIELD OP VALUE "
+                                    "with OP in = != > >= < <= ~ (contains), FIELD attrs.NAME, metrics.NAME, id, type "
+                                    "or a bare name; e.g. ['metrics.cpu_util_pct>50', 'name~vllm']")
+    around: str | None = Field(default=None, description="entity id: return its neighbourhood (entities and edges "
+                               "within `depth` hops)")
+    depth: int = Field(default=1, ge=1, le=4, description="hops for `around`")
+    edge_type: str | None = Field(default=None, description="with `around`: follow only edges of this type")
+    top_by_metric: str | None = Field(default=None, description="metric name: entities ranked by it, highest "
+                                      "first, e.g. cpu_util_pct, runqueue_wait_pct, util_pct")
+    ascending: bool = Field(default=False, description="with top_by_metric: lowest first")
+    limit: int = Field(default=20, ge=1, le=200, description="rows per page")
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page of the same query")
+    max_tokens: int = _max_tokens()
+
+
+class ConvertLayerInput(_In):
+    graph_id: str = GraphId
+    layer: Layer = Field(default="summary", description="which view: summary, one diagnosis layer, or all")
+    max_tokens: int = _max_tokens()
+
+
+class MatchPatternsInput(_In):
+    graph_id: str = GraphId
+    layer: DiagnosisLayer | None = Field(default=None, description="evaluate only this layer's patterns; "
+                                         "default all seven")
+    pids: list[int] | None = Field(default=None, description="the workload's processes; default: the AI "
+                                   "workloads recognised in the graph")
+    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text, or the path of a "
+                                   "TOML file; default: the thresholds in force (resource witty://thresholds)")
+    max_tokens: int = _max_tokens()
+
+
+class GenerateReportInput(_In):
+    graph_id: str = GraphId
+    format: Literal["md", "json"] = Field(default="md", description="markdown for people, json for programs")
+    pids: list[int] | None = Field(default=None, description="the workload's processes; default: recognised")
+    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text or a TOML file path")
+    output_path: str | None = Field(default=None, description="also write the full report to this file, "
+                                    "relative to (and only inside) the server's working directory")
+    overwrite: bool = Field(default=False, description="replace output_path if it exists")
+    max_tokens: int = _max_tokens()
+
+
+class CompareGraphsInput(_In):
+    before_id: str = GraphId
+    after_id: str = GraphId
+    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text or a TOML file path")
+    max_tokens: int = _max_tokens()
+
+
+# -- outputs --------------------------------------------------------------------------------
+class CollectorState(_Out):
+    name: str
+    status: str
+    reason: str | None = None
+
+
+class GraphSummary(_Out):
+    graph_id: str
+    origin: str = Field(description="collect or load")
+    loaded_from: str | None = None
+    source: str | None = Field(default=None, description="live, legacy, ...")
+    hosts: list[str]
+    started_at: str | None = None
+    duration_s: float | None = None
+    entity_count: int
+    edge_count: int
+    entities_by_type: dict[str, int]
+    edges_by_type: dict[str, int]
+    collectors: list[CollectorState] = Field(description="every collector's status; unavailable ones say why")
+    overview: str = Field(description="the compact summary view of the graph (convert_layer layer=summary)")
+    overview_tokens: int
+    truncated: bool = False
+    note: str | None = Field(default=None, description="what was left out and how to get it, or the next step")
+
+
+class GraphListing(_Out):
+    graph_id: str
+    origin: str
+    loaded_from: str | None = None
+    source: str | None = None
+    hosts: list[str]
+    created_at: str
+    started_at: str | None = None
+    entity_count: int
+    edge_count: int
+
+
+class GraphList(_Out):
+    graphs: list[GraphListing]
+    total: int
+    next_cursor: str | None = None
+    note: str | None = None
+
+
+class EntityRow(_Out):
+    id: str
+    type: str
+    attrs: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+
+
+class EdgeRow(_Out):
+    id: str
+    type: str
+    source: str
+    target: str
+    attrs: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+
+
+class QueryPage(_Out):
+    graph_id: str
+    kind: Literal["find", "top", "around"]
+    total_entities: int
+    total_edges: int = 0
+    offset: int
+    entities: list[EntityRow]
+    edges: list[EdgeRow] = []
+    next_cursor: str | None = Field(default=None, description="pass as cursor (same arguments) for the next page")
+    note: str | None = None
+
+
+class LayerView(_Out):
+    graph_id: str
+    layer: str
+    text: str
+    tokens: int
+    truncated: bool
+    omitted: Any = Field(default=None, description="what the view folded away, as the converter reports it")
+    note: str | None = None
+
+
+class Evidence(_Out):
+    kind: str
+    ids: list[str] = []
+    metric: str | None = None
+    value: Any = None
+    threshold: Any = None
+    unit: str | None = None
+    note: str | None = None
+
+
+class Finding(_Out):
+    pattern: str
+    layer: int
+    layer_name: str | None = None
+    severity: str
+    priority: str
+    title: str
+    description: str | None = None
+    evidence: list[Evidence] = []
+    recommendations: list[str] = []
+
+
+class CoverageRow(_Out):
+    pattern: str
+    layer: int | None = None
+    status: str
+    reason: str | None = None
+
+
+class PatternMatches(_Out):
+    graph_id: str
+    layer: str | None = None
+    findings: list[Finding]
+    coverage: list[CoverageRow]
+    summary: dict[str, Any] = {}
+    truncated: bool = False
+    note: str | None = None
+
+
+class Report(_Out):
+    graph_id: str
+    format: str
+    text: str
+    tokens: int
+    truncated: bool
+    written_to: str | None = None
+    note: str | None = None
+
+
+class Comparison(_Out):
+    before_id: str
+    after_id: str
+    text: str = Field(description="the comparison in markdown")
+    tokens: int
+    truncated: bool
+    comparison: dict[str, Any] = Field(default_factory=dict, description="the structured comparison "
+                                       "(empty when it did not fit the token budget)")
+    note: str | None = None

@@ -1,0 +1,223 @@
+"""All the MCP wiring: tools, resources and the prompt over `mcp_server.tools.WittyTools`.
+
+Each tool is registered from its input model (whose fields become the tool's parameters and input
+schema) and its output model (the output schema of its `structuredContent`). Graph work runs on a
+worker thread, so progress notifications and other requests are served while it runs. Bad input
+of any kind becomes an ``isError`` result with one sentence and no stack trace.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from mcp_server import guide, schemas as s
+from mcp_server.store import GraphStore
+from mcp_server.tools import WittyTools
+from topology.errors import InputError
+
+log = logging.getLogger("witty-mcp")
+
+INSTRUCTIONS = """\
+witty-profiler finds why an AI training or inference host is slow. Work in small steps: collect \
+(or load_graph) -> graph_summary -> convert_layer for the layers that look unhealthy -> \
+match_patterns -> generate_report. Answers are capped at about 8000 tokens; lists page with \
+next_cursor and every cut says what was left out. The prompt diagnose_bottlenecks walks through it."""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        parts.append(f"{where}: {err.get('msg', 'invalid')}{got}")
+    return "invalid arguments: " + "; ".join(parts) + "; fix them as the tool's input schema says"
+
+
+class WittyServer(MCPServer):
+    """MCPServer whose tool errors are one sentence: argument validation errors included."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                message = _one_line(cause)
+            elif isinstance(cause, (InputError, ToolError)) and not type(cause).__name__.startswith("Unexpected"):
+                message = str(cause)
+            else:
+                log.error("tool %s failed", name, exc_info=cause or exc)
+                message = (f"{name} failed inside witty-profiler ({type(cause or exc).__name__}); the server "
+                           f"goes on, the details are in its log on stderr")
+            log.info("tool %s: %s", name, message)
+            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def _parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
+    """The model's fields as keyword parameters, constraints and descriptions kept."""
+    params = []
+    for name, field in model.model_fields.items():
+        annotation = Annotated[(field.annotation, *field.metadata,
+                                Field(description=field.description, json_schema_extra=field.json_schema_extra))]
+        default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return params
+
+
+def add_tool(server: MCPServer, name: str, title: str, description: str, input_model: type[BaseModel],
+             output_model: type[BaseModel], annotations: ToolAnnotations,
+             run: Callable[[Any, Context], Any]) -> None:
+    """Register `run(input, ctx) -> (output, text)` (a coroutine) as tool `name`."""
+    returns = Annotated[CallToolResult, output_model]
+
+    async def tool(ctx: Context, **kwargs: Any) -> Any:
+        try:
+            inp = input_model.model_validate(kwargs)
+        except ValidationError as exc:
+            raise ToolError(_one_line(exc)) from None
+        try:
+            out, text = await run(inp, ctx)
+        except InputError as exc:
+            raise ToolError(str(exc)) from None
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=out.model_dump(mode="json", exclude_none=True))
+
+    tool.__name__ = name
+    tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context), *_parameters(input_model)],
+        return_annotation=returns)
+    tool.__annotations__ = {"ctx": Context, "return": returns}
+    server.add_tool(tool, name=name, title=title, description=description, annotations=annotations)
+
+
+def build_server(tools: WittyTools | None = None) -> WittyServer:
+    from witty_profiler import __version__
+    w = tools or WittyTools(GraphStore())
+    server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
+                         log_level="INFO")
+
+    def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
+        async def run(inp: Any, ctx: Context) -> Any:
+            return await anyio.to_thread.run_sync(method, inp)
+        return run
+
+    async def collect(inp: s.CollectInput, ctx: Context) -> Any:
+        stop = threading.Event()
+
+        def progress(elapsed: float, total: float, message: str) -> None:
+            try:
+                anyio.from_thread.run(ctx.report_progress, elapsed, total, message)
+            except Exception:  # noqa: BLE001 - a client that went away must not stop the capture
+                log.debug("progress notification not delivered", exc_info=True)
+
+        try:
+            return await anyio.to_thread.run_sync(lambda: w.collect(inp, progress, stop), abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            stop.set()  # the client cancelled: end the window early
+            raise
+
+    add_tool(server, "collect", "Collect a live window",
+             "Capture what this host does over a window (processes, threads, scheduling, memory and NUMA, PCIe, "
+             "GPUs/NPUs, network, storage, IPC) into a new graph; returns its graph_id and summary. Sends progress "
+             f"notifications during the window. duration_s is capped at {s.MAX_DURATION_S:g} s.",
+             s.CollectInput, s.GraphSummary,
+             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                             open_world_hint=False), collect)
+    add_tool(server, "load_graph", "Load a graph file",
+             "Load a graph file (native witty-graph v1, or the original witty-profiler's JSON) and return its "
+             "graph_id and summary. The same file always gets the same graph_id.",
+             s.LoadGraphInput, s.GraphSummary,
+             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                             open_world_hint=False), in_thread(w.load_graph))
+    add_tool(server, "list_graphs", "List graphs",
+             "The graphs this server knows (collected or loaded, this session or earlier), newest first, paginated.",
+             s.ListGraphsInput, s.GraphList, READ_ONLY, in_thread(w.list_graphs))
+    add_tool(server, "graph_summary", "Summarise a graph",
+             "Hosts, capture window, collector statuses (and why any was unavailable), counts by type, and the "
+             "compact summary view that points at the unhealthy layers.",
+             s.GraphSummaryInput, s.GraphSummary, READ_ONLY, in_thread(w.graph_summary))
+    add_tool(server, "query_graph", "Query a graph",
+             "Entities by type and conditions (where), the neighbourhood of one entity (around + depth), or the "
+             "entities ranked by a metric (top_by_metric). One page per call; pass next_cursor with the same "
+             "arguments for the next.",
+             s.QueryGraphInput, s.QueryPage, READ_ONLY, in_thread(w.query_graph))
+    add_tool(server, "convert_layer", "View one layer",
+             "A compact text view of the graph for one layer (compute, memory, interconnect, network, storage, "
+             "control, dataplane), the summary or all, with units on every number, within max_tokens.",
+             s.ConvertLayerInput, s.LayerView, READ_ONLY, in_thread(w.convert_layer))
+    add_tool(server, "match_patterns", "Match bottleneck patterns",
+             "Run the deterministic seven-layer pattern matcher: findings (severity, P0/P1/P2 priority, evidence "
+             "with ids, values and thresholds, recommendations) and coverage (every pattern: finding, clear or "
+             "not_evaluated with the reason).",
+             s.MatchPatternsInput, s.PatternMatches, READ_ONLY, in_thread(w.match_patterns))
+    add_tool(server, "generate_report", "Write the report",
+             "The diagnosis report (markdown or JSON). With output_path it also writes the whole report to a file "
+             "inside the server's working directory; an existing file is replaced only with overwrite=true.",
+             s.GenerateReportInput, s.Report,
+             ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                             open_world_hint=False), in_thread(w.generate_report))
+    add_tool(server, "compare_graphs", "Compare two graphs",
+             "Before/after comparison of two graphs (e.g. around a fix): findings that appeared, disappeared or "
+             "changed, and the metrics that moved.",
+             s.CompareGraphsInput, s.Comparison, READ_ONLY, in_thread(w.compare_graphs))
+
+    _add_resources(server, w)
+    _add_prompt(server)
+    return server
+
+
+def _add_resources(server: MCPServer, w: WittyTools) -> None:
+    def graph_or_404(graph_id: str) -> Any:
+        try:
+            return w.store.get(graph_id)
+        except InputError as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+
+    @server.resource("witty://graphs/{graph_id}/summary", name="graph-summary", mime_type="text/plain",
+                     description="counts, collector statuses and the compact summary view of a graph")
+    def graph_summary(graph_id: str) -> str:
+        graph_or_404(graph_id)
+        out, _ = w.graph_summary(s.GraphSummaryInput(graph_id=graph_id))
+        return guide.summary_text(out)
+
+    @server.resource("witty://graphs/{graph_id}/views/{layer}", name="layer-view", mime_type="text/plain",
+                     description="the compact view of one layer of a graph (summary, compute, memory, "
+                                 "interconnect, network, storage, control, dataplane, all), 8000 tokens at most")
+    def layer_view(graph_id: str, layer: str) -> str:
+        graph_or_404(graph_id)
+        if layer not in s.LAYER_NAMES:
+            raise ResourceNotFoundError(f"unknown layer {layer!r}: use one of {', '.join(s.LAYER_NAMES)}")
+        out, text = w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer))  # type: ignore[arg-type]
+        return text
+
+    @server.resource("witty://patterns", name="pattern-catalog", mime_type="text/markdown",
+                     description="every bottleneck pattern: id, layer, what it detects, thresholds, evidence")
+    def patterns() -> str:
+        return guide.pattern_catalog()
+
+    @server.resource("witty://thresholds", name="thresholds", mime_type="application/toml",
+                     description="the pattern thresholds in force on this server, as TOML")
+    def thresholds() -> str:
+        return guide.thresholds_text(w.thresholds_path)
+
+
+def _add_prompt(server: MCPServer) -> None:
+    @server.prompt("diagnose_bottlenecks", title="Diagnose bottlenecks",
+                   description="Walk through collect -> summary -> layer views of unhealthy layers -> match -> report "
+                               "for a symptom (e.g. 'tokens/s dropped 40 % after the upgrade').")
+    def diagnose_bottlenecks(symptom: str, pids: str | None = None) -> str:
+        return guide.diagnose_prompt(symptom, pids)

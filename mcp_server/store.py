@@ -1,0 +1,185 @@
+"""Graphs by id: kept in memory while in use, saved under the state directory for later sessions.
+
+The state directory is ``$WITTY_STATE_DIR`` if set, else ``$XDG_STATE_HOME/witty-profiler``, else
+``~/.local/state/witty-profiler``. Each graph is saved there as ``graphs/<id>.json`` (native format
+v1, whatever it was loaded from) with a small ``graphs/<id>.record.json`` beside it, so a restarted
+server lists its graphs without parsing them and loads one only when it is asked for.
+
+Ids are readable and stable: a loaded file gets ``<file stem>-<8 hex of its content hash>`` (the
+same file loaded twice is one graph), a live capture ``live-<host>-<UTC start>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from topology import Graph, dump_graph, load_graph
+from topology.errors import InputError
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,95}$")
+
+
+def state_dir() -> Path:
+    if os.environ.get("WITTY_STATE_DIR"):
+        return Path(os.environ["WITTY_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "witty-profiler"
+
+
+class GraphRecord(BaseModel):
+    """What the server remembers about a graph without loading it."""
+
+    graph_id: str
+    origin: Literal["collect", "load"]
+    loaded_from: str | None = None
+    created_at: str
+    source: str | None = None
+    hosts: list[str] = []
+    started_at: str | None = None
+    duration_s: float | None = None
+    entity_count: int
+    edge_count: int
+
+
+class UnknownGraph(InputError):
+    pass
+
+
+def slug(text: str, limit: int = 40) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return (s[:limit].rstrip("-") or "graph")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class GraphStore:
+    """Thread-safe: tools run graph work on worker threads."""
+
+    def __init__(self, root: Path | None = None, keep_in_memory: int = 8) -> None:
+        self.dir = (root or state_dir()) / "graphs"
+        self.keep = keep_in_memory
+        self._graphs: OrderedDict[str, Graph] = OrderedDict()  # least recently used first
+        self._records: dict[str, GraphRecord] = {}
+        self._lock = threading.RLock()
+        self._scan()
+
+    def _scan(self) -> None:
+        if not self.dir.is_dir():
+            return
+        for path in self.dir.glob("*.record.json"):
+            try:
+                record = GraphRecord.model_validate_json(path.read_bytes())
+            except (OSError, ValueError):
+                continue  # a half-written or foreign file: not ours to fail on
+            if (self.dir / f"{record.graph_id}.json").exists():
+                self._records[record.graph_id] = record
+
+    # -- adding ---------------------------------------------------------------------------
+    def load_file(self, path: str | os.PathLike[str]) -> tuple[GraphRecord, Graph]:
+        p = Path(path).expanduser()
+        try:
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()[:8] if p.is_file() else ""
+        except OSError:
+            digest = ""
+        graph = load_graph(p)  # raises GraphFormatError with the reason for anything unreadable
+        graph_id = f"{slug(p.stem)}-{digest}"
+        with self._lock:
+            if graph_id in self._records:
+                self._remember(graph_id, graph)
+                return self._records[graph_id], graph
+        return self.add(graph, "load", graph_id, loaded_from=str(p.resolve())), graph
+
+    def add_live(self, graph: Graph) -> GraphRecord:
+        host = graph.meta.hosts[0] if graph.meta.hosts else "host"
+        stamp = (graph.meta.started_at or _now()).replace("-", "").replace(":", "")
+        base = f"live-{slug(host, 30)}-{slug(stamp, 20)}"
+        graph_id, n = base, 1
+        with self._lock:
+            while graph_id in self._records:
+                n += 1
+                graph_id = f"{base}-{n}"
+            return self.add(graph, "collect", graph_id)
+
+    def add(self, graph: Graph, origin: Literal["collect", "load"], graph_id: str,
+            loaded_from: str | None = None) -> GraphRecord:
+        meta = graph.meta
+        record = GraphRecord(graph_id=graph_id, origin=origin, loaded_from=loaded_from, created_at=_now(),
+                             source=meta.source, hosts=list(meta.hosts), started_at=meta.started_at,
+                             duration_s=meta.duration_s, entity_count=graph.entity_count(),
+                             edge_count=graph.edge_count())
+        with self._lock:
+            self._records[graph_id] = record
+            self._remember(graph_id, graph)
+        self._save(record, graph)
+        return record
+
+    def _save(self, record: GraphRecord, graph: Graph) -> None:
+        # A graph that cannot be saved still works for this session; say so on stderr only.
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            dump_graph(graph, self.dir / f"{record.graph_id}.json")
+            tmp = self.dir / f".{record.graph_id}.record.tmp{os.getpid()}"
+            tmp.write_text(record.model_dump_json(indent=1), encoding="utf-8")
+            os.replace(tmp, self.dir / f"{record.graph_id}.record.json")
+        except OSError as exc:
+            import logging
+            logging.getLogger(__name__).warning("cannot save graph %s under %s: %s", record.graph_id, self.dir, exc)
+
+    def _remember(self, graph_id: str, graph: Graph) -> None:
+        self._graphs[graph_id] = graph
+        self._graphs.move_to_end(graph_id)
+        while len(self._graphs) > self.keep:
+            self._graphs.popitem(last=False)  # it is on disk; loaded again when asked for
+
+    # -- reading --------------------------------------------------------------------------
+    def record(self, graph_id: str) -> GraphRecord:
+        with self._lock:
+            if graph_id in self._records:
+                return self._records[graph_id]
+        known = ", ".join(sorted(self._records)[:5]) or "none yet"
+        raise UnknownGraph(f"unknown graph id {graph_id!r} (known: {known}); call list_graphs for the ids, "
+                           f"or load_graph / collect to make a graph")
+
+    def get(self, graph_id: str) -> Graph:
+        record = self.record(graph_id)
+        with self._lock:
+            if graph_id in self._graphs:
+                self._graphs.move_to_end(graph_id)
+                return self._graphs[graph_id]
+        try:
+            graph = load_graph(self.dir / f"{graph_id}.json")
+        except InputError as exc:
+            raise UnknownGraph(f"graph {graph_id!r} is listed but its saved copy cannot be read ({exc}); "
+                               f"load or collect it again") from None
+        with self._lock:
+            self._remember(record.graph_id, graph)
+        return graph
+
+    def in_memory(self, graph_id: str) -> bool:
+        with self._lock:
+            return graph_id in self._graphs
+
+    def records(self) -> list[GraphRecord]:
+        """Newest first."""
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: (r.created_at, r.graph_id), reverse=True)
+
+    @staticmethod
+    def valid_id(graph_id: str) -> bool:
+        return bool(_ID.match(graph_id))
+
+
+def record_json(record: GraphRecord) -> str:
+    return json.dumps(record.model_dump(mode="json"), sort_keys=True)

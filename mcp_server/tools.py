@@ -1,0 +1,349 @@
+"""What each tool does, without MCP: thin calls into `witty_profiler` that fit a token budget.
+
+Every method takes its input model and returns ``(output model, text)``: the model is the
+structured answer, the text is what a model reads (compact JSON, or the view / report itself).
+Bad input raises `topology.errors.InputError` with one sentence that says what to do instead;
+`mcp_server.server` turns it into an ``isError`` result.
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import os
+import threading
+import tomllib
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from mcp_server import schemas as s
+from mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
+from mcp_server.store import GraphRecord, GraphStore
+from topology import Edge, Entity, Graph
+from topology.errors import InputError
+from topology.vocabulary import ENTITY_TYPES, metric_info
+
+Progress = Callable[[float, float, str], None]
+
+
+def _library(name: str) -> Any:
+    """A `witty_profiler` API function, or a clear error where this build lacks it."""
+    import witty_profiler
+    fn = getattr(witty_profiler, name, None)
+    if fn is None:
+        raise InputError(f"witty_profiler.{name} is not available in this installation; upgrade witty-profiler")
+    return fn
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def cut_text(text: str, max_tokens: int) -> tuple[str, int, bool]:
+    """The longest prefix of whole lines within `max_tokens`: (text, tokens, truncated)."""
+    total = count_tokens(text)
+    if total <= max_tokens:
+        return text, total, False
+    lines, kept, used = text.splitlines(keepends=True), [], 0
+    for line in lines:
+        cost = count_tokens(line)
+        if used + cost > max_tokens:
+            break
+        kept.append(line)
+        used += cost
+    return "".join(kept), used, True
+
+
+class WittyTools:
+    """The server's state (graphs, default thresholds, working directory) and one method per tool."""
+
+    def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
+                 workdir: Path | None = None) -> None:
+        self.store = store or GraphStore()
+        self.thresholds_path = thresholds_path
+        self.workdir = (workdir or Path.cwd()).resolve()
+        self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- graphs in ------------------------------------------------------------------------
+    def collect(self, inp: s.CollectInput, progress: Progress | None = None,
+                stop: threading.Event | None = None) -> tuple[s.GraphSummary, str]:
+        if inp.duration_s > s.MAX_DURATION_S:
+            raise InputError(f"duration_s={inp.duration_s:g} is longer than this server's cap of "
+                             f"{s.MAX_DURATION_S:g} s: collect at most {s.MAX_DURATION_S:g} s per call (several "
+                             f"windows can be compared with compare_graphs), or run `witty-profiler collect "
+                             f"--duration {inp.duration_s:g}` in a shell and load_graph the file")
+        if inp.interval_s > inp.duration_s:
+            raise InputError(f"interval_s={inp.interval_s:g} is longer than duration_s={inp.duration_s:g}: "
+                             f"use an interval shorter than the window, e.g. interval_s=1")
+        collect = _library("collect")
+        graph = collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
+                        collectors=inp.collectors, progress=progress, stop=stop)
+        record = self.store.add_live(graph)
+        return self._summary(record, graph, 8000)
+
+    def load_graph(self, inp: s.LoadGraphInput) -> tuple[s.GraphSummary, str]:
+        path = Path(inp.path).expanduser()
+        if not path.is_absolute():
+            path = self.workdir / path
+        record, graph = self.store.load_file(path)
+        return self._summary(record, graph, 8000)
+
+    # -- looking at graphs ----------------------------------------------------------------
+    def list_graphs(self, inp: s.ListGraphsInput) -> tuple[s.GraphList, str]:
+        records = self.store.records()
+        key = query_key("list_graphs", inp.limit)
+        offset = read_cursor(inp.cursor, key)
+        page = records[offset:offset + inp.limit]
+        rows = [s.GraphListing(**r.model_dump()) for r in page]
+        more = offset + len(page) < len(records)
+        out = s.GraphList(graphs=rows, total=len(records), next_cursor=make_cursor(offset + len(page), key) if more
+                          else None)
+        if more:
+            out.note = (f"graphs {offset + 1}-{offset + len(page)} of {len(records)}; call list_graphs with "
+                        f"cursor=next_cursor for the rest")
+        elif not records:
+            out.note = "no graphs yet: call collect to capture this host, or load_graph with a graph file"
+        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    def graph_summary(self, inp: s.GraphSummaryInput) -> tuple[s.GraphSummary, str]:
+        record = self.store.record(inp.graph_id)
+        return self._summary(record, self.store.get(inp.graph_id), inp.max_tokens)
+
+    def _summary(self, record: GraphRecord, graph: Graph, max_tokens: int) -> tuple[s.GraphSummary, str]:
+        entities, edges = graph.counts_by_type()
+        out = s.GraphSummary(
+            **record.model_dump(exclude={"created_at"}), entities_by_type=entities, edges_by_type=edges,
+            collectors=[s.CollectorState(name=n, status=c.status, reason=c.reason)
+                        for n, c in sorted(graph.meta.collectors.items())],
+            overview="", overview_tokens=0)
+        used = count_tokens(compact_json(out.model_dump(mode="json")))
+        try:
+            convert = _library("convert")
+        except InputError:
+            out.note = "compact views are not available in this installation; use query_graph"
+        else:
+            view = convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 100))
+            out.overview, out.overview_tokens = view.text, view.tokens
+            out.truncated = bool(view.truncated)
+            out.note = ("overview cut to fit max_tokens; " if view.truncated else "") + (
+                "next: convert_layer for the layers that look unhealthy, match_patterns for the findings")
+        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    def query_graph(self, inp: s.QueryGraphInput) -> tuple[s.QueryPage, str]:
+        graph = self.store.get(inp.graph_id)
+        if inp.type is not None and inp.type not in ENTITY_TYPES:
+            raise InputError(f"unknown entity type {inp.type!r}{_suggest(inp.type, list(ENTITY_TYPES))}; "
+                             f"types in this graph: {', '.join(graph.counts_by_type()[0])}")
+        if inp.edge_type is not None and inp.around is None:
+            raise InputError("edge_type only applies with around: give around=<entity id> as well")
+        key = query_key(inp.graph_id, inp.type, inp.where, inp.around, inp.depth, inp.edge_type,
+                        inp.top_by_metric, inp.ascending)
+        offset = read_cursor(inp.cursor, key)
+        rows: list[Entity | Edge]
+        total_edges = 0
+        if inp.around is not None:
+            if inp.around not in graph:
+                raise InputError(f"no entity with id {inp.around!r} in graph {inp.graph_id!r}: find ids with "
+                                 f"query_graph type=... (ids look like process:<host>:<pid>)")
+            sub = graph.subgraph(inp.around, depth=inp.depth, edge_type=inp.edge_type)
+            found = sub.find(inp.type, inp.where)
+            centre = [e for e in found if e.id == inp.around]
+            edges = sub.edges()
+            rows = [*centre, *(e for e in found if e.id != inp.around), *edges]
+            total_entities, total_edges, kind = len(found), len(edges), "around"
+        elif inp.top_by_metric is not None:
+            rows, total_entities = self._ranked(graph, inp, offset + inp.limit)
+            kind = "top"
+        elif inp.type is not None or inp.where:
+            rows = graph.find(inp.type, inp.where)
+            total_entities, kind = len(rows), "find"
+        else:
+            raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id> or "
+                             "top_by_metric (e.g. top_by_metric='cpu_util_pct')")
+        total_rows = total_entities + total_edges
+        if offset > total_rows:
+            raise InputError("cursor points past the end of the results: drop cursor to start again")
+        page, _ = take_page(rows, offset, inp.limit, inp.max_tokens - 300,
+                            lambda r: compact_json(r.model_dump(mode="json")))
+        out = s.QueryPage(graph_id=inp.graph_id, kind=kind, total_entities=total_entities, total_edges=total_edges,
+                          offset=offset,
+                          entities=[s.EntityRow(**r.model_dump(mode="json")) for r in page if isinstance(r, Entity)],
+                          edges=[s.EdgeRow(**r.model_dump(mode="json")) for r in page if isinstance(r, Edge)])
+        end = offset + len(page)
+        if end < total_rows:
+            out.next_cursor = make_cursor(end, key)
+            cut = " (page cut to fit max_tokens)" if len(page) < inp.limit else ""
+            out.note = (f"rows {offset + 1}-{end} of {total_rows}{cut}; {total_rows - end} more: call query_graph "
+                        f"with the same arguments and cursor=next_cursor, or narrow it with where")
+        elif not total_rows:
+            out.note = "nothing matched; check the names with graph_summary (entities_by_type) or loosen where"
+        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    def _ranked(self, graph: Graph, inp: s.QueryGraphInput, n: int) -> tuple[list[Entity], int]:
+        """The first n entities by the metric (ties by id) and how many have it."""
+        metric = inp.top_by_metric or ""
+        candidates = [e for e in graph.find(inp.type, inp.where)
+                      if isinstance(e.metrics.get(metric), (int, float)) and not isinstance(e.metrics[metric], bool)]
+        if not candidates and metric_info(metric) is None:
+            present = sorted({m for e in graph.find(inp.type, inp.where)[:5000] for m in e.metrics})
+            raise InputError(f"unknown metric {metric!r}{_suggest(metric, present)}; metrics on these entities: "
+                             f"{', '.join(present[:25]) or 'none'}")
+        sign = 1 if inp.ascending else -1
+        return heapq.nsmallest(n, candidates, key=lambda e: (sign * e.metrics[metric], e.id)), len(candidates)
+
+    def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
+        graph = self.store.get(inp.graph_id)
+        view = _library("convert")(graph, layer=inp.layer, max_tokens=inp.max_tokens)
+        out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
+                          truncated=bool(view.truncated), omitted=_plain(view.omitted))
+        if view.truncated:
+            out.note = (f"view cut to fit max_tokens={inp.max_tokens}; what was folded away is in omitted: raise "
+                        f"max_tokens, or list those rows with query_graph")
+        return out, view.text + (f"\n[{out.note}]" if out.note else "")
+
+    # -- diagnosis ------------------------------------------------------------------------
+    def _thresholds(self, given: str | None) -> dict[str, Any] | None:
+        text, name = None, None
+        if given is None and self.thresholds_path:
+            given = self.thresholds_path
+        if given is None:
+            return None
+        if "\n" in given or "=" in given:
+            text, name = given, "thresholds"
+        else:
+            path = Path(given).expanduser()
+            path = path if path.is_absolute() else self.workdir / path
+            try:
+                text, name = path.read_text(encoding="utf-8"), str(path)
+            except OSError as exc:
+                raise InputError(f"thresholds file {path}: cannot read it ({exc.strerror}); give a TOML file "
+                                 f"path or TOML text") from None
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{name}: not valid TOML ({exc}); see resource witty://thresholds for the "
+                             f"format") from None
+
+    def diagnosis(self, graph_id: str, pids: list[int] | None = None, layer: str | None = None,
+                  thresholds: str | None = None) -> Any:
+        table = self._thresholds(thresholds)
+        key = (graph_id, tuple(pids or ()), layer, compact_json(table))
+        with self._lock:
+            if key in self._diagnoses:
+                self._diagnoses.move_to_end(key)
+                return self._diagnoses[key]
+        graph = self.store.get(graph_id)
+        result = _library("diagnose")(graph, pids=pids, layer=layer, thresholds=table)
+        with self._lock:
+            self._diagnoses[key] = result
+            while len(self._diagnoses) > 16:
+                self._diagnoses.popitem(last=False)
+        return result
+
+    def match_patterns(self, inp: s.MatchPatternsInput) -> tuple[s.PatternMatches, str]:
+        result = self.diagnosis(inp.graph_id, inp.pids, inp.layer, inp.thresholds)
+        data = _plain(result)
+        out = s.PatternMatches(graph_id=inp.graph_id, layer=inp.layer, findings=data.get("findings", []),
+                               coverage=data.get("coverage", []), summary=data.get("summary", {}))
+        return _fit_matches(out, inp.max_tokens)
+
+    def generate_report(self, inp: s.GenerateReportInput) -> tuple[s.Report, str]:
+        target = self._report_target(inp.output_path, inp.overwrite) if inp.output_path else None
+        result = self.diagnosis(inp.graph_id, inp.pids, None, inp.thresholds)
+        full = _library("report")(result, self.store.get(inp.graph_id), format=inp.format)
+        if target is not None:
+            target.write_text(full, encoding="utf-8")
+        text, tokens, truncated = cut_text(full, inp.max_tokens - 100)
+        out = s.Report(graph_id=inp.graph_id, format=inp.format, text=text, tokens=tokens, truncated=truncated,
+                       written_to=str(target) if target else None)
+        if truncated:
+            where = f"the whole report is in {target}" if target else "pass output_path to write the whole report"
+            out.note = (f"report cut to {tokens} of {count_tokens(full)} tokens; {where}, or raise max_tokens")
+        return out, text + (f"\n[{out.note}]" if out.note else "")
+
+    def _report_target(self, output_path: str, overwrite: bool) -> Path:
+        path = Path(output_path).expanduser()
+        path = (path if path.is_absolute() else self.workdir / path).resolve()
+        if not path.is_relative_to(self.workdir):
+            raise InputError(f"output_path {output_path!r} is outside the server's working directory "
+                             f"{self.workdir}: give a path inside it, e.g. 'witty-report.md'")
+        if path.is_dir():
+            raise InputError(f"output_path {output_path!r} is a directory: give a file name")
+        if not path.parent.is_dir():
+            raise InputError(f"output_path {output_path!r}: directory {path.parent} does not exist")
+        if path.exists() and not overwrite:
+            raise InputError(f"output_path {output_path!r} exists: choose another name, or pass overwrite=true "
+                             f"to replace it")
+        return path
+
+    def compare_graphs(self, inp: s.CompareGraphsInput) -> tuple[s.Comparison, str]:
+        before, after = self.store.get(inp.before_id), self.store.get(inp.after_id)
+        result = _library("compare")(before, after, thresholds=self._thresholds(inp.thresholds))
+        markdown = result.markdown() if callable(getattr(result, "markdown", None)) else str(result.markdown)
+        data = result.to_dict()
+        text, tokens, truncated = cut_text(markdown, inp.max_tokens - 100)
+        out = s.Comparison(before_id=inp.before_id, after_id=inp.after_id, text=text, tokens=tokens,
+                           truncated=truncated)
+        if not truncated and tokens + count_tokens(compact_json(data)) <= inp.max_tokens - 100:
+            out.comparison = data
+        else:
+            out.note = ("comparison cut to fit max_tokens" if truncated else "structured comparison left out to fit "
+                        "max_tokens") + "; raise max_tokens to see all of it"
+        return out, text + (f"\n[{out.note}]" if out.note else "")
+
+
+def _plain(value: Any) -> Any:
+    """A library result as JSON-able data."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatches, str]:
+    """Findings within the budget: first shorten evidence id lists, then fold clear coverage rows into
+    counts, then leave out the lowest-priority findings; each step is named in the note."""
+    def text() -> str:
+        return compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    budget = max_tokens - 100
+    steps: list[str] = []
+    if count_tokens(text()) > budget:
+        cut = 0
+        for finding in out.findings:
+            for ev in finding.evidence:
+                if len(ev.ids) > 5:
+                    cut += len(ev.ids) - 5
+                    ev.note = f"{(ev.note + '; ') if ev.note else ''}{len(ev.ids) - 5} more ids left out"
+                    ev.ids = ev.ids[:5]
+        if cut:
+            steps.append(f"{cut} evidence ids left out (query_graph lists them)")
+    if count_tokens(text()) > budget:
+        clear = [c for c in out.coverage if c.status == "clear"]
+        out.coverage = [c for c in out.coverage if c.status != "clear"]
+        out.summary = {**out.summary, "clear_patterns": sorted(c.pattern for c in clear)}
+        steps.append(f"{len(clear)} clear coverage rows folded into summary.clear_patterns")
+    dropped = 0
+    while count_tokens(text()) > budget and len(out.findings) > 1:
+        out.findings.pop()
+        dropped += 1
+    if dropped:
+        steps.append(f"{dropped} lowest-priority findings left out (match_patterns with layer=... or a larger "
+                     f"max_tokens shows them; generate_report has them all)")
+    if steps:
+        out.truncated = True
+        out.note = "; ".join(steps)
+    return out, text()

@@ -1,0 +1,215 @@
+"""witty-mcp in memory: the tools' schemas, loading and paging through graphs, failures that leave the
+server working, answers within their token budget, persistence across a restart, resources and
+the prompt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mcp
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from mcp_server.budget import count_tokens
+from mcp_server.server import build_server
+from mcp_server.store import GraphStore
+from mcp_server.tools import WittyTools
+from mcp_support import call, call_error, host_process_graph
+from topology import load_graph
+
+pytestmark = pytest.mark.anyio
+
+READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
+ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "work").mkdir()
+    return tmp_path / "work"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+def server_for(state: Path, workdir: Path):
+    return build_server(WittyTools(GraphStore(state), workdir=workdir))
+
+
+@pytest.fixture
+def graph_file(workdir: Path) -> Path:
+    return host_process_graph(workdir / "host.json")
+
+
+async def test_tools_have_schemas_and_annotations(state: Path, workdir: Path) -> None:
+    async with mcp.Client(server_for(state, workdir)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == ALL_TOOLS
+    for name, tool in tools.items():
+        assert tool.description and len(tool.description) > 40, name
+        assert tool.input_schema["type"] == "object" and tool.input_schema["properties"], name
+        for prop, schema in tool.input_schema["properties"].items():
+            assert schema.get("description"), f"{name}.{prop} has no description"
+        assert tool.output_schema and tool.output_schema["type"] == "object", name
+        assert tool.annotations is not None and tool.annotations.open_world_hint is False, name
+        assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+    assert tools["collect"].input_schema["properties"]["duration_s"]["maximum"] == 300
+    assert "graph_id" in tools["query_graph"].input_schema["required"]
+    assert set(tools["convert_layer"].input_schema["properties"]["layer"]["enum"]) >= {"summary", "interconnect"}
+    assert "next_cursor" in tools["query_graph"].output_schema["properties"]
+
+
+async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Path, graph_file: Path) -> None:
+    graph = load_graph(graph_file)
+    processes = {e.id for e in graph.entities("process")}
+    assert len(processes) > 12, "this host should run more than a dozen processes"
+    async with mcp.Client(server_for(state, workdir)) as client:
+        loaded = await call(client, "load_graph", path="host.json")  # relative to the working directory
+        gid = loaded["graph_id"]
+        assert gid.startswith("host-")
+        assert loaded["entity_count"] == graph.entity_count() and loaded["edge_count"] == graph.edge_count()
+        assert loaded["entities_by_type"] == {"process": len(processes)}
+        assert (await call(client, "load_graph", path=str(graph_file)))["graph_id"] == gid  # same file, same id
+
+        seen: list[str] = []
+        cursor, pages = None, 0
+        while True:
+            page = await call(client, "query_graph", graph_id=gid, type="process", limit=5, cursor=cursor)
+            seen += [e["id"] for e in page["entities"]]
+            pages += 1
+            assert page["total_entities"] == len(processes)
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+            assert "cursor=next_cursor" in page["note"]
+        assert pages == -(-len(processes) // 5)
+        assert len(seen) == len(set(seen)) and set(seen) == processes
+
+        top = await call(client, "query_graph", graph_id=gid, top_by_metric="rss_bytes", limit=3)
+        expected = sorted(graph.entities("process"), key=lambda e: (-e.metrics["rss_bytes"], e.id))[:6]
+        assert [e["id"] for e in top["entities"]] == [e.id for e in expected[:3]]
+        top2 = await call(client, "query_graph", graph_id=gid, top_by_metric="rss_bytes", limit=3,
+                          cursor=top["next_cursor"])
+        assert [e["id"] for e in top2["entities"]] == [e.id for e in expected[3:6]]
+
+        child = next(e for e in graph.edges("parent_of"))
+        around = await call(client, "query_graph", graph_id=gid, around=child.target, depth=1)
+        assert around["entities"][0]["id"] == child.target
+        assert child.source in {e["id"] for e in around["entities"]}
+        assert child.id in {e["id"] for e in around["edges"]}
+
+        big = await call(client, "query_graph", graph_id=gid, where=["rss_bytes>0", "name~"], limit=200)
+        assert big["total_entities"] == sum(1 for e in graph.entities() if e.metrics["rss_bytes"] > 0)
+
+        listed = await call(client, "list_graphs")
+        assert [g["graph_id"] for g in listed["graphs"]] == [gid]
+
+
+async def test_answers_fit_their_token_budget(state: Path, workdir: Path, graph_file: Path) -> None:
+    async with mcp.Client(server_for(state, workdir)) as client:
+        gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
+        result = await client.call_tool("query_graph", {"graph_id": gid, "type": "process", "limit": 200,
+                                                        "max_tokens": 600})
+        page = result.structured_content
+        assert count_tokens(result.content[0].text) <= 600
+        assert page["next_cursor"] and "max_tokens" in page["note"]
+        assert len(page["entities"]) < min(200, page["total_entities"])
+        full = await client.call_tool("query_graph", {"graph_id": gid, "type": "process", "limit": 200})
+        assert count_tokens(full.content[0].text) <= 8000
+
+
+async def test_failures_are_one_sentence_and_the_server_goes_on(state: Path, workdir: Path,
+                                                               graph_file: Path) -> None:
+    (workdir / "broken.json").write_text('{"nodes": [', encoding="utf-8")
+    (workdir / "other.json").write_text('{"hello": 1}', encoding="utf-8")
+    async with mcp.Client(server_for(state, workdir)) as client:
+        gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
+        other_query = await call(client, "query_graph", graph_id=gid, type="process", limit=1)
+        failures = {
+            ("graph_summary", "unknown graph id"): {"graph_id": "no-such-graph"},
+            ("load_graph", "no such file"): {"path": "missing.json"},
+            ("load_graph", "not valid JSON"): {"path": "broken.json"},
+            ("load_graph", "not a witty graph"): {"path": "other.json"},
+            ("load_graph", "is a directory"): {"path": str(workdir)},
+            ("convert_layer", "layer"): {"graph_id": gid, "layer": "gpu"},
+            ("collect", "cap of 300 s"): {"duration_s": 900},
+            ("query_graph", "FIELD OP VALUE"): {"graph_id": gid, "where": ["cpu is high"]},
+            ("query_graph", "unknown entity type"): {"graph_id": gid, "type": "proces"},
+            ("query_graph", "unknown metric"): {"graph_id": gid, "top_by_metric": "rss_byte"},
+            ("query_graph", "different query"): {"graph_id": gid, "type": "thread",
+                                                 "cursor": other_query["next_cursor"]},
+            ("query_graph", "not one this server handed out"): {"graph_id": gid, "type": "process",
+                                                                "cursor": "garbage"},
+            ("query_graph", "no entity with id"): {"graph_id": gid, "around": "process:nowhere:1"},
+            ("query_graph", "say what to query"): {"graph_id": gid},
+            ("query_graph", "limit"): {"graph_id": gid, "type": "process", "limit": 0},
+            ("generate_report", "outside the server's working directory"): {"graph_id": gid,
+                                                                             "output_path": "/tmp/r.md"},
+            ("match_patterns", "unknown graph id"): {"graph_id": "nope"},
+        }
+        for (tool, expected), arguments in failures.items():
+            message = await call_error(client, tool, **arguments)
+            assert expected in message, (tool, message)
+            # the next call still works
+            assert (await call(client, "list_graphs"))["total"] == 1
+
+
+async def test_a_restarted_server_knows_the_graphs(state: Path, workdir: Path, graph_file: Path) -> None:
+    async with mcp.Client(server_for(state, workdir)) as client:
+        first = await call(client, "load_graph", path=str(graph_file))
+    graph_file.unlink()  # the saved copy is what the next server reads
+    async with mcp.Client(server_for(state, workdir)) as client:
+        listed = await call(client, "list_graphs")
+        assert [g["graph_id"] for g in listed["graphs"]] == [first["graph_id"]]
+        again = await call(client, "graph_summary", graph_id=first["graph_id"])
+        assert again["entity_count"] == first["entity_count"]
+        page = await call(client, "query_graph", graph_id=first["graph_id"], type="process", limit=1)
+        assert page["total_entities"] == first["entity_count"]
+
+
+async def test_state_dir_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mcp_server.store import state_dir
+    monkeypatch.setenv("WITTY_STATE_DIR", str(tmp_path / "s"))
+    assert state_dir() == tmp_path / "s"
+    monkeypatch.delenv("WITTY_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "x"))
+    assert state_dir() == tmp_path / "x" / "witty-profiler"
+
+
+async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path) -> None:
+    async with mcp.Client(server_for(state, workdir)) as client:
+        gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert templates == {"witty://graphs/{graph_id}/summary", "witty://graphs/{graph_id}/views/{layer}"}
+        statics = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert statics == {"witty://patterns", "witty://thresholds"}
+        summary = (await client.read_resource(f"witty://graphs/{gid}/summary")).contents[0].text
+        assert gid in summary and "process" in summary
+        with pytest.raises(MCPError, match="unknown graph id"):
+            await client.read_resource("witty://graphs/nope/summary")
+        with pytest.raises(MCPError, match="unknown layer"):
+            await client.read_resource(f"witty://graphs/{gid}/views/gpu")
+
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        assert {a.name: a.required for a in prompts["diagnose_bottlenecks"].arguments} == {"symptom": True,
+                                                                                          "pids": False}
+        got = await client.get_prompt("diagnose_bottlenecks", {"symptom": "tokens/s halved", "pids": "12, 34"})
+        text = got.messages[0].content.text
+        assert "tokens/s halved" in text and "pids=[12, 34]" in text
+        steps = ["collect", "graph_summary", "convert_layer", "match_patterns", "generate_report"]
+        assert [text.index(f"`{s}`") for s in steps] == sorted(text.index(f"`{s}`") for s in steps)
+
+
+def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_file: Path) -> None:
+    tools = WittyTools(GraphStore(state), workdir=workdir)
+    from mcp_server.schemas import LoadGraphInput
+    out, text = tools.load_graph(LoadGraphInput(path=str(graph_file)))
+    assert json.loads(text)["graph_id"] == out.graph_id
