@@ -38,6 +38,8 @@ ENTITY_TYPES: dict[str, str] = {
     "socket": "a socket endpoint seen by the legacy format; id socket:<host>:<proto>:<addr>:<port>",
     "shared_memory": "a /dev/shm file or SysV shared memory segment; id shared_memory:<host>:<key>",
     "numa_set": "a set of NUMA nodes (legacy format); id numa_set:<host>:<list>",
+    "rdma_device": "an RDMA device (HCA) seen by the legacy format; id rdma_device:<host>:<name>",
+    "rdma_resource": "an RDMA protection domain, queue pair or memory region (legacy); id rdma_resource:<host>:<pd|qp|mr>:<keys>",
     "opaque": "a legacy record of a type this version does not know, kept as is",
 }
 
@@ -67,6 +69,11 @@ EDGE_TYPES: dict[str, str] = {
     "has_socket": "thread or process -> socket (legacy)",
     "sends_to": "thread -> socket, with a byte and packet flow (legacy); metrics bytes_total, packets_total, bytes_per_s",
     "numa_set_contains": "numa_set -> numa_node (legacy)",
+    "owns": "a legacy ownership not covered above (e.g. process -> rdma_resource, pd -> queue pair)",
+    "accesses": "a legacy access not covered above (e.g. rdma_resource -> rdma_device)",
+    "connects_to": "rdma_resource (queue pair) -> its peer queue pair (legacy)",
+    "has_port": "rdma_device -> rdma_port (legacy)",
+    "ipc": "process -> process communicating by an IPC mechanism the legacy format does not name",
     "related": "a legacy edge of a type this version does not know, kept as is",
 }
 
@@ -152,6 +159,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("queued_bytes", "bytes", "bytes waiting in a pipe, socket or queue at the end of the window"),
     _M("queued_bytes_growth_per_s", "bytes/s", "growth of queued_bytes over the window"),
     _M("channels", "channels", "pipes, sockets, connections or queues aggregated into one IPC edge at the end of the window"),
+    _M("mem_read_bytes_per_s", "bytes/s", "DRAM read bandwidth of a NUMA node (uncore PMU; legacy DDR bandwidth)"),
+    _M("mem_write_bytes_per_s", "bytes/s", "DRAM write bandwidth of a NUMA node (uncore PMU; legacy DDR bandwidth)"),
     # cgroups
     _M("cpu_quota_cores", "cores", "CPU quota / period (cgroup)"),
     _M("throttled_periods_pct", "%", "share of enforcement periods in which the cgroup was throttled"),

@@ -1,0 +1,155 @@
+"""What the legacy format leaves implicit, rebuilt once every node and edge has been read.
+
+- the process tree (``parent_of``) from ``ppid``, and each process's AI role, parents first so
+  that multiprocessing workers inherit what their parent is;
+- NUMA distances as ``numa_distance`` edges, and each ``numa_set``'s members;
+- per-process placement from the two per-node vectors: where it ran (``runs_on`` with
+  ``runtime_share_pct``), how much of its memory sits where it ran (``cpu_mem_colocation_pct``:
+  the sum over nodes of min(CPU share, page share), 100 = all pages on the nodes it ran on, in
+  the proportions it ran there) and ``numa_remote_pages_pct``;
+- which NUMA nodes each task may run on (``allowed_on``), from its allowed CPUs;
+- each device's NUMA node (``local_to`` and attr ``numa_node``): from the legacy affinity edge,
+  else from its NUMA affinity or its local CPUs.
+"""
+
+from __future__ import annotations
+
+from topology.legacy import values as v
+from topology.legacy.reader import Reader
+from topology.models import Entity
+from topology.workload import classify_process
+
+
+def derive(r: Reader) -> None:
+    _process_tree(r)
+    _numa_topology(r)
+    _placement(r)
+    _allowed_nodes(r)
+    _device_nodes(r)
+
+
+def _process_tree(r: Reader) -> None:
+    graph = r.graph
+    processes = graph.entities("process")
+    for p in processes:
+        ppid = p.attrs.get("ppid")
+        parent = f"process:{p.id.split(':')[1]}:{ppid}"
+        if ppid and ppid != p.attrs["pid"] and graph.entity(parent) is not None:
+            graph.edge_of("parent_of", parent, p.id)
+    done: set[str] = set()
+
+    def classify(p: Entity, chain: tuple[str, ...] = ()) -> None:
+        if p.id in done or p.id in chain:  # a ppid cycle in a bad file must not recurse forever
+            return
+        parent = graph.entity(f"process:{p.id.split(':')[1]}:{p.attrs.get('ppid')}")
+        if parent is not None and parent.id != p.id:
+            classify(parent, chain + (p.id,))
+        done.add(p.id)
+        found = classify_process(p.attrs.get("name") or "", r.raw_cmdlines.get(p.id, ""),
+                                 parent=parent.attrs if parent is not None and parent.id != p.id else None)
+        p.attrs.update({k: val for k, val in found.items() if val is not None})
+
+    for p in processes:
+        classify(p)
+
+
+def _numa_topology(r: Reader) -> None:
+    graph = r.graph
+    for numa_set, nodes in r.numa_sets.items():
+        host = numa_set.split(":")[1]
+        for n in nodes:
+            target = f"numa_node:{host}:{n}"
+            if graph.entity(target) is None:
+                r.add("numa_node", host, [n], {"node": n})
+            graph.edge_of("numa_set_contains", numa_set, target)
+    for node in graph.entities("numa_node"):
+        host = node.id.split(":")[1]
+        for other, distance in (node.attrs.get("distances") or {}).items():
+            target = f"numa_node:{host}:{other}"
+            if target != node.id and graph.entity(target) is not None:
+                graph.edge_of("numa_distance", node.id, target, attrs={"distance": distance})
+
+
+def _node_order(r: Reader, host: str, length: int) -> list[int]:
+    """The legacy vectors are indexed by the host's NUMA nodes in order; with no node list, by number."""
+    nodes = sorted(e.attrs["node"] for e in r.graph.entities("numa_node") if e.id.split(":")[1] == host)
+    return nodes if len(nodes) == length else list(range(length))
+
+
+def colocation_pct(cpu_share: dict[int, float], page_share: dict[int, float]) -> float:
+    """Overlap of two distributions over NUMA nodes, in %: 100 when pages sit where the CPU time is."""
+    return round(100.0 * sum(min(cpu_share.get(n, 0.0), page_share.get(n, 0.0))
+                             for n in set(cpu_share) | set(page_share)), 3)
+
+
+def _placement(r: Reader) -> None:
+    graph = r.graph
+    for vec in r.placement:
+        process = graph.entity(vec.process)
+        host = vec.process.split(":")[1]
+        if vec.cpu and vec.pages and len(vec.cpu) != len(vec.pages):
+            raise v.LegacyValueError(vec.where, f"{len(vec.cpu)} CPU shares but {len(vec.pages)} page counts")
+        order = _node_order(r, host, max(len(vec.cpu), len(vec.pages)))
+        cpu_sum, page_sum = sum(vec.cpu), sum(vec.pages)
+        cpu = {order[i]: s / cpu_sum for i, s in enumerate(vec.cpu) if s > 0} if cpu_sum > 0 else {}
+        pages = {order[i]: p / page_sum for i, p in enumerate(vec.pages) if p > 0} if page_sum > 0 else {}
+        for n, share in cpu.items():
+            graph.edge_of("runs_on", vec.process, f"numa_node:{host}:{n}",
+                          metrics={"runtime_share_pct": round(100.0 * share, 3)})
+            _ensure_numa(r, host, n)
+        if cpu:
+            process.attrs["numa_cpu_share_pct"] = {str(n): round(100.0 * s, 3) for n, s in sorted(cpu.items())}
+            process.attrs["main_numa_node"] = max(sorted(cpu), key=lambda n: cpu[n])
+        if cpu and pages:
+            process.metrics["cpu_mem_colocation_pct"] = colocation_pct(cpu, pages)
+        totals = {int(n): c for n, c in (process.attrs.get("numa_pages") or {}).items()}
+        if cpu and sum(totals.values()):
+            main = process.attrs["main_numa_node"]
+            process.metrics["numa_remote_pages_pct"] = round(100.0 * (1 - totals.get(main, 0) / sum(totals.values())), 3)
+
+
+def _ensure_numa(r: Reader, host: str, n: int) -> None:
+    if r.graph.entity(f"numa_node:{host}:{n}") is None:
+        r.add("numa_node", host, [n], {"node": n})
+
+
+def _numa_cpus(r: Reader) -> dict[str, dict[int, set[int]]]:
+    found: dict[str, dict[int, set[int]]] = {}
+    for node in r.graph.entities("numa_node"):
+        if node.attrs.get("cpus"):
+            found.setdefault(node.id.split(":")[1], {})[node.attrs["node"]] = set(
+                v.cpu_list(node.attrs["cpus"], node.id))
+    return found
+
+
+def _allowed_nodes(r: Reader) -> None:
+    numa_cpus = _numa_cpus(r)
+    for kind in ("process", "thread"):
+        for task in r.graph.entities(kind):
+            if not task.attrs.get("cpus_allowed"):
+                continue
+            allowed = set(v.cpu_list(task.attrs["cpus_allowed"], task.id))
+            host = task.id.split(":")[1]
+            for n, cpus in sorted(numa_cpus.get(host, {}).items()):
+                if cpus & allowed:
+                    r.graph.edge_of("allowed_on", task.id, f"numa_node:{host}:{n}",
+                                    metrics={"cpus_allowed_count": len(cpus & allowed)})
+
+
+def _device_nodes(r: Reader) -> None:
+    graph = r.graph
+    numa_cpus = _numa_cpus(r)
+    for kind in ("npu", "gpu"):
+        for device in graph.entities(kind):
+            host = device.id.split(":")[1]
+            nodes = sorted({graph.entity(e.target).attrs["node"] for e, _ in graph.neighbours(device.id, "out", "local_to")})
+            if not nodes and device.attrs.get("numa_affinity"):
+                nodes = v.cpu_list(device.attrs["numa_affinity"], device.id)
+            if not nodes and device.attrs.get("cpu_affinity"):
+                local = set(v.cpu_list(device.attrs["cpu_affinity"], device.id))
+                nodes = [n for n, cpus in sorted(numa_cpus.get(host, {}).items()) if local and local <= cpus]
+            for n in nodes:
+                _ensure_numa(r, host, n)
+                graph.edge_of("local_to", device.id, f"numa_node:{host}:{n}")
+            if nodes:
+                device.attrs["numa_node"] = nodes[0] if len(nodes) == 1 else nodes
