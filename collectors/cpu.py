@@ -1,0 +1,74 @@
+"""Host and per-CPU utilisation, iowait and steal from /proc/stat; context switches; load.
+
+/proc/stat is one small file, so it is read every interval and p95/max of the intervals are
+kept. busy = user + nice + system + irq + softirq (guest time is inside user); iowait and steal
+are reported on their own, as shares of all the ticks of the window.
+"""
+
+from __future__ import annotations
+
+import time
+
+from collectors.base import Collector, register
+from collectors.procfs import parse_proc_stat_cpus, read_text
+from collectors.sampling import SeriesTable, ratio_metrics, window_metrics
+from topology import Graph
+from topology.ids import cpu_id, host_id
+
+
+@register
+class CpuCollector(Collector):
+    name = "cpu"
+
+    def start(self) -> None:
+        self.series = SeriesTable()
+        self._read()
+
+    def sample(self) -> None:
+        self._read()
+
+    def _read(self) -> None:
+        text = read_text(f"{self.ctx.proc}/stat")
+        if text is None:
+            return
+        t = time.monotonic()
+        s = self.series
+        for key, v in parse_proc_stat_cpus(text).items():
+            if key == "ctxt":
+                s[("ctxt",)].add(t, v[0])
+                continue
+            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+            s[(key, "total")].add(t, sum(v[:8]))
+            s[(key, "busy")].add(t, user + nice + system + irq + softirq)
+            s[(key, "user")].add(t, user + nice)
+            s[(key, "system")].add(t, system + irq + softirq)
+            s[(key, "iowait")].add(t, iowait)
+            s[(key, "steal")].add(t, steal)
+
+    def _utilisation(self, key: str) -> dict[str, float]:
+        s = self.series
+        total = s[(key, "total")]
+        out: dict[str, float] = {}
+        for metric, part in (("cpu_util_pct", "busy"), ("cpu_user_pct", "user"), ("cpu_system_pct", "system"),
+                             ("cpu_iowait_pct", "iowait"), ("cpu_steal_pct", "steal")):
+            out.update(ratio_metrics(metric, s[(key, part)], total, digits=2))
+        return out
+
+    def finish(self) -> Graph:
+        self._read()
+        if self.series.get(("cpu", "total")) is None:
+            return self.unavailable(f"{self.ctx.proc}/stat is not readable")
+        g = self.fragment()
+        host = self.ctx.host
+        metrics = self._utilisation("cpu")
+        metrics.update(window_metrics("context_switches_per_s", self.series[("ctxt",)], digits=1))
+        load = read_text(f"{self.ctx.proc}/loadavg")
+        if load:
+            metrics["load1"] = float(load.split()[0])
+        g.entity_of("host", host_id(host), {"name": host}, metrics)
+        for key in sorted({k[0] for k in self.series._series if k[0].startswith("cpu") and k[0] != "cpu"}):
+            n = int(key[3:])
+            g.entity_of("cpu", cpu_id(host, n), {"cpu": n}, self._utilisation(key))
+        if len(self.series[("cpu", "total")]) < 2:
+            self.partial("/proc/stat was read once only; no utilisation over the window")
+        return g

@@ -1,0 +1,105 @@
+"""NUMA nodes: their CPUs, memory and SLIT distances (has_cpu and numa_distance edges), and the
+rates of each node's allocation counters (/sys/devices/system/node/nodeN/numastat) over the window.
+
+`numa_topology` is shared with the process collector (which maps the CPU a task ran on to its node).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from collectors.base import Collector, Context, register
+from collectors.memory import remote_alloc_pct
+from collectors.procfs import format_cpulist, parse_cpulist, parse_kv_numbers, parse_meminfo, read_text
+from collectors.sampling import SeriesTable, window_metrics
+from topology import Graph
+from topology.ids import cpu_id, numa_id
+
+_NUMASTAT_RATES = {"numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s", "numa_foreign": "numa_foreign_per_s",
+                   "local_node": "numa_local_per_s", "other_node": "numa_other_per_s"}
+
+
+def numa_topology(ctx: Context) -> dict[int, dict]:
+    """{node: {"cpus": [..], "distances": {node: d}}} from sysfs, read once per round.
+    A kernel without NUMA support shows no node directory: then everything is node 0."""
+    cached = ctx.cache.get("numa_topology")
+    if cached is not None:
+        return cached
+    base = f"{ctx.sys}/devices/system/node"
+    nodes: dict[int, dict] = {}
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("node") and n[4:].isdigit()]
+    except OSError:
+        names = []
+    for name in sorted(names, key=lambda n: int(n[4:])):
+        node = int(name[4:])
+        cpus = parse_cpulist(read_text(f"{base}/{name}/cpulist") or "")
+        dist = (read_text(f"{base}/{name}/distance") or "").split()
+        nodes[node] = {"cpus": cpus, "distances": {}}
+        nodes[node]["_dist"] = [int(d) for d in dist]
+    order = sorted(nodes)
+    for node in order:  # distance file columns follow the order of the online nodes
+        row = nodes[node].pop("_dist")
+        nodes[node]["distances"] = {other: d for other, d in zip(order, row)}
+    ctx.cache["numa_topology"] = nodes
+    return nodes
+
+
+def cpu_to_node(ctx: Context) -> dict[int, int]:
+    cached = ctx.cache.get("cpu_to_node")
+    if cached is None:
+        cached = {cpu: node for node, info in numa_topology(ctx).items() for cpu in info["cpus"]}
+        ctx.cache["cpu_to_node"] = cached
+    return cached
+
+
+@register
+class NumaCollector(Collector):
+    name = "numa"
+
+    def start(self) -> None:
+        self.series = SeriesTable()
+        self.nodes = numa_topology(self.ctx)
+        self._read()
+
+    def sample(self) -> None:
+        self._read()
+
+    def _read(self) -> None:
+        for node in self.nodes:
+            text = read_text(f"{self.ctx.sys}/devices/system/node/node{node}/numastat")
+            if text is not None:
+                self.series.add_many(node, time.monotonic(), parse_kv_numbers(text, sep=" "),
+                                     keep=lambda k: k in _NUMASTAT_RATES)
+
+    def finish(self) -> Graph:
+        self._read()
+        if not self.nodes:
+            return self.unavailable(f"{self.ctx.sys}/devices/system/node not found: kernel without NUMA support")
+        g = self.fragment()
+        host = self.ctx.host
+        for node, info in self.nodes.items():
+            metrics: dict[str, float] = {}
+            mem = parse_meminfo(read_text(f"{self.ctx.sys}/devices/system/node/node{node}/meminfo") or "")
+            if "MemTotal" in mem:
+                metrics["mem_total_bytes"] = mem["MemTotal"]
+                metrics["mem_free_bytes"] = mem.get("MemFree", 0)
+            for key, name in _NUMASTAT_RATES.items():
+                series = self.series.get((node, key))
+                if series is not None:
+                    metrics.update(window_metrics(name, series, digits=2))
+            local, other = self.series.get((node, "local_node")), self.series.get((node, "other_node"))
+            pct = remote_alloc_pct(local and local.delta(), other and other.delta())
+            if pct is not None:
+                metrics["numa_remote_alloc_pct"] = pct
+            nid = numa_id(host, node)
+            g.entity_of("numa_node", nid, {"node": node, "cpus": format_cpulist(info["cpus"]),
+                                           "distances": {str(k): v for k, v in info["distances"].items()}}, metrics)
+            for cpu in info["cpus"]:
+                g.entity_of("cpu", cpu_id(host, cpu), {"cpu": cpu, "numa_node": node})
+                g.edge_of("has_cpu", nid, cpu_id(host, cpu))
+            for other_node, distance in info["distances"].items():
+                if other_node != node:
+                    g.edge_of("numa_distance", nid, numa_id(host, other_node), {"distance": distance})
+        return g

@@ -1,0 +1,130 @@
+"""Counters sampled over a window -> a rate over the window plus p95 and max of the intervals.
+
+A cumulative counter (CPU ticks, bytes, faults...) is meaningless without its time base. A
+`Series` keeps (time, value) pairs of one counter; `window_metrics` turns it into
+``{name: rate, name_p95: ..., name_max: ...}`` where the rate covers the whole span the counter
+was seen and p95/max are taken over the per-interval rates (present only when there were at
+least two intervals). A counter that went backwards (reset, pid reuse) yields no rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+
+class Series:
+    """(time, value) samples of one cumulative counter."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.values: list[float] = []
+
+    def add(self, t: float, value: float) -> None:
+        self.times.append(t)
+        self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def delta(self) -> float | None:
+        if len(self.values) < 2 or self.values[-1] < self.values[0]:
+            return None
+        return self.values[-1] - self.values[0]
+
+    def span(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+
+    def rate(self) -> float | None:
+        """Increase per second over the whole span."""
+        d, span = self.delta(), self.span()
+        if d is None or span <= 0:
+            return None
+        return d / span
+
+    def interval_rates(self) -> list[float]:
+        out = []
+        for i in range(1, len(self.values)):
+            dt = self.times[i] - self.times[i - 1]
+            dv = self.values[i] - self.values[i - 1]
+            if dt > 0 and dv >= 0:
+                out.append(dv / dt)
+        return out
+
+
+def p95(values: list[float]) -> float | None:
+    """Nearest-rank 95th percentile (no interpolation: the value was actually observed)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def window_stats(name: str, overall: float | None, per_interval: list[float], digits: int = 3) -> dict[str, float]:
+    """{name, name_p95, name_max}; p95/max only when two or more intervals were sampled."""
+    out: dict[str, float] = {}
+    if overall is None:
+        return out
+    out[name] = round(overall, digits)
+    if len(per_interval) >= 2:
+        out[f"{name}_p95"] = round(p95(per_interval), digits)  # type: ignore[arg-type]
+        out[f"{name}_max"] = round(max(per_interval), digits)
+    return out
+
+
+def window_metrics(name: str, series: Series, scale: float = 1.0, digits: int = 3) -> dict[str, float]:
+    """Rate of one counter over the window, scaled (e.g. ticks/s -> % of one core)."""
+    rate = series.rate()
+    return window_stats(name, None if rate is None else rate * scale,
+                        [r * scale for r in series.interval_rates()], digits)
+
+
+def ratio_metrics(name: str, num: Series, den: Series, scale: float = 100.0, digits: int = 3,
+                  den_extra: Series | None = None) -> dict[str, float]:
+    """Δnum / Δden (e.g. busy ticks / all ticks -> %), over the window and per interval.
+
+    With `den_extra`, the denominator is Δden + Δden_extra (e.g. run + wait time)."""
+    def _ratio(dn: float, dd: float) -> float | None:
+        return dn / dd * scale if dd > 0 else None
+
+    dn, dd = num.delta(), den.delta()
+    if dn is None or dd is None:
+        return {}
+    if den_extra is not None:
+        de = den_extra.delta()
+        if de is None:
+            return {}
+        dd += de
+    per: list[float] = []
+    for i in range(1, min(len(num), len(den))):
+        step_d = den.values[i] - den.values[i - 1]
+        if den_extra is not None:
+            step_d += den_extra.values[i] - den_extra.values[i - 1]
+        r = _ratio(num.values[i] - num.values[i - 1], step_d)
+        if r is not None and r >= 0:
+            per.append(r)
+    return window_stats(name, _ratio(dn, dd), per, digits)
+
+
+class SeriesTable:
+    """Many named series, created on first use: table[key].add(t, v)."""
+
+    def __init__(self) -> None:
+        self._series: dict[object, Series] = {}
+
+    def __getitem__(self, key: object) -> Series:
+        s = self._series.get(key)
+        if s is None:
+            s = self._series[key] = Series()
+        return s
+
+    def get(self, key: object) -> Series | None:
+        return self._series.get(key)
+
+    def add_many(self, prefix: object, t: float, values: dict[str, float],
+                 keep: Callable[[str], bool] | None = None) -> None:
+        for k, v in values.items():
+            if keep is None or keep(k):
+                self[(prefix, k)].add(t, v)
