@@ -273,3 +273,35 @@ def test_parse_fdinfo_mode():
     assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000001\nmnt_id:\t15\nino:\t14438\n") == "w"
     assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000000\nmnt_id:\t15\n") == "r"
     assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000002\n") == "rw"
+
+
+def test_non_root_gives_partial_with_reason():
+    """As nobody, other users' fds are unreadable: a smaller graph, status partial, and why."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another user")
+    from collectors.network import NetworkCollector
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, collect, report the statuses, exit without pytest's teardown
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            found = []
+            for cls in (ipc.IpcCollector, NetworkCollector):
+                c = cls(Context(duration_s=0.2, interval_s=0.2))
+                c.start()
+                c.finish()
+                found.append(f"{c.status.status}|{c.status.reason}")
+            os.write(write, "\n".join(found).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        lines = f.read().splitlines()
+    os.waitpid(pid, 0)
+    assert len(lines) == 2, lines
+    for line in lines:
+        status, reason = line.split("|", 1)
+        assert status == "partial" and "root" in reason, line
