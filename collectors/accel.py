@@ -1,0 +1,73 @@
+"""What the GPU and NPU collectors share: window statistics of sampled gauges, and a device's
+place on the host (NUMA node, local CPUs, PCI function, nearest NICs) read from sysfs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from collectors.pci import format_cpulist, is_nic, list_devices, pcie_link_type, read_device
+from topology import Graph
+from topology.ids import entity_id, numa_id, pci_address
+
+# closeness on the PCIe tree, nearest first (nvidia-smi topo terms)
+LINK_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+
+
+def gauge(name: str, samples: list[float], digits: int = 2) -> dict[str, float]:
+    """Mean of a sampled gauge over the window, with p95 and max when two or more samples exist."""
+    values = [v for v in samples if v is not None]
+    if not values:
+        return {}
+    out = {name: round(sum(values) / len(values), digits)}
+    if len(values) >= 2:
+        ordered = sorted(values)
+        out[f"{name}_p95"] = round(ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)], digits)
+        out[f"{name}_max"] = round(ordered[-1], digits)
+    return out
+
+
+def place_device(g: Graph, sys_root: Path, host: str, eid: str, address: str | None) -> dict:
+    """Attrs numa_node and local_cpus of a device from its PCI function; adds local_to and pci_function."""
+    if not address:
+        return {}
+    info = read_device(sys_root, address)
+    if info is None:
+        return {}
+    g.edge_of("pci_function", eid, entity_id("pci_device", host, info["address"]))
+    if info["numa_node"] is not None:
+        g.edge_of("local_to", eid, numa_id(host, info["numa_node"]))
+    attrs = {"numa_node": info["numa_node"], "local_cpus": format_cpulist(info["local_cpus"])}
+    if info["link_degraded"] is not None:
+        attrs["pcie_link_degraded"] = info["link_degraded"]
+    return attrs
+
+
+def host_nics(sys_root: Path, cache: dict) -> list[dict]:
+    """PCI network functions with a netdev or an RDMA device, read once per round."""
+    if "accel.nics" not in cache:
+        infos = (read_device(sys_root, a) for a in list_devices(sys_root))
+        cache["accel.nics"] = [i for i in infos if i and is_nic(i)]
+    return cache["accel.nics"]
+
+
+def link_nearest_nics(g: Graph, sys_root: Path, host: str, eid: str, address: str | None,
+                      numa: int | None, nics: list[dict]) -> None:
+    """near_nic edges from a device to the NICs closest to it on the PCIe tree (ties all kept)."""
+    if not address:
+        return
+    ranked = []
+    for nic in nics:
+        kind = pcie_link_type(sys_root, pci_address(address), nic["address"], numa, nic["numa_node"])
+        if kind:
+            ranked.append((LINK_RANK[kind], kind, nic))
+    if not ranked:
+        return
+    best = min(r for r, _, _ in ranked)
+    for rank, kind, nic in ranked:
+        if rank != best:
+            continue
+        name = nic["netdevs"][0] if nic["netdevs"] else nic["rdma_devices"][0]
+        target = entity_id("nic", host, name)
+        g.entity_of("nic", target, {"name": name, "pci_address": nic["address"], "numa_node": nic["numa_node"]})
+        g.edge_of("near_nic", eid, target, {"link_type": kind, "rdma_devices": nic["rdma_devices"]})

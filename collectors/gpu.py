@@ -1,0 +1,265 @@
+"""NVIDIA GPUs over the window through NVML: utilisation, memory, PCIe and NVLink traffic, clocks,
+temperature, power, throttling, ECC errors, the processes on each GPU, and how GPUs reach each
+other (NVLink, NVSwitch or the PCIe tree) and their nearest NICs.
+
+NVML is reached through `collectors.nvml` so that tests replay recorded answers of real servers.
+Gauges are sampled every interval; counters (ECC, NVLink bytes) are read at both ends of the window.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from collectors.accel import gauge, host_nics, link_nearest_nics, place_device
+from collectors.base import Collector, Context, register
+from collectors.nvml import LiveNvml, NvmlUnavailable
+from topology import Graph
+from topology.ids import entity_id, pci_address, process_id
+
+NVLINK_TX, NVLINK_RX, ALL_LINKS = 138, 139, 0xFFFFFFFF  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, every link
+NVLINK_FIELDS = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]
+MAX_NVLINKS = 18  # Hopper; Blackwell reports NOT_SUPPORTED / INVALID_ARGUMENT past its own count
+# bytes/s one NVLink carries per direction, by NVML's nvmlNvlinkVersion_t (1 = 1.0 ... 6 = 4.0, 7 = 5.0)
+NVLINK_BYTES_PER_S = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 25e9, 6: 25e9, 7: 50e9}
+# usable bytes/s per PCIe lane and direction, by generation (after 8b/10b or 128b/130b encoding)
+PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 985e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
+THERMAL = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
+POWER = 0x04 | 0x80  # SwPowerCap | HwPowerBrakeSlowdown
+THROTTLE_NAMES = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                  0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                  0x80: "hw_power_brake_slowdown", 0x100: "display_clocks_setting"}
+ANCESTOR_LINK = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+NVLINK_DEVICE_GPU, NVLINK_DEVICE_SWITCH = 0, 2
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_link(a: dict, b: dict, ancestor: int | None) -> dict | None:
+    """How GPU a reaches GPU b: direct NVLinks, NVLinks into a shared NVSwitch fabric, or the PCIe tree."""
+    direct = sum(1 for remote, kind in a["nvlinks"] if remote == b["pci"] and kind != NVLINK_DEVICE_SWITCH)
+    if direct:
+        return {"link_type": f"NV{direct}", "nvlinks": direct, "via": "nvlink"}
+    switched_a = sum(1 for _, kind in a["nvlinks"] if kind == NVLINK_DEVICE_SWITCH)
+    switched_b = sum(1 for _, kind in b["nvlinks"] if kind == NVLINK_DEVICE_SWITCH)
+    if switched_a and switched_b:
+        n = min(switched_a, switched_b)
+        return {"link_type": f"NV{n}", "nvlinks": n, "via": "nvswitch"}
+    if ancestor in ANCESTOR_LINK:
+        return {"link_type": ANCESTOR_LINK[ancestor], "via": "pcie"}
+    return None
+
+
+@register
+class GpuCollector(Collector):
+    name = "gpu"
+
+    def __init__(self, ctx: Context, nvml: Any = None) -> None:
+        super().__init__(ctx)
+        self.nvml = nvml
+        self.devices: list[dict] = []
+        self.failed: str | None = None
+
+    # -- window ---------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            if self.nvml is None:
+                self.nvml = LiveNvml()
+            count = self.nvml.system("nvmlDeviceGetCount")
+        except NvmlUnavailable as e:
+            self.failed = str(e)
+            return
+        except self.nvml.pynvml.NVMLError as e:
+            self.failed = f"NVML could not count GPUs: {e}"
+            return
+        if not count:
+            self.failed = "NVML found no NVIDIA GPU on this host"
+            return
+        for i in range(count):
+            self.devices.append(self._static(i))
+        self.sample()
+
+    def sample(self) -> None:
+        for d in self.devices:
+            i, s = d["index"], d["samples"]
+            util = self._try("nvmlDeviceGetUtilizationRates", i)
+            if util is not None:
+                s["util_pct"].append(util.gpu)
+                s["mem_bw_util_pct"].append(util.memory)
+            mem = self._try("nvmlDeviceGetMemoryInfo", i)
+            if mem is not None:
+                d["memory_total"] = mem.total
+                s["memory_used_bytes"].append(mem.used)
+            for metric, counter in (("pcie_tx_bytes_per_s", 0), ("pcie_rx_bytes_per_s", 1)):
+                kb = self._try("nvmlDeviceGetPcieThroughput", i, counter)  # KB/s over a 20 ms window
+                if kb is not None:
+                    s[metric].append(kb * 1024)
+            for metric, fn, args, scale in (("power_w", "nvmlDeviceGetPowerUsage", (), 1e-3),
+                                            ("temperature_c", "nvmlDeviceGetTemperature", (0,), 1),
+                                            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (1,), 1),
+                                            ("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration", (), 1),
+                                            ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", (), 1)):
+                value = self._try(fn, i, *args)
+                if value is not None:
+                    s[metric].append(value * scale)
+            reasons = self._try("nvmlDeviceGetCurrentClocksThrottleReasons", i)
+            if reasons is None:
+                reasons = self._try("nvmlDeviceGetCurrentClocksEventReasons", i)
+            if reasons is not None:
+                d["throttle"] |= reasons
+            for p in self._try("nvmlDeviceGetComputeRunningProcesses", i) or []:
+                used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else 0
+                d["processes"][p.pid] = max(d["processes"].get(p.pid, 0), used)
+
+    def finish(self) -> Graph:
+        if self.failed is None and not self.devices and self.nvml is None:
+            self.start()  # finish without start: a one-shot round
+        if self.failed:
+            if self.nvml is not None:
+                self.nvml.close()
+            return self.unavailable(self.failed)
+        try:
+            self.sample()
+            for d in self.devices:
+                d["ecc_end"] = self._ecc(d["index"])
+                d["nvlink_end"] = self._nvlink_counters(d["index"])
+            return self._graph()
+        finally:
+            self.nvml.close()
+
+    # -- reading --------------------------------------------------------------------------
+    def _try(self, fn: str, index: int, *args: Any) -> Any:
+        try:
+            return self.nvml.call(fn, index, *args)
+        except self.nvml.pynvml.NVMLError:
+            return None  # not supported on this device or driver: the metric is left out
+
+    def _static(self, i: int) -> dict:
+        pci = self._try("nvmlDeviceGetPciInfo", i)
+        d: dict[str, Any] = {
+            "index": i, "name": _text(self._try("nvmlDeviceGetName", i) or ""),
+            "uuid": _text(self._try("nvmlDeviceGetUUID", i) or ""),
+            "pci": pci_address(_text(pci.busId)) if pci is not None else None,
+            "gen_max": self._try("nvmlDeviceGetMaxPcieLinkGeneration", i),
+            "width_max": self._try("nvmlDeviceGetMaxPcieLinkWidth", i),
+            "power_limit_mw": self._try("nvmlDeviceGetEnforcedPowerLimit", i),
+            "sm_clock_max": self._try("nvmlDeviceGetMaxClockInfo", i, 1),
+            "samples": defaultdict(list), "throttle": 0, "processes": {}, "nvlinks": [], "nvlink_version": None,
+        }
+        for link in range(MAX_NVLINKS):
+            state = self._try("nvmlDeviceGetNvLinkState", i, link)
+            if state is None:
+                break  # no NVLink, or past the last link of this GPU
+            if not state:
+                continue
+            remote = self._try("nvmlDeviceGetNvLinkRemotePciInfo", i, link)
+            kind = self._try("nvmlDeviceGetNvLinkRemoteDeviceType", i, link)
+            d["nvlinks"].append((pci_address(_text(remote.busId)) if remote is not None else None, kind))
+            if d["nvlink_version"] is None:
+                d["nvlink_version"] = self._try("nvmlDeviceGetNvLinkVersion", i, link)
+        d["ecc_start"] = self._ecc(i)
+        d["nvlink_start"] = self._nvlink_counters(i) if d["nvlinks"] else None
+        return d
+
+    def _ecc(self, i: int) -> int | None:
+        return self._try("nvmlDeviceGetTotalEccErrors", i, 1, 0)  # uncorrected, volatile (since driver load)
+
+    def _nvlink_counters(self, i: int) -> dict | None:
+        values = self._try("nvmlDeviceGetFieldValues", i, NVLINK_FIELDS)
+        if not values:
+            return None
+        out = {v.fieldId: (v.value.ullVal, v.timestamp) for v in values if v.nvmlReturn == 0}
+        return out if len(out) == 2 else None
+
+    # -- building -------------------------------------------------------------------------
+    def _graph(self) -> Graph:
+        g = self.fragment()
+        host, sys_root = self.ctx.host, self.ctx.sys
+        nics = host_nics(sys_root, self.ctx.cache)
+        driver = self.nvml.system("nvmlSystemGetDriverVersion") if self.devices else None
+        ids = {}
+        for d in self.devices:
+            eid = ids[d["index"]] = entity_id("gpu", host, d["pci"] or f"index{d['index']}")
+            metrics = self._metrics(d)
+            attrs = {"index": d["index"], "name": d["name"], "uuid": d["uuid"], "pci_address": d["pci"],
+                     "driver_version": _text(driver) if driver else None,
+                     "throttle_reasons": [n for bit, n in THROTTLE_NAMES.items() if d["throttle"] & bit]}
+            if d["nvlink_version"] is not None:
+                attrs["nvlink_version"] = d["nvlink_version"]
+            gen, width = metrics.get("pcie_link_gen_min"), metrics.get("pcie_link_width_min")
+            if gen is not None and width is not None and d["gen_max"] and d["width_max"]:
+                # an idle GPU lowers its link generation to save power; that is not a fault
+                busy = metrics.get("util_pct_max", metrics.get("util_pct", 0)) >= 5
+                attrs["pcie_link_degraded"] = width < d["width_max"] or (busy and gen < d["gen_max"])
+            metrics.pop("pcie_link_gen_min", None)
+            metrics.pop("pcie_link_width_min", None)
+            attrs.update({k: v for k, v in place_device(g, sys_root, host, eid, d["pci"]).items()
+                          if k != "pcie_link_degraded"})
+            g.entity_of("gpu", eid, attrs, metrics)
+            link_nearest_nics(g, sys_root, host, eid, d["pci"], attrs.get("numa_node"), nics)
+            for pid, used in sorted(d["processes"].items()):
+                g.edge_of("uses_device", process_id(host, pid), eid, {"pid": pid}, {"memory_used_bytes": used})
+        for a in self.devices:
+            for b in self.devices:
+                if a["index"] >= b["index"]:
+                    continue
+                try:
+                    ancestor = self.nvml.common_ancestor(a["index"], b["index"])
+                except self.nvml.pynvml.NVMLError:
+                    ancestor = None
+                link = gpu_link(a, b, ancestor)
+                if link:
+                    g.edge_of("device_link", ids[a["index"]], ids[b["index"]], link)
+        return g
+
+    def _metrics(self, d: dict) -> dict[str, float]:
+        s, m = d["samples"], {}
+        for name in ("util_pct", "mem_bw_util_pct", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "power_w",
+                     "temperature_c", "sm_clock_mhz"):
+            m.update(gauge(name, s[name]))
+        if s["memory_used_bytes"]:
+            m["memory_used_bytes"] = s["memory_used_bytes"][-1]
+            m["memory_used_bytes_max"] = max(s["memory_used_bytes"])
+            if d.get("memory_total"):
+                m["memory_total_bytes"] = d["memory_total"]
+                m["memory_used_pct"] = round(100 * m["memory_used_bytes"] / d["memory_total"], 2)
+        for name in ("pcie_link_gen", "pcie_link_width"):
+            if s[name]:
+                m[name] = s[name][-1]
+                m[f"{name}_min"] = min(s[name])
+        if d["gen_max"]:
+            m["pcie_link_gen_max"] = d["gen_max"]
+        if d["width_max"]:
+            m["pcie_link_width_max"] = d["width_max"]
+        lane = PCIE_LANE_BYTES_PER_S.get(d["gen_max"] or 0)
+        if lane and d["width_max"] and ("pcie_tx_bytes_per_s" in m or "pcie_rx_bytes_per_s" in m):
+            busiest = max(m.get("pcie_tx_bytes_per_s", 0), m.get("pcie_rx_bytes_per_s", 0))
+            m["pcie_util_pct"] = round(100 * busiest / (lane * d["width_max"]), 2)
+        if d["power_limit_mw"]:
+            m["power_limit_w"] = d["power_limit_mw"] / 1000
+        if d["sm_clock_max"]:
+            m["sm_clock_max_mhz"] = d["sm_clock_max"]
+        m["throttle_thermal"] = int(bool(d["throttle"] & THERMAL))
+        m["throttle_power"] = int(bool(d["throttle"] & POWER))
+        if d["ecc_start"] is not None and d.get("ecc_end") is not None and d["ecc_end"] >= d["ecc_start"]:
+            m["ecc_errors_total"] = d["ecc_end"] - d["ecc_start"]
+        if d["nvlinks"]:
+            m["nvlink_links_up"] = len(d["nvlinks"])
+            m.update(self._nvlink_rates(d))
+        return m
+
+    def _nvlink_rates(self, d: dict) -> dict[str, float]:
+        first, last = d["nvlink_start"], d.get("nvlink_end")
+        if not first or not last:
+            return {}
+        out = {}
+        for metric, field in (("nvlink_tx_bytes_per_s", NVLINK_TX), ("nvlink_rx_bytes_per_s", NVLINK_RX)):
+            (v0, t0), (v1, t1) = first[field], last[field]
+            if t1 > t0 and v1 >= v0:
+                out[metric] = round((v1 - v0) * 1024 / ((t1 - t0) / 1e6), 1)  # KiB over NVML's microsecond stamps
+        per_link = NVLINK_BYTES_PER_S.get(d["nvlink_version"] or 0)
+        if out and per_link:
+            out["nvlink_util_pct"] = round(100 * max(out.values()) / (per_link * len(d["nvlinks"])), 2)
+        return out
