@@ -144,10 +144,13 @@ class _Edges:
                 edge["metrics"][name] = edge["metrics"].get(name, 0) + value
 
     def into(self, graph: Graph, proc: Path) -> None:
+        """Add the edges and a minimal entity for each process they touch (no dangling edges when the
+        process collector is off or scoped differently; its fuller entity merges over this one)."""
+        ends = sorted({pid for _, src, dst, _ in self.found for pid in (src, dst)})
+        for pid in ends:
+            name = fdscan.comm(proc, pid)
+            graph.entity_of("process", process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
         for (kind, src, dst, qualifier), edge in sorted(self.found.items(), key=lambda kv: str(kv[0])):
-            for pid in (src, dst):
-                name = fdscan.comm(proc, pid)
-                graph.entity_of("process", process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
             graph.edge_of(kind, process_id(self.host, src), process_id(self.host, dst), edge["attrs"],
                           edge["metrics"], qualifier)
 
