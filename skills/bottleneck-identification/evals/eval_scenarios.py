@@ -1,0 +1,106 @@
+"""Live workloads the evals create for real: each one starts processes that cause one bottleneck,
+hands the runner the pids by role, and cleans up after itself (processes, cgroups)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+BUSY = "while True: pass"
+# CPU-bound producer: hashes for a while, then writes one small block into the pipe
+PRODUCER = ("import hashlib, sys\nx = b'0' * 64\nwhile True:\n"
+            "    for _ in range(50000):\n        x = hashlib.sha256(x).digest()\n"
+            "    sys.stdout.buffer.write(x * 16); sys.stdout.flush()\n")
+CONSUMER = "import sys\nwhile sys.stdin.buffer.read1(65536):\n    pass\n"
+SLEEPER = "import time\ntime.sleep(3600)"
+QUOTA_US, PERIOD_US = 10_000, 100_000  # 0.1 core
+
+
+class ScenarioUnavailable(Exception):
+    """This host cannot run the scenario (no writable cgroup...): the case is skipped, with why."""
+
+
+def _python(code: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], **kwargs)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _busy_count(spec: dict) -> int:
+    per_cpu = spec.get("per_cpu", 2)
+    return max(spec.get("min", 3), per_cpu * (os.cpu_count() or 1) + 1)
+
+
+def _cpu_cgroup(name: str) -> tuple[Path, str]:
+    """Create a cgroup with a CPU quota; returns (its folder, the file to write pids into)."""
+    v2 = Path("/sys/fs/cgroup")
+    controllers = v2 / "cgroup.controllers"
+    if controllers.exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+        folder = v2 / name
+        folder.mkdir()
+        (folder / "cpu.max").write_text(f"{QUOTA_US} {PERIOD_US}\n")
+        return folder, "cgroup.procs"
+    v1 = Path("/sys/fs/cgroup/cpu")
+    if not (v1 / "cpu.cfs_quota_us").exists():
+        raise ScenarioUnavailable("no cgroup v2 cpu controller and no cgroup v1 cpu hierarchy")
+    folder = v1 / name
+    folder.mkdir()
+    (folder / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+    (folder / "cpu.cfs_quota_us").write_text(f"{QUOTA_US}\n")
+    return folder, "cgroup.procs"
+
+
+@contextmanager
+def run(spec: dict) -> Iterator[dict[str, list[int]]]:
+    """Start the scenario SPEC ({"kind": ...}); yields {role: [pids]}; stops everything after."""
+    kind = spec["kind"]
+    procs: list[subprocess.Popen] = []
+    cgroup: Path | None = None
+    try:
+        if kind == "busy_loops":
+            procs = [_python(BUSY) for _ in range(_busy_count(spec))]
+            roles = {"busy": [p.pid for p in procs]}
+        elif kind == "pipe":
+            producer = _python(PRODUCER, stdout=subprocess.PIPE)
+            consumer = _python(CONSUMER, stdin=producer.stdout)
+            producer.stdout.close()  # the consumer holds the read end now
+            procs = [producer, consumer]
+            roles = {"producer": [producer.pid], "consumer": [consumer.pid]}
+        elif kind == "cgroup_quota":
+            try:
+                cgroup, procs_file = _cpu_cgroup(f"witty-eval-{os.getpid()}")
+            except OSError as exc:
+                raise ScenarioUnavailable(f"cannot create a CPU cgroup: {exc.strerror or exc}") from None
+            procs = [_python(BUSY)]
+            (cgroup / procs_file).write_text(f"{procs[0].pid}\n")
+            roles = {"throttled": [procs[0].pid]}
+        elif kind == "sleeper":
+            procs = [_python(SLEEPER)]
+            roles = {"sleeper": [procs[0].pid]}
+        else:
+            raise ValueError(f"unknown scenario kind {kind!r}")
+        time.sleep(spec.get("warmup_s", 0.5))  # let the workload reach its steady state
+        yield roles
+    finally:
+        _stop(procs)
+        if cgroup is not None:
+            for _ in range(50):  # the kernel releases a cgroup shortly after its last task exits
+                try:
+                    cgroup.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
