@@ -107,10 +107,9 @@ def snapshot(proc: Path, cache: dict, phase: str) -> Snapshot:
             queued = _pipe_queued(proc, pid, fds[0])
             if queued is not None:
                 snap.pipe_queued[inode] = queued
-    try:
-        snap.unix = sockdiag.unix_sockets()
-    except OSError as exc:
-        snap.problems.append(f"unix socket peers unavailable ({exc}; load the unix_diag module)")
+    snap.unix, problem = sockdiag.unix_table()
+    if problem:
+        snap.problems.append(problem)
     snap.tcp, problem = sockdiag.shared_tcp_table(cache, phase)
     if problem:
         snap.problems.append(problem)

@@ -1,11 +1,11 @@
-"""Socket tables from the kernel: a small NETLINK_SOCK_DIAG client, and a parser of `ss -tinpH`.
+"""Socket tables from the kernel: a small NETLINK_SOCK_DIAG client, and parsers of `ss` output.
 
 sock_diag is what `ss` itself uses: one netlink dump returns every socket of a family with its
 inode, queues and (for TCP) its `struct tcp_info`, without a process spawn and without parsing
 text. Cost: one syscall round trip per ~30 sockets, a few milliseconds for thousands of sockets.
 The owner of a socket is not in the dump; collectors.fdscan maps socket inodes to processes.
-`ss -tinpH` is the fallback where the netlink family is missing (unix_diag / inet_diag not
-built); its parser is pure and tested on recorded output.
+`ss -tanieH` / `ss -xaH` are the fallbacks where a netlink family is missing (unix_diag or
+inet_diag not built); their parsers are pure and tested on recorded output.
 """
 
 from __future__ import annotations
@@ -240,6 +240,34 @@ def _parse_ss_info(line: str, sock: TcpSock) -> None:
             setattr(sock, attr, int(m.group(1)))
     retrans = re.search(r"\bretrans:\d+/(\d+)", line)
     sock.total_retrans = int(retrans.group(1)) if retrans else 0
+
+
+def parse_ss_unix(text: str) -> list[UnixSock]:
+    """Parse `ss -xaH`: netid, state, Recv-Q, Send-Q, local name (or '*') and inode, peer name and inode."""
+    states = {name: num for num, name in TCP_STATES.items()}
+    socks = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 8 or not parts[-1].isdigit() or not parts[-3].isdigit():
+            continue
+        name = " ".join(parts[4:-3])
+        peer = int(parts[-1])
+        socks.append(UnixSock(inode=int(parts[-3]), peer=peer or None, name=None if name == "*" else name,
+                              rqueue=int(parts[2]) if parts[2].isdigit() else None, state=states.get(parts[1], 0)))
+    return socks
+
+
+def unix_table() -> tuple[list[UnixSock] | None, str | None]:
+    """Unix sockets with their peers by sock_diag, else by `ss -xaH`; (None, why) when neither works."""
+    try:
+        return unix_sockets(), None
+    except OSError as exc:
+        try:
+            out = subprocess.run(["ss", "-xaH"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None, (f"unix socket peers unavailable (sock_diag: {exc}; load the unix_diag module "
+                          "or install iproute2 for `ss`)")
+        return parse_ss_unix(out), None
 
 
 def tcp_table() -> tuple[list[TcpSock] | None, str | None]:

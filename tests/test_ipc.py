@@ -4,6 +4,7 @@ SysV message queue between children this test starts, plus its parsers on record
 from __future__ import annotations
 
 import ctypes
+import shutil
 import os
 import socket
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors import fdscan, ipc
+from collectors import fdscan, ipc, sockdiag
 from collectors.base import Context
 from topology.ids import process_id
 
@@ -305,3 +306,34 @@ def test_non_root_gives_partial_with_reason():
     for line in lines:
         status, reason = line.split("|", 1)
         assert status == "partial" and "root" in reason, line
+
+
+SS_XAH = """u_str ESTAB  0      768                            * 36423 * 36424
+u_str ESTAB  100    0                              * 36421 * 36420
+u_str ESTAB  7      0      /tmp/tmp3sd_0fxi/srv.sock 36424 * 36423
+u_str LISTEN 0      128    /tmp/tmp3sd_0fxi/srv.sock 36422 * 0
+"""
+
+
+def test_parse_ss_unix():
+    client, pair_end, server, listener = sockdiag.parse_ss_unix(SS_XAH)
+    assert (client.inode, client.peer, client.name, client.rqueue) == (36423, 36424, None, 0)
+    assert (pair_end.peer, pair_end.rqueue) == (36420, 100)
+    assert (server.name, server.peer, server.rqueue) == ("/tmp/tmp3sd_0fxi/srv.sock", 36423, 7)
+    assert (listener.peer, listener.state) == (None, 10)
+
+
+def test_ss_fallback_agrees_with_sock_diag():
+    if not shutil.which("ss"):
+        pytest.skip("`ss` (iproute2) is not installed")
+    a, b = socket.socketpair()
+    try:
+        a.send(b"q" * 33)
+        ino_a, ino_b = os.fstat(a.fileno()).st_ino, os.fstat(b.fileno()).st_ino
+        text = subprocess.run(["ss", "-xaH"], capture_output=True, text=True, timeout=10).stdout
+        by_ss = {s.inode: s for s in sockdiag.parse_ss_unix(text)}
+        by_netlink = {s.inode: s for s in sockdiag.unix_sockets()}
+    finally:
+        a.close(), b.close()
+    for found in (by_ss, by_netlink):
+        assert (found[ino_a].peer, found[ino_b].peer, found[ino_b].rqueue) == (ino_b, ino_a, 33)
