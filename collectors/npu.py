@@ -1,0 +1,327 @@
+"""Ascend NPUs through `npu-smi`: AI Core utilisation, HBM (or DDR) use and bandwidth, temperature,
+power, health, the processes on each chip, and the topology table (link types, CPU affinity).
+
+`npu-smi info` (the table) is read at the start, every interval and at the end; it takes about a
+second on a loaded host, so intervals shorter than that stretch. `-t usages` and `-t common` per
+NPU are read at both ends, `-t board` and `-t topo` once. The parsers are pure functions of the
+text and tolerate the differences between generations and driver versions: extra or missing
+columns (Phy-ID, Device, HBM-Usage), several chips per NPU, 'NA' and '-' for unknown values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+from collectors.accel import gauge, host_nics, link_nearest_nics, place_device
+from collectors.base import Collector, Context, register
+from collectors.pci import parse_cpulist, read_text
+from topology import Graph
+from topology.ids import entity_id, numa_id, pci_address, process_id
+
+MiB = 1024 * 1024
+_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_PAIR = re.compile(r"(\S+)\s*/\s*(\S+)|(\S+)")
+LINK_TYPES = {"HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS"}
+
+
+def _number(text: str | None) -> float | None:
+    """'312.4' -> 312.4; 'NA', '-', '' -> None."""
+    try:
+        return float(text) if text not in (None, "", "NA", "-", "N/A") else None
+    except ValueError:
+        return None
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _values(cell: str) -> list[object]:
+    """'0    / 0          61320/ 65536' -> [('0', '0'), ('61320', '65536')]; '312.4  46' -> ['312.4', '46']."""
+    return [(m.group(1), m.group(2)) if m.group(1) else m.group(3) for m in _PAIR.finditer(cell)]
+
+
+def parse_info(text: str) -> dict:
+    """`npu-smi info`: version, one record per chip, and the process table."""
+    version = re.search(r"npu-smi\s+(\S+)", text)
+    chips: list[dict] = []
+    processes: list[dict] = []
+    head1 = head2 = None
+    pending: dict | None = None
+    in_procs = False
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = _cells(line)
+        if len(cells) >= 4 and "Process id" in cells[1]:
+            in_procs = True
+            continue
+        if in_procs:
+            if len(cells) >= 4 and cells[1].isdigit():
+                npu, *chip = cells[0].split()
+                processes.append({"npu": int(npu), "chip": int(chip[0]) if chip else 0, "pid": int(cells[1]),
+                                  "name": cells[2], "memory_mb": _number(cells[3])})
+            continue
+        if len(cells) < 3:
+            continue
+        first = cells[0].split()
+        if first[:1] == ["NPU"] and "Health" in cells[1]:
+            head1 = [h for h in re.findall(r"\S+", cells[2])]
+            continue
+        if first[:1] == ["Chip"] and "Bus-Id" in cells[1]:
+            head2 = first[1:], re.findall(r"\S+", cells[2])
+            continue
+        if _BUS.match(cells[1]) and pending is not None and head2:
+            extra, names = head2
+            ids = [int(x) for x in first if x.isdigit()]
+            pending["chip"] = ids[0] if ids else 0
+            for name, value in zip(extra, ids[1:]):
+                pending[name.lower().replace("-", "_")] = value  # Phy-ID (910B, A3) or Device (310P)
+            pending["bus_id"] = pci_address(cells[1])
+            pending.update(_named(names, _values(cells[2])))
+            chips.append(pending)
+            pending = None
+        elif head1 and first and first[0].isdigit():
+            pending = {"npu": int(first[0]), "name": " ".join(first[1:]), "health": cells[1]}
+            pending.update(_named(head1, _values(cells[2])))
+    return {"version": version.group(1) if version else None, "chips": chips, "processes": processes}
+
+
+def _named(headers: list[str], values: list[object]) -> dict:
+    """Pair header names with the values of one cell, by position; 'a / b' pairs become used/total."""
+    out: dict = {}
+    for name, value in zip(headers, values):
+        key = re.sub(r"\(.*\)", "", name).lower().replace("-", "_")  # 'HBM-Usage(MB)' -> 'hbm_usage'
+        if isinstance(value, tuple):
+            out[f"{key}_used"], out[f"{key}_total"] = _number(value[0]), _number(value[1])
+        else:
+            out[key] = _number(value)
+    return out
+
+
+def parse_kv(text: str) -> list[dict[str, str]]:
+    """'Key : value' outputs (-t usages, common, board, power, temp...) as blocks split by blank lines."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        if ":" in line:
+            key, value = line.split(":", 1)
+            current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def parse_per_chip(text: str) -> dict[int, dict[str, str]]:
+    """Per-chip blocks of a -t usages/common output: {chip id: {key: value}} (a header block is skipped)."""
+    out: dict[int, dict[str, str]] = {}
+    header_keys = {"NPU ID", "Chip Count"}
+    for block in parse_kv(text):
+        if set(block) <= header_keys:
+            continue
+        chip = block.get("Chip ID")
+        out[int(chip) if chip and chip.isdigit() else len(out)] = block
+    return out
+
+
+def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str], dict[str, str]]:
+    """`npu-smi info -t topo`: device names, link type per ordered pair, CPU affinity per device."""
+    names: list[str] = []
+    links: dict[tuple[str, str], str] = {}
+    affinity: dict[str, str] = {}
+    for line in text.splitlines():
+        tokens = line.split()
+        if not tokens or tokens[0].startswith("Legend"):
+            if names and links:
+                break
+            continue
+        if not names and re.fullmatch(r"NPU\d+", tokens[0]) and len(tokens) > 1 and re.fullmatch(r"NPU\d+", tokens[1]):
+            names = [t for t in tokens if re.fullmatch(r"NPU\d+", t)]
+            continue
+        if names and tokens[0] in names:
+            values = tokens[1:1 + len(names)]
+            for other, kind in zip(names, values):
+                if other != tokens[0]:
+                    links[(tokens[0], other)] = kind
+            rest = tokens[1 + len(names):]
+            if rest:
+                affinity[tokens[0]] = ",".join(rest)
+    return names, links, affinity
+
+
+@register
+class NpuCollector(Collector):
+    name = "npu"
+
+    def __init__(self, ctx: Context, npu_smi: str | None = None) -> None:
+        super().__init__(ctx)
+        self.npu_smi = npu_smi or shutil.which("npu-smi")
+        self.failed: str | None = None
+        self.chips: list[dict] = []
+        self.samples: dict[tuple[int, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.processes: dict[tuple[int, int, int], dict] = {}
+        self.per_npu: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.topo: tuple[list[str], dict, dict] = ([], {}, {})
+        self.boards: dict[int, dict[str, str]] = {}
+        self.version: str | None = None
+
+    def _run(self, *args: str) -> str | None:
+        try:
+            out = subprocess.run([self.npu_smi, *args], capture_output=True, text=True, timeout=20,
+                                 env={**os.environ, "LC_ALL": "C"})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.partial(f"npu-smi {' '.join(args)} failed: {e}")
+            return None
+        if out.returncode != 0:
+            self.partial(f"npu-smi {' '.join(args)} exited {out.returncode}: {(out.stdout + out.stderr).strip()[:120]}")
+            return None
+        return out.stdout
+
+    def start(self) -> None:
+        if not self.npu_smi:
+            self.failed = "npu-smi not found on PATH (no Ascend driver/toolbox installed)"
+            return
+        if not self._table():
+            self.failed = self.status.reason or "npu-smi info listed no NPU"
+            return
+        topo = self._run("info", "-t", "topo")
+        if topo:
+            self.topo = parse_topo(topo)
+        for npu in sorted({c["npu"] for c in self.chips}):
+            board = self._run("info", "-t", "board", "-i", str(npu))
+            if board:
+                self.boards[npu] = {k: v for b in parse_kv(board) for k, v in b.items()}
+            self._usages(npu)
+
+    def sample(self) -> None:
+        if self.chips:
+            self._table()
+
+    def finish(self) -> Graph:
+        if self.failed is None and not self.chips and self.npu_smi:
+            self.start()
+        if self.failed:
+            return self.unavailable(self.failed)
+        self._table()
+        for npu in sorted({c["npu"] for c in self.chips}):
+            self._usages(npu)
+            common = self._run("info", "-t", "common", "-i", str(npu))
+            for chip, block in parse_per_chip(common or "").items():
+                s = self.samples[(npu, chip)]
+                s["clock"].append(_number(block.get("Aicore curFreq(MHZ)")))
+                s["clock_max"].append(_number(block.get("Aicore Freq(MHZ)")))
+        return self._graph()
+
+    # -- reading --------------------------------------------------------------------------
+    def _table(self) -> bool:
+        text = self._run("info")
+        if text is None:
+            return False
+        info = parse_info(text)
+        self.version = info["version"]
+        if not self.chips:
+            self.chips = info["chips"]
+        for c in info["chips"]:
+            s = self.samples[(c["npu"], c["chip"])]
+            s["util"].append(c.get("aicore"))
+            s["power"].append(c.get("power"))
+            s["temp"].append(c.get("temp"))
+            s["health"].append(c.get("health"))
+            hbm_total = c.get("hbm_usage_total")
+            if hbm_total:  # 910 series: HBM; 310 series: the Memory-Usage column is the device memory
+                s["mem"].append((c.get("hbm_usage_used"), hbm_total))
+            elif c.get("memory_usage_total"):
+                s["mem"].append((c.get("memory_usage_used"), c["memory_usage_total"]))
+        for p in info["processes"]:
+            key = (p["npu"], p["chip"], p["pid"])
+            old = self.processes.get(key)
+            if old is None or (p["memory_mb"] or 0) > (old["memory_mb"] or 0):
+                self.processes[key] = p
+        return bool(info["chips"])
+
+    def _usages(self, npu: int) -> None:
+        text = self._run("info", "-t", "usages", "-i", str(npu))
+        for chip, block in parse_per_chip(text or "").items():
+            bw = block.get("HBM Bandwidth Usage Rate(%)") or block.get("Memory Bandwidth Usage Rate(%)")
+            self.samples[(npu, chip)]["bw"].append(_number(bw))
+
+    # -- building -------------------------------------------------------------------------
+    def _graph(self) -> Graph:
+        g = self.fragment()
+        host, sys_root = self.ctx.host, self.ctx.sys
+        nics = host_nics(sys_root, self.ctx.cache)
+        names, links, affinity = self.topo
+        ids: dict[tuple[int, int], str] = {}
+        seen: set[str] = set()
+        for order, c in enumerate(self.chips):
+            key = c["bus_id"] if c["bus_id"] not in seen else f"{c['bus_id']}:{c['chip']}"
+            seen.add(key)
+            eid = ids[(c["npu"], c["chip"])] = entity_id("npu", host, key)
+            s = self.samples[(c["npu"], c["chip"])]
+            topo_name = names[order] if order < len(names) else None
+            attrs = {"index": c["npu"], "chip": c["chip"], "name": c["name"], "health": s["health"][-1],
+                     "pci_address": c["bus_id"], "npu_smi_version": self.version}
+            for k in ("phy_id", "device"):
+                if k in c:
+                    attrs[k] = c[k]
+            if c["npu"] in self.boards:
+                attrs["firmware_version"] = self.boards[c["npu"]].get("Firmware Version")
+            if topo_name and topo_name in affinity:
+                attrs["cpu_affinity"] = affinity[topo_name]
+            attrs.update(place_device(g, sys_root, host, eid, c["bus_id"]))
+            if attrs.get("numa_node") is None and attrs.get("cpu_affinity"):
+                node = self._node_of_cpus(parse_cpulist(attrs["cpu_affinity"]))
+                attrs["numa_node"] = node
+                if node is not None:
+                    g.edge_of("local_to", eid, numa_id(host, node))
+            g.entity_of("npu", eid, attrs, self._metrics(s))
+            link_nearest_nics(g, sys_root, host, eid, c["bus_id"], attrs.get("numa_node"), nics)
+        for (npu, chip, pid), p in sorted(self.processes.items()):
+            if (npu, chip) in ids:
+                mem = p["memory_mb"] * MiB if p["memory_mb"] is not None else None
+                g.edge_of("uses_device", process_id(host, pid), ids[(npu, chip)], {"pid": pid, "name": p["name"]},
+                          {"memory_used_bytes": mem})
+        order_ids = [ids[(c["npu"], c["chip"])] for c in self.chips]
+        for (a, b), kind in sorted(links.items()):
+            ia, ib = names.index(a), names.index(b)
+            if ia < ib < len(order_ids) and kind in LINK_TYPES:
+                g.edge_of("device_link", order_ids[ia], order_ids[ib], {"link_type": kind})
+        return g
+
+    def _metrics(self, s: dict[str, list]) -> dict[str, float]:
+        m: dict[str, float] = {}
+        m.update(gauge("util_pct", s["util"]))
+        m.update(gauge("mem_bw_util_pct", s["bw"]))
+        m.update(gauge("temperature_c", s["temp"]))
+        m.update(gauge("power_w", s["power"]))
+        m.update(gauge("sm_clock_mhz", s["clock"]))
+        if any(v is not None for v in s["clock_max"]):
+            m["sm_clock_max_mhz"] = max(v for v in s["clock_max"] if v is not None)
+        mem = [(u, t) for u, t in s["mem"] if u is not None and t]
+        if mem:
+            used, total = mem[-1]
+            m["memory_used_bytes"] = int(used * MiB)
+            m["memory_used_bytes_max"] = int(max(u for u, _ in mem) * MiB)
+            m["memory_total_bytes"] = int(total * MiB)
+            m["memory_used_pct"] = round(100 * used / total, 2)
+        return m
+
+    def _node_of_cpus(self, cpus: list[int]) -> int | None:
+        """The NUMA node holding a device's affine CPUs, when sysfs gives the device no node."""
+        base = self.ctx.sys / "devices" / "system" / "node"
+        if not cpus or not base.is_dir():
+            return None
+        for node in sorted(base.glob("node[0-9]*")):
+            if cpus[0] in parse_cpulist(read_text(node / "cpulist")):
+                return int(node.name[4:])
+        return None
