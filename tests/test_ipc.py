@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,15 @@ print('done', flush=True); time.sleep(60)
 """
 
 
+def wait_acked(server_port: int, count: int, timeout_s: float = 5.0) -> None:
+    """Wait until the client end has its bytes acknowledged (the last ACK may be a delayed one)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(s.remote[1] == server_port and (s.bytes_acked or 0) > count for s in sockdiag.tcp_sockets()):
+            return
+        time.sleep(0.01)
+
+
 @pytest.fixture(scope="module")
 def world():
     """Start every pair of children, collect once around the TCP transfer, and clean up."""
@@ -139,6 +149,7 @@ def world():
         tclient.stdin.write("go\n")
         tclient.stdin.flush()
         assert int(wait_line(tserver)) >= TCP_BYTES
+        wait_acked(int(port), TCP_BYTES)
         collector.sample()
         graph = collector.finish()
         yield {"graph": graph, "status": collector.status, "host": ctx.host, "writer": writer, "reader": reader,

@@ -108,7 +108,10 @@ def test_loopback_tcp_connection_state():
         got = 0
         while got < received:
             got += len(server.recv(1 << 16))
-        time.sleep(0.05)  # let the last ACK land
+        deadline = time.monotonic() + 5  # the last ACK may be a delayed one
+        while time.monotonic() < deadline and not any(
+                s.local == local and (s.bytes_acked or 0) > received for s in sockdiag.tcp_sockets()):
+            time.sleep(0.01)
         graph = collector.finish()
     finally:
         client.close(), server.close(), srv.close()
@@ -247,9 +250,13 @@ def test_tcp_info_offsets_match_ss():
         got = 0
         while got < 40000:
             got += len(server.recv(1 << 16))
-        time.sleep(0.05)
         port = client.getsockname()[1]
-        mine = [s for s in sockdiag.tcp_sockets() if s.local == ("127.0.0.1", port)]
+        deadline = time.monotonic() + 5  # the last ACK may be a delayed one
+        while True:
+            mine = [s for s in sockdiag.tcp_sockets() if s.local == ("127.0.0.1", port)]
+            if time.monotonic() > deadline or (mine and mine[0].bytes_acked == 40001):
+                break
+            time.sleep(0.01)
         if not shutil.which("ss"):
             pytest.skip("`ss` is not installed")
         text = subprocess.run(["ss", "-tinH", f"sport = :{port}"], capture_output=True, text=True).stdout
