@@ -56,8 +56,40 @@ ABOUT: dict[str, tuple[str, str]] = {
 }
 
 
+UNIT_SUFFIXES = ("_pct", "_per_s", "_bytes", "_us", "_ms", "_ns", "_mhz", "_w", "_c", "_gts", "_total", "_s",
+                 "_gbps", "_mbps", "_cores", "_p95", "_max")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def split_reads(names: set[str]) -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """A pattern reads `<entity or edge type>.<name>` or a bare edge type. Returns
+    (metric -> types, attribute -> types, relations)."""
+    metrics: dict[str, set[str]] = {}
+    attrs: dict[str, set[str]] = {}
+    relations: set[str] = set()
+    for item in names:
+        owner, _, name = item.rpartition(".")
+        if not owner:
+            relations.add(name)
+        elif metric_info(name) or name.endswith(UNIT_SUFFIXES):
+            metrics.setdefault(name, set()).add(owner)
+        else:
+            attrs.setdefault(name, set()).add(owner)
+    return metrics, attrs, relations
+
+
+def undefined_metrics() -> list[str]:
+    """Metric names the catalog reads that topology/vocabulary.py does not define."""
+    metrics, _, _ = split_reads({m for p in catalog().values() for m in p.metrics})
+    return sorted(m for m in metrics if metric_info(m) is None)
+
+
+def _order(name: str) -> tuple[int, str]:
+    base = name.removesuffix("_p95").removesuffix("_max")
+    return (list(METRICS).index(base) if base in METRICS else len(METRICS), name)
 
 
 def layers_markdown() -> str:
@@ -72,12 +104,16 @@ def layers_markdown() -> str:
         out += [f"## Layer {number}: {title} (`{name}`)", "", covers, "", f"Sources: {sources}", "",
                 "| pattern | title | needs |", "|---|---|---|"]
         out += [f"| `{p.id}` | {_cell(p.title)} | {_cell(p.needs) or '/proc and /sys'} |" for p in mine]
-        used = {m for p in mine for m in p.metrics}
-        names = [m for m in METRICS if m in used] + sorted(m for m in used if m not in METRICS)
-        out += ["", "| metric | unit | meaning |", "|---|---|---|"]
-        for metric in names:
+        metrics, attrs, relations = split_reads({m for p in mine for m in p.metrics})
+        out += ["", "| metric | on | unit | meaning |", "|---|---|---|---|"]
+        for metric in sorted(metrics, key=_order):
             info = metric_info(metric)
             unit, meaning = (info.unit, info.help) if info else ("?", "not defined in topology/vocabulary.py")
-            out.append(f"| `{metric}` | {_cell(unit)} | {_cell(meaning)} |")
+            out.append(f"| `{metric}` | {', '.join(sorted(metrics[metric]))} | {_cell(unit)} | {_cell(meaning)} |")
+        if attrs:
+            out += ["", "Attributes read: " + ", ".join(
+                f"`{a}` ({', '.join(sorted(attrs[a]))})" for a in sorted(attrs)) + "."]
+        if relations:
+            out += ["", "Relations followed: " + ", ".join(f"`{r}`" for r in sorted(relations)) + "."]
         out.append("")
     return "\n".join(out)

@@ -26,7 +26,9 @@ class ScenarioUnavailable(Exception):
 
 
 def _python(code: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], **kwargs)
+    # no inherited pipes: the runner's own stdout must not show up as an IPC edge of the workload
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    return subprocess.Popen([sys.executable, "-c", code], **{**streams, **kwargs})
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
