@@ -1,0 +1,199 @@
+"""The sampling engine: one window of every registered collector, merged into one graph.
+
+`run_window` imports every module of the `collectors` package (each registers its collectors),
+calls `start`, then `sample` every interval, then `finish`, and merges the fragments. Every call
+is guarded: an exception becomes that collector's `error` status with a one-line reason and the
+round goes on without it. Ctrl-C (SIGINT, when run in the main thread) or `stop.set()` ends the
+window early; the collectors still finish and the graph is valid, with the actual duration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import platform
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import collectors
+from collectors.base import REGISTRY, Collector, Context
+from collectors.numa import numa_topology
+from collectors.procfs import parse_stat, read_text
+from topology import Graph
+from topology.errors import InputError
+from topology.models import CollectorStatus, Meta
+
+MAX_DURATION_S = 3600.0
+Progress = Callable[[float, float, str], None]
+
+
+def discover() -> dict[str, str]:
+    """Import every collector module; returns {module: reason} for those that failed to import."""
+    broken: dict[str, str] = {}
+    for mod in pkgutil.iter_modules(collectors.__path__):
+        if mod.name.startswith("_") or mod.name == "engine":
+            continue
+        try:
+            importlib.import_module(f"collectors.{mod.name}")
+        except Exception as exc:  # noqa: BLE001 - one broken module must not stop the others
+            broken[mod.name] = _one_line(f"import failed: {type(exc).__name__}: {exc}")
+    return broken
+
+
+def validate_window(duration_s: float, interval_s: float) -> None:
+    if not duration_s > 0 or duration_s > MAX_DURATION_S:
+        raise InputError(f"duration must be > 0 and <= {MAX_DURATION_S:g} seconds, got {duration_s:g}")
+    if not interval_s > 0 or interval_s > duration_s:
+        raise InputError(f"interval must be > 0 and <= the duration ({duration_s:g} s), got {interval_s:g}")
+
+
+def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc") -> set[int]:
+    """The given pids (each must exist) and all their descendants at this moment."""
+    parents: dict[int, int] = {}
+    for name in os.listdir(proc):
+        if name.isdigit():
+            st = parse_stat(read_text(f"{proc}/{name}/stat") or "")
+            if st is not None:
+                parents[int(name)] = st.ppid
+    missing = sorted(p for p in pids if p not in parents)
+    if missing:
+        raise InputError(f"no such process: {', '.join(map(str, missing))}")
+    scope = set(pids)
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parents.items():
+            if ppid in scope and pid not in scope:
+                scope.add(pid)
+                changed = True
+    return scope
+
+
+def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int] | None = None,
+               collectors: list[str] | None = None, progress: Progress | None = None,
+               stop: threading.Event | None = None, ctx: Context | None = None) -> Graph:
+    """Collect one window on this host and return the merged graph (meta.source = 'live')."""
+    validate_window(duration_s, interval_s)
+    broken = discover()
+    names = _select(collectors, broken)
+    ctx = ctx or Context()
+    ctx.duration_s, ctx.interval_s = duration_s, interval_s
+    if pids:
+        ctx.pids = scope_with_descendants(pids, str(ctx.proc))
+    instances = [REGISTRY[n](ctx) for n in sorted(names, key=lambda n: (getattr(REGISTRY[n], "order", 50), n))]
+    spent = {c.name: 0.0 for c in instances}
+    failed: set[str] = set()
+
+    def call(c: Collector, phase: str) -> Any:
+        if c.name in failed:
+            return None
+        t = time.perf_counter()
+        try:
+            return getattr(c, phase)()
+        except Exception as exc:  # noqa: BLE001 - a collector never stops the round
+            failed.add(c.name)
+            c.status = CollectorStatus(status="error", reason=_one_line(f"{phase}: {type(exc).__name__}: {exc}"))
+            return None
+        finally:
+            spent[c.name] += time.perf_counter() - t
+
+    halt = stop or threading.Event()
+    restore = _catch_sigint(halt)
+    try:
+        started_at = datetime.now(timezone.utc)
+        t0 = time.monotonic()
+        ctx.started_monotonic = t0
+        for c in instances:
+            call(c, "start")
+        _report(progress, 0.0, duration_s, "started")
+        k = 1
+        while not halt.is_set():
+            target = t0 + k * interval_s
+            if target >= t0 + duration_s - 1e-3:
+                break
+            if halt.wait(max(0.0, target - time.monotonic())):
+                break
+            for c in instances:
+                call(c, "sample")
+            elapsed = time.monotonic() - t0
+            _report(progress, elapsed, duration_s, f"sampled {k}")
+            k = max(k + 1, int(elapsed / interval_s) + 1)  # skip ticks lost to a slow round
+        if not halt.is_set():
+            halt.wait(max(0.0, t0 + duration_s - time.monotonic()))
+        actual = time.monotonic() - t0
+        graph = Graph()
+        for c in instances:
+            fragment = call(c, "finish")
+            if isinstance(fragment, Graph):
+                graph.merge(fragment)
+    finally:
+        restore()
+    _report(progress, actual, duration_s, "finished early" if halt.is_set() else "finished")
+    statuses = {}
+    for c in instances:
+        status = c.status.model_copy()
+        status.duration_s = round(spent[c.name], 4)
+        if status.privileges is None:
+            status.privileges = "root" if ctx.is_root else f"uid {os.geteuid()} (not root)"
+        statuses[c.name] = status
+    if collectors is None:
+        for module, reason in broken.items():
+            statuses.setdefault(module, CollectorStatus(status="error", reason=reason))
+    graph.meta = Meta(hosts=[ctx.host], tool_version=_version(), started_at=started_at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                      duration_s=round(actual, 3), interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
+                      collectors=dict(sorted(statuses.items())), source="live")
+    return graph
+
+
+def host_info(ctx: Context) -> dict[str, Any]:
+    model = None
+    for line in (read_text(f"{ctx.proc}/cpuinfo") or "").splitlines():
+        if line.startswith(("model name", "Model Name", "cpu model", "Hardware")):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {"kernel": platform.release(), "cpu_model": model, "cpus": os.cpu_count(),
+            "numa_nodes": len(numa_topology(ctx)) or 1}
+
+
+def _select(wanted: list[str] | None, broken: dict[str, str]) -> list[str]:
+    if wanted is None:
+        return [n for n, cls in REGISTRY.items() if cls.default_enabled]
+    unknown = sorted(set(wanted) - set(REGISTRY))
+    if unknown:
+        raise InputError(f"unknown collector(s): {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}")
+    return list(dict.fromkeys(wanted))
+
+
+def _catch_sigint(halt: threading.Event) -> Callable[[], None]:
+    """In the main thread, SIGINT ends the window instead of raising inside a collector."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: halt.set())
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def _report(progress: Progress | None, elapsed: float, total: float, message: str) -> None:
+    if progress is not None:
+        try:
+            progress(round(elapsed, 3), total, message)
+        except Exception:  # noqa: BLE001 - a broken progress callback must not lose the window
+            pass
+
+
+def _version() -> str | None:
+    try:
+        from importlib.metadata import version
+        return version("witty-profiler")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,0 +1,455 @@
+"""Processes and threads: CPU, run-queue wait, context switches, affinity, where they ran, memory,
+I/O rates, NUMA pages, cgroup and container, and the process tree.
+
+Cost model (the host may run thousands of tasks): every interval, one /proc/PID/stat per process,
+plus stat and schedstat per thread of the processes in scope. At the start and the end only:
+status, io and every thread's schedstat and status (rates over the window need only the two
+ends). Expensive reads only for the processes in scope: maps and environ when a process joins
+the scope, numa_maps at the end.
+
+The scope is the given pids and their descendants; without pids, the processes recognised as AI
+training/inference (name or command line) and their descendants, plus the top CPU consumers of
+the window so far. Kernel threads appear only when they used at least 1 % of a core.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+
+from collectors.base import Collector, register
+from collectors.numa import cpu_to_node
+from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
+                               parse_cmdline, parse_environ, parse_maps_libraries, parse_numa_maps,
+                               parse_cpulist, read_text)
+from collectors.sampling import Series, ratio_metrics, window_metrics
+from collectors.tasks import ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat, read_status
+from topology import Graph
+from topology.ids import entity_id, numa_id, process_id, thread_id
+from topology.privacy import filter_env, redact_cmdline
+from topology.workload import classify_process
+
+TOP_CONSUMERS = 20
+KERNEL_THREAD_MIN_PCT = 1.0
+MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
+TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
+
+
+@register
+class ProcessCollector(Collector):
+    name = "process"
+    order = 10  # finishes first, so that later collectors can read the scope it settled on
+
+    # -- the window ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.proc = str(self.ctx.proc)
+        self.node_of = cpu_to_node(self.ctx)
+        self.boot_t0 = time.clock_gettime(time.CLOCK_BOOTTIME)
+        self.btime = _boot_time(self.proc)
+        self.requested = set(self.ctx.pids) if self.ctx.pids else None
+        self.procs: dict[int, ProcState] = {}
+        self.unreadable: dict[str, int] = {}
+        t = time.monotonic()
+        for pid in list_pids(self.proc):
+            self._first_sight(pid, t)
+        for p in list(self.procs.values()):
+            self._classify(p)
+        self._update_scope(t)
+        for p in list(self.procs.values()):
+            self._endpoint(p, t)
+
+    def sample(self) -> None:
+        t = time.monotonic()
+        seen = set()
+        for pid in list_pids(self.proc):
+            st = read_stat(f"{self.proc}/{pid}/stat")
+            if st is None:
+                continue
+            seen.add(pid)
+            p = self.procs.get(pid)
+            if p is None or p.starttime != st.starttime:  # new, or the pid was reused
+                p = self._first_sight(pid, t, st)
+                if p is not None:
+                    self._classify(p)
+                    self._endpoint(p, t)
+                continue
+            p.observe_stat(t, st, self.node_of.get(st.processor))
+        for pid, p in self.procs.items():
+            if pid not in seen:
+                p.gone = True
+        self._update_scope(t)
+        for p in self.procs.values():
+            if p.in_scope and not p.gone:
+                self._threads(p, t, stat=True, schedstat=True, status=False)
+
+    def finish(self) -> Graph:
+        self.sample()
+        t = time.monotonic()
+        for p in self.procs.values():
+            if not p.gone:
+                self._endpoint(p, t, end=True)
+        for p in self.procs.values():
+            if p.in_scope and not p.gone:
+                self._numa_pages(p)
+        self.ctx.cache["scope_pids"] = sorted(pid for pid, p in self.procs.items() if p.in_scope)
+        self._report_unreadable()
+        return self._graph()
+
+    # -- reading ------------------------------------------------------------------------------
+    def _first_sight(self, pid: int, t: float, st=None) -> ProcState | None:
+        st = st or read_stat(f"{self.proc}/{pid}/stat")
+        if st is None:
+            return None
+        started = st.starttime / CLK_TCK >= self.boot_t0
+        p = ProcState(pid, st, started)
+        p.observe_stat(t, st, self.node_of.get(st.processor))
+        p.cmdline = parse_cmdline(read_text(f"{self.proc}/{pid}/cmdline") or "")
+        p.cgroups = parse_cgroup(read_text(f"{self.proc}/{pid}/cgroup") or "")
+        self.procs[pid] = p
+        self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups  # the cgroup collector reuses these
+        return p
+
+    def _endpoint(self, p: ProcState, t: float, end: bool = False) -> None:
+        """status, io and all threads' schedstat/status: the two ends of the window's rates."""
+        status = read_status(f"{self.proc}/{p.pid}/status")
+        if status is not None:
+            p.status_last = (t, status)
+            if p.status_first is None:
+                p.status_first = p.status_last
+        io = read_io(self.proc, p.pid)
+        if io is None:
+            if not p.kernel and status is not None:
+                self._unreadable("io", p.pid)
+        else:
+            p.io_last = (t, io)
+            if p.io_first is None:
+                p.io_first = p.io_last
+        # scope threads had their stat and schedstat read by the sample just before the end
+        scope_sampled = end and p.in_scope
+        self._threads(p, t, stat=p.in_scope and not scope_sampled, schedstat=not scope_sampled, status=True)
+
+    def _threads(self, p: ProcState, t: float, stat: bool, schedstat: bool, status: bool) -> None:
+        base = f"{self.proc}/{p.pid}/task"
+        for tid in list_tids(self.proc, p.pid):
+            th = p.threads.get(tid)
+            if th is None:
+                th = p.threads[tid] = ThreadState(tid)
+            node = None
+            if stat:
+                tst = read_stat(f"{base}/{tid}/stat")
+                if tst is None:
+                    continue
+                th.observe_stat(t, tst)
+                node = self.node_of.get(tst.processor)
+            if schedstat:
+                values = read_schedstat(f"{base}/{tid}/schedstat")
+                if values is not None:
+                    th.observe_schedstat(t, values, node)
+            if status:
+                st = read_status(f"{base}/{tid}/status")
+                if st is not None:
+                    th.observe_status(t, st)
+                    th.name = th.name or st.get("Name", "")
+
+    def _classify(self, p: ProcState) -> dict:
+        """Classification from name and command line (cheap, every process), parents first."""
+        if "class" in p.extra:
+            return p.extra["class"]
+        p.extra["class"] = {}  # guards against a cycle from pid reuse
+        parent = self.procs.get(p.ppid)
+        parent_class = self._classify(parent) if parent is not None and parent is not p else None
+        p.extra["class"] = classify_process(p.name, p.cmdline or "", parent=parent_class)
+        return p.extra["class"]
+
+    def _update_scope(self, t: float) -> None:
+        if self.requested is not None:
+            wanted = {pid for pid in self.procs if pid in self.requested}
+        else:
+            wanted = {pid for pid, p in self.procs.items() if p.extra.get("class", {}).get("ai")}
+            busy = sorted((p for p in self.procs.values() if not p.kernel and len(p.cpu_ticks) >= 2),
+                          key=lambda p: (-(p.cpu_ticks.delta() or 0), p.pid))
+            wanted |= {p.pid for p in busy[:TOP_CONSUMERS] if (p.cpu_ticks.delta() or 0) > 0}
+        # descendants, by following ppid until nothing changes
+        children: dict[int, list[int]] = {}
+        for pid, p in self.procs.items():
+            children.setdefault(p.ppid, []).append(pid)
+        stack = list(wanted)
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child not in wanted:
+                    wanted.add(child)
+                    stack.append(child)
+        for pid in wanted:
+            p = self.procs[pid]
+            if not p.in_scope and not p.gone:
+                self._join_scope(p, t)
+
+    def _join_scope(self, p: ProcState, t: float) -> None:
+        """Expensive reads, once: mapped libraries and the allowlisted environment, then reclassify."""
+        p.in_scope = True
+        libraries: list[str] = []
+        env: dict[str, str] = {}
+        if not p.kernel:
+            maps = read_text(f"{self.proc}/{p.pid}/maps")
+            if maps is None:
+                self._unreadable("maps", p.pid)
+            else:
+                libraries = parse_maps_libraries(maps)
+            environ = read_text(f"{self.proc}/{p.pid}/environ")
+            if environ is None:
+                self._unreadable("environ", p.pid)
+            else:
+                env = filter_env(parse_environ(environ))  # values outside the allowlist are never kept
+        p.extra["env"] = env
+        parent = self.procs.get(p.ppid)
+        parent_class = parent.extra.get("class") if parent is not None and parent is not p else None
+        p.extra["class"] = classify_process(p.name, p.cmdline or "", libraries, env, parent=parent_class)
+        self._threads(p, t, stat=True, schedstat=True, status=True)
+
+    def _numa_pages(self, p: ProcState) -> None:
+        if p.kernel:
+            return
+        text = read_text(f"{self.proc}/{p.pid}/numa_maps")
+        if text is None:
+            self._unreadable("numa_maps", p.pid)
+            return
+        p.extra["numa_pages"] = parse_numa_maps(text)
+
+    def _unreadable(self, what: str, pid: int) -> None:
+        """Count a file we could not read, unless the process has simply exited meanwhile."""
+        if os.path.exists(f"{self.proc}/{pid}"):
+            self.unreadable[what] = self.unreadable.get(what, 0) + 1
+
+    def _report_unreadable(self) -> None:
+        effects = {"io": "read/write byte rates missing", "maps": "mapped libraries not checked",
+                   "environ": "ranks from the environment missing", "numa_maps": "NUMA pages missing"}
+        for what, count in sorted(self.unreadable.items()):
+            why = "needs root or the same user" if not self.ctx.is_root else "permission denied"
+            self.partial(f"/proc/PID/{what} unreadable for {count} processes ({why}; {effects[what]})")
+        if not self.ctx.is_root:
+            self.status.privileges = f"uid {os.geteuid()} (not root)"
+
+    # -- the fragment ---------------------------------------------------------------------------
+    def _graph(self) -> Graph:
+        g = self.fragment()
+        host = self.ctx.host
+        emitted: set[int] = set()
+        for pid in sorted(self.procs):
+            p = self.procs[pid]
+            metrics = _process_metrics(p)
+            if p.kernel and not p.in_scope and metrics.get("cpu_util_pct", 0) < KERNEL_THREAD_MIN_PCT:
+                continue
+            emitted.add(pid)
+            pid_id = process_id(host, pid)
+            g.entity_of("process", pid_id, self._process_attrs(p), metrics)
+            self._numa_edges(g, pid_id, p)
+            self._container_edge(g, pid_id, p)
+            if p.in_scope:
+                for tid in sorted(p.threads):
+                    self._thread(g, pid_id, p, p.threads[tid])
+        for pid in sorted(emitted):
+            ppid = self.procs[pid].ppid
+            if ppid in emitted:
+                g.edge_of("parent_of", process_id(host, ppid), process_id(host, pid))
+        return g
+
+    def _process_attrs(self, p: ProcState) -> dict:
+        status = p.status_last[1] if p.status_last else {}
+        attrs: dict = {"pid": p.pid, "ppid": p.ppid, "name": p.name, "state": p.state,
+                       "cmdline": redact_cmdline(p.cmdline or ""), "in_scope": p.in_scope}
+        if self.btime is not None:
+            attrs["started_at"] = _iso(self.btime + p.starttime / CLK_TCK)
+        if p.started_in_window:
+            attrs["started_in_window"] = True
+        if p.exited:
+            attrs["exited_in_window"] = True
+        if p.kernel:
+            attrs["kernel_thread"] = True
+        for key, name in (("Cpus_allowed_list", "cpus_allowed"), ("Mems_allowed_list", "mems_allowed")):
+            if key in status:
+                attrs[name] = status[key]
+        ran_on = set(p.cpus)
+        for th in p.threads.values():
+            ran_on |= th.cpus if p.in_scope else set()
+        attrs["ran_on_cpus"] = format_cpulist(ran_on)
+        if p.cgroups:
+            attrs["cgroup"] = _main_cgroup(p.cgroups)
+        cls = p.extra.get("class") or {}
+        attrs.update({k: v for k, v in cls.items() if v is not None})
+        if p.extra.get("env"):
+            attrs["env"] = p.extra["env"]
+        if "numa_pages" in p.extra:
+            attrs["numa_pages"] = {str(n): v for n, v in sorted(p.extra["numa_pages"].items())}
+        return attrs
+
+    def _numa_edges(self, g: Graph, pid_id: str, p: ProcState) -> None:
+        host = self.ctx.host
+        runtime = _runtime_by_node(p)
+        total = sum(runtime.values())
+        for node, ns in sorted(runtime.items()):
+            g.entity_of("numa_node", numa_id(host, node), {"node": node})
+            g.edge_of("runs_on", pid_id, numa_id(host, node), metrics={
+                "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
+        pages = p.extra.get("numa_pages") or {}
+        all_pages = sum(pages.values())
+        for node, count in sorted(pages.items()):
+            g.entity_of("numa_node", numa_id(host, node), {"node": node})
+            g.edge_of("allocates_on", pid_id, numa_id(host, node), metrics={
+                "pages": count, "page_share_pct": round(count / all_pages * 100, 2) if all_pages else 0.0})
+        if pages:
+            metrics = g.entity(pid_id).metrics
+            metrics["numa_pages_total"] = all_pages
+            ran_nodes = {n for n, ns in runtime.items() if total and ns / total >= MOSTLY_RAN_SHARE}
+            if ran_nodes and all_pages:
+                remote = sum(c for n, c in pages.items() if n not in ran_nodes)
+                metrics["numa_remote_pages_pct"] = round(remote / all_pages * 100, 2)
+
+    def _container_edge(self, g: Graph, pid_id: str, p: ProcState) -> None:
+        for path in (p.cgroups or {}).values():
+            found = container_from_cgroup(path)
+            if found:
+                cid = entity_id("container", self.ctx.host, found["id"])
+                g.entity_of("container", cid, {k: v for k, v in found.items() if k != "id"} | {"container_id": found["id"]})
+                g.edge_of("in_container", pid_id, cid)
+                return
+
+    def _thread(self, g: Graph, pid_id: str, p: ProcState, th: ThreadState) -> None:
+        host = self.ctx.host
+        tid_id = thread_id(host, p.pid, th.tid)
+        attrs = {"tid": th.tid, "pid": p.pid, "name": th.name, "state": th.state,
+                 "ran_on_cpus": format_cpulist(th.cpus)}
+        if th.cpus_allowed:
+            attrs["cpus_allowed"] = th.cpus_allowed
+        if th.node_ns:
+            attrs["numa_runtime_ns"] = {str(n): v for n, v in sorted(th.node_ns.items())}
+        if p.exited or (p.threads and th.run_ns.times and th.run_ns.times[-1] < p.last_t):
+            attrs["exited_in_window"] = True
+        metrics: dict = {}
+        metrics.update(window_metrics("cpu_util_pct", th.run_ns, scale=1e-7, digits=2))  # ns/s -> % of a core
+        metrics.update(window_metrics("cpu_user_pct", th.user_ticks, scale=TICK_PCT, digits=2))
+        metrics.update(window_metrics("cpu_system_pct", th.system_ticks, scale=TICK_PCT, digits=2))
+        metrics.update(_thread_runqueue(th))
+        metrics.update(_ctx_switch_rates([th]))
+        if th.cpus_allowed:
+            metrics["cpus_allowed_count"] = len(parse_cpulist(th.cpus_allowed))
+        g.entity_of("thread", tid_id, attrs, metrics)
+        g.edge_of("has_thread", pid_id, tid_id)
+        total = sum(th.node_ns.values())
+        for node, ns in sorted(th.node_ns.items()):
+            g.entity_of("numa_node", numa_id(host, node), {"node": node})
+            g.edge_of("runs_on", tid_id, numa_id(host, node), metrics={
+                "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
+
+
+# -- window arithmetic -------------------------------------------------------------------------------
+def _process_metrics(p: ProcState) -> dict:
+    m: dict = {}
+    m.update(window_metrics("cpu_util_pct", p.cpu_ticks, scale=TICK_PCT, digits=2))
+    m.update(window_metrics("cpu_user_pct", p.user_ticks, scale=TICK_PCT, digits=2))
+    m.update(window_metrics("cpu_system_pct", p.system_ticks, scale=TICK_PCT, digits=2))
+    m.update(window_metrics("major_faults_per_s", p.majflt, digits=2))
+    m["rss_bytes"] = p.rss_pages * PAGE_SIZE
+    m["num_threads"] = p.num_threads
+    status = p.status_last[1] if p.status_last else {}
+    if "Cpus_allowed_list" in status:
+        m["cpus_allowed_count"] = len(parse_cpulist(status["Cpus_allowed_list"]))
+    m.update(_process_runqueue(p))
+    m.update(_ctx_switch_rates(p.threads.values()))
+    if p.io_first and p.io_last and p.io_last[0] > p.io_first[0]:
+        span = p.io_last[0] - p.io_first[0]
+        for key, name in (("read_bytes", "read_bytes_per_s"), ("write_bytes", "write_bytes_per_s")):
+            delta = p.io_last[1].get(key, 0) - p.io_first[1].get(key, 0)
+            if delta >= 0:
+                m[name] = round(delta / span, 1)
+    if p.in_scope:
+        m["runnable_threads"] = sum(1 for th in p.threads.values() if th.state == "R")
+    return m
+
+
+def _runqueue(run: float, wait: float, slices: float, span: float) -> dict:
+    m: dict = {}
+    if run + wait > 0:
+        m["runqueue_wait_pct"] = round(wait / (run + wait) * 100, 3)
+    if span > 0:
+        m["runqueue_wait_ms_per_s"] = round(wait / 1e6 / span, 3)
+        m["timeslices_per_s"] = round(slices / span, 2)
+    if slices > 0:
+        m["runqueue_wait_per_slice_us"] = round(wait / 1e3 / slices, 2)
+    return m
+
+
+def _thread_runqueue(th: ThreadState) -> dict:
+    m: dict = {}
+    m.update(ratio_metrics("runqueue_wait_pct", th.wait_ns, th.run_ns, den_extra=th.wait_ns))
+    m.update(window_metrics("runqueue_wait_ms_per_s", th.wait_ns, scale=1e-6))
+    m.update(ratio_metrics("runqueue_wait_per_slice_us", th.wait_ns, th.slices, scale=1e-3, digits=2))
+    m.update(window_metrics("timeslices_per_s", th.slices, digits=2))
+    return m
+
+
+def _process_runqueue(p: ProcState) -> dict:
+    """Sum over the threads seen at both ends (a thread that exited mid-window is not counted)."""
+    run = wait = slices = 0
+    counted = False
+    for th in p.threads.values():
+        if len(th.run_ns) >= 2 and th.run_ns.delta() is not None and th.wait_ns.delta() is not None:
+            run += th.run_ns.delta()
+            wait += th.wait_ns.delta()
+            slices += th.slices.delta() or 0
+            counted = True
+    span = p.last_t - p.first_t
+    return _runqueue(run, wait, slices, span) if counted else {}
+
+
+def _ctx_switch_rates(threads) -> dict:
+    """Sum of each thread's context-switch rate between its first and last status read."""
+    rates = {"voluntary_ctxt_switches": 0.0, "nonvoluntary_ctxt_switches": 0.0}
+    counted = False
+    for th in threads:
+        if not th.status_first or not th.status_last or th.status_last[0] <= th.status_first[0]:
+            continue
+        span = th.status_last[0] - th.status_first[0]
+        for key in rates:
+            try:
+                delta = int(th.status_last[1][key]) - int(th.status_first[1][key])
+            except (KeyError, ValueError):
+                continue
+            if delta >= 0:
+                rates[key] += delta / span
+                counted = True
+    return {f"{k}_per_s": round(v, 2) for k, v in rates.items()} if counted else {}
+
+
+def _runtime_by_node(p: ProcState) -> dict[int, int]:
+    """On-CPU ns per NUMA node: from the threads' schedstat where they were sampled, else from the
+    process's CPU ticks attributed to the node of the CPU its main thread was seen on."""
+    by_node: dict[int, int] = {}
+    if p.in_scope:
+        for th in p.threads.values():
+            for node, ns in th.node_ns.items():
+                by_node[node] = by_node.get(node, 0) + ns
+    if not by_node:
+        by_node = {node: ticks * (1_000_000_000 // CLK_TCK) for node, ticks in p.node_ticks.items()}
+    return by_node
+
+
+def _main_cgroup(cgroups: dict[str, str]) -> str:
+    """The most telling cgroup path: the v2 one where it is not the root, else the v1 cpu, memory
+    or systemd one."""
+    for key in ("", "cpu", "memory", "name=systemd"):
+        path = cgroups.get(key)
+        if path and path != "/":
+            return path
+    return next((p for p in cgroups.values() if p != "/"), "/")
+
+
+def _boot_time(proc: str) -> float | None:
+    for line in (read_text(f"{proc}/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

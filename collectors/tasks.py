@@ -1,0 +1,140 @@
+"""What the process collector remembers about each process and thread during a window.
+
+Cheap counters are appended every interval (a process's stat; a scope thread's stat and
+schedstat); counters that only need a rate over the window (status context switches, io,
+the schedstat of threads outside the scope) are kept at the first and last observation only.
+Every read tolerates the task vanishing between listing and reading: a vanished task simply
+stops being observed and is reported as exited.
+"""
+
+from __future__ import annotations
+
+import os
+
+from collectors.procfs import Stat, parse_kv_numbers, parse_schedstat, parse_stat, parse_status, read_text
+from collectors.sampling import Series
+
+
+class ThreadState:
+    __slots__ = ("tid", "name", "cpu_ticks", "user_ticks", "system_ticks", "run_ns", "wait_ns", "slices",
+                 "cpus", "node_ns", "state", "status_first", "status_last", "cpus_allowed")
+
+    def __init__(self, tid: int) -> None:
+        self.tid = tid
+        self.name = ""
+        self.cpu_ticks, self.user_ticks, self.system_ticks = Series(), Series(), Series()
+        self.run_ns, self.wait_ns, self.slices = Series(), Series(), Series()
+        self.cpus: set[int] = set()  # CPUs it was seen on (the 'processor' field)
+        self.node_ns: dict[int, int] = {}  # on-CPU ns attributed to the node of the CPU it was seen on
+        self.state = ""
+        self.status_first: tuple[float, dict[str, str]] | None = None  # (time, status) at first and last read
+        self.status_last: tuple[float, dict[str, str]] | None = None
+        self.cpus_allowed = ""
+
+    def observe_stat(self, t: float, st: Stat) -> None:
+        self.name = st.comm
+        self.state = st.state
+        self.cpus.add(st.processor)
+        self.user_ticks.add(t, st.utime)
+        self.system_ticks.add(t, st.stime)
+        self.cpu_ticks.add(t, st.utime + st.stime)
+
+    def observe_schedstat(self, t: float, values: tuple[int, int, int], node: int | None) -> None:
+        if node is not None and self.run_ns.values:
+            delta = values[0] - self.run_ns.values[-1]
+            if delta > 0:
+                self.node_ns[node] = self.node_ns.get(node, 0) + delta
+        self.run_ns.add(t, values[0])
+        self.wait_ns.add(t, values[1])
+        self.slices.add(t, values[2])
+
+    def observe_status(self, t: float, status: dict[str, str]) -> None:
+        if self.status_first is None:
+            self.status_first = (t, status)
+        self.status_last = (t, status)
+        self.cpus_allowed = status.get("Cpus_allowed_list", self.cpus_allowed)
+
+
+class ProcState:
+    __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "cpu_ticks", "user_ticks", "system_ticks",
+                 "majflt", "first_t", "last_t", "state", "rss_pages", "num_threads", "cpus", "node_ticks",
+                 "started_in_window", "gone", "in_scope", "threads", "cmdline", "cgroups", "status_first",
+                 "status_last", "io_first", "io_last", "extra", "first_state")
+
+    def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
+        self.pid = pid
+        self.starttime = st.starttime
+        self.name = st.comm
+        self.ppid = st.ppid
+        self.kernel = st.kernel_thread
+        self.cpu_ticks, self.user_ticks, self.system_ticks, self.majflt = Series(), Series(), Series(), Series()
+        self.first_t = self.last_t = 0.0
+        self.state, self.rss_pages, self.num_threads = "", 0, 0
+        self.cpus: set[int] = set()
+        self.node_ticks: dict[int, int] = {}
+        self.started_in_window = started_in_window
+        self.gone = False
+        self.in_scope = False
+        self.first_state = st.state
+        self.threads: dict[int, ThreadState] = {}
+        self.cmdline: str | None = None
+        self.cgroups: dict[str, str] | None = None
+        self.status_first: tuple[float, dict[str, str]] | None = None  # (time, status)
+        self.status_last: tuple[float, dict[str, str]] | None = None
+        self.io_first: tuple[float, dict[str, int]] | None = None  # (time, io counters)
+        self.io_last: tuple[float, dict[str, int]] | None = None
+        self.extra: dict = {}  # expensive reads: libraries, env, numa pages, classification
+
+    @property
+    def exited(self) -> bool:
+        """Gone from /proc, or a zombie now (exited, not yet reaped by its parent) that was not one before."""
+        return self.gone or (self.state == "Z" and self.first_state != "Z")
+
+    def observe_stat(self, t: float, st: Stat, node: int | None) -> None:
+        if not self.cpu_ticks.values:
+            self.first_t = t
+        elif node is not None:
+            delta = st.utime + st.stime - self.cpu_ticks.values[-1]
+            if delta > 0:
+                self.node_ticks[node] = self.node_ticks.get(node, 0) + delta
+        self.last_t = t
+        self.state, self.rss_pages, self.num_threads = st.state, st.rss, st.num_threads
+        self.cpus.add(st.processor)
+        self.cpu_ticks.add(t, st.utime + st.stime)
+        self.user_ticks.add(t, st.utime)
+        self.system_ticks.add(t, st.stime)
+        self.majflt.add(t, st.majflt)
+
+
+def list_pids(proc: str) -> list[int]:
+    try:
+        return [int(n) for n in os.listdir(proc) if n.isdigit()]
+    except OSError:
+        return []
+
+
+def list_tids(proc: str, pid: int) -> list[int]:
+    try:
+        return [int(n) for n in os.listdir(f"{proc}/{pid}/task") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def read_stat(path: str) -> Stat | None:
+    text = read_text(path)
+    return parse_stat(text) if text else None
+
+
+def read_status(path: str) -> dict[str, str] | None:
+    text = read_text(path)
+    return parse_status(text) if text else None
+
+
+def read_io(proc: str, pid: int) -> dict[str, int] | None:
+    text = read_text(f"{proc}/{pid}/io")
+    return parse_kv_numbers(text) if text else None
+
+
+def read_schedstat(path: str) -> tuple[int, int, int] | None:
+    text = read_text(path)
+    return parse_schedstat(text) if text else None

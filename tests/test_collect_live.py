@@ -1,0 +1,187 @@
+"""A real window of `witty-profiler collect` against processes this test starts: a busy loop, a
+sleeper, a pinned process, a process with secrets in its command line and environment, one that
+exits and one that starts inside the window, a process with named threads."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from topology import load_graph
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+SECRET_ARG = "hunter2-cmdline-0f9e8d"
+SECRET_ENV = "envsecret-7c6b5a"
+SECRET_URL_PW = "urlpw-3d2c1b"
+
+# a busy main thread plus three sleeping threads that name themselves (prctl PR_SET_NAME)
+BUSY_WITH_THREADS = """
+import ctypes, threading, time
+def named(name):
+    ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)
+    time.sleep(120)
+for i in range(3):
+    threading.Thread(target=named, args=(f"witty-sleep{i}",), daemon=True).start()
+while True:
+    pass
+"""
+
+
+def spawn(args, **kw) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+
+@pytest.fixture(scope="module")
+def window(tmp_path_factory):
+    """Start the processes, then collect 2 s at 0.5 s through the CLI, scoped to them."""
+    out = tmp_path_factory.mktemp("collect") / "graph.json"
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": SECRET_ENV, "RANK": "3", "WORLD_SIZE": "8",
+           "DB_URL": f"postgres://app:{SECRET_URL_PW}@db/x"}
+    procs = {
+        "busy": spawn([PY, "-c", BUSY_WITH_THREADS]),
+        "sleeper": spawn(["sleep", "60"]),
+        "pinned": spawn(["taskset", "-c", "0", "sleep", "60"]),
+        "secret": spawn([PY, "-c", "import time; time.sleep(60)", f"--password={SECRET_ARG}"], env=env),
+        # both wait for a line on stdin, sent once the window has started: one exits, one forks a child
+        "exits": spawn(["sh", "-c", "read line"], stdin=subprocess.PIPE),
+        "forks": spawn(["sh", "-c", "read line; sleep 30 & wait"], stdin=subprocess.PIPE),
+    }
+    time.sleep(0.4)  # let the interpreters start and the busy loop spin
+    try:
+        cmd = [PY, "-m", "witty_profiler", "collect", "--duration", "2", "--interval", "0.5", "-o", str(out),
+               "--collectors", "process,cpu,numa,cgroup"]
+        for p in procs.values():
+            cmd += ["--pid", str(p.pid)]
+        collect = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        first = collect.stderr.readline()
+        assert "started" in first, first
+        time.sleep(0.3)
+        for key in ("exits", "forks"):
+            procs[key].stdin.write(b"go\n")
+            procs[key].stdin.flush()
+        stderr = first + collect.stderr.read()
+        assert collect.wait(timeout=60) == 0, stderr
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    return {"graph": load_graph(out), "bytes": out.read_bytes(), "pids": {k: p.pid for k, p in procs.items()},
+            "stderr": stderr}
+
+
+def proc_entity(window, key):
+    graph = window["graph"]
+    return graph.entity(f"process:{graph.meta.hosts[0]}:{window['pids'][key]}")
+
+
+def test_meta_describes_the_window(window):
+    meta = window["graph"].meta
+    assert meta.source == "live" and meta.interval_s == 0.5 and 1.8 <= meta.duration_s <= 4
+    assert meta.started_at.endswith("Z")
+    info = meta.host_info[meta.hosts[0]]
+    assert info["cpus"] == os.cpu_count() and info["numa_nodes"] >= 1 and info["kernel"] == os.uname().release
+    assert set(meta.collectors) == {"process", "cpu", "numa", "cgroup"}
+    assert all(c.duration_s is not None and c.status in ("ok", "partial") for c in meta.collectors.values())
+    assert "collecting" in window["stderr"]
+
+
+def test_busy_loop_and_sleeper(window):
+    busy, sleeper = proc_entity(window, "busy"), proc_entity(window, "sleeper")
+    # The test host's CPUs are shared: the loop may get less than a core, but it is runnable the
+    # whole window, so on-CPU time plus run-queue wait covers (nearly) all of it.
+    runnable_pct = busy.metrics["cpu_util_pct"] + busy.metrics["runqueue_wait_ms_per_s"] / 10
+    assert busy.metrics["cpu_util_pct"] > 50 or (busy.metrics["cpu_util_pct"] > 15 and runnable_pct > 80), busy.metrics
+    assert 80 < runnable_pct < 120, busy.metrics
+    assert busy.metrics["cpu_util_pct_max"] >= busy.metrics["cpu_util_pct_p95"] > 0
+    assert busy.metrics["cpu_user_pct"] > busy.metrics["cpu_system_pct"]
+    assert busy.metrics["timeslices_per_s"] > 0 and "runqueue_wait_pct" in busy.metrics
+    assert busy.attrs["state"] == "R" and busy.attrs["in_scope"] is True
+    assert sleeper.metrics["cpu_util_pct"] < 5 and sleeper.attrs["state"] == "S"
+    assert sleeper.metrics["rss_bytes"] > 0 and sleeper.metrics["num_threads"] == 1
+
+
+def test_threads_with_names_and_where_they_ran(window):
+    graph = window["graph"]
+    busy = proc_entity(window, "busy")
+    threads = [t for _, t in graph.neighbours(busy.id, "out", "has_thread")]
+    assert len(threads) == 4
+    names = sorted(t.attrs["name"] for t in threads)
+    assert names[1:] == ["witty-sleep0", "witty-sleep1", "witty-sleep2"]
+    main = graph.entity(f"thread:{graph.meta.hosts[0]}:{busy.attrs['pid']}:{busy.attrs['pid']}")
+    assert main.metrics["cpu_util_pct"] > 15 and main.attrs["ran_on_cpus"]
+    assert 80 < main.metrics["cpu_util_pct"] + main.metrics["runqueue_wait_ms_per_s"] / 10 < 120, main.metrics
+    assert all(t.metrics["cpu_util_pct"] < 5 for t in threads if t.id != main.id)
+    runs_on = graph.neighbours(main.id, "out", "runs_on")
+    assert runs_on and abs(sum(e.metrics["runtime_share_pct"] for e, _ in runs_on) - 100) < 0.1
+    assert graph.neighbours(busy.id, "out", "runs_on") and graph.neighbours(busy.id, "out", "allocates_on")
+    assert busy.metrics["numa_pages_total"] > 0 and busy.attrs["numa_pages"]
+    assert busy.metrics["numa_remote_pages_pct"] >= 0
+
+
+def test_pinned_process_affinity(window):
+    pinned = proc_entity(window, "pinned")
+    assert pinned.attrs["cpus_allowed"] == "0" and pinned.metrics["cpus_allowed_count"] == 1
+    assert pinned.attrs["ran_on_cpus"] == "0"
+    assert proc_entity(window, "sleeper").metrics["cpus_allowed_count"] == len(os.sched_getaffinity(0))
+
+
+def test_secrets_never_reach_the_file(window):
+    data = window["bytes"]
+    for secret in (SECRET_ARG, SECRET_ENV, SECRET_URL_PW):
+        assert secret.encode() not in data
+    secret = proc_entity(window, "secret")
+    assert "--password=<redacted>" in secret.attrs["cmdline"]
+    assert secret.attrs["env"] == {"RANK": "3", "WORLD_SIZE": "8"}  # allowlisted keys only
+    assert secret.attrs["rank"] == 3 and secret.attrs["ai"] is True
+
+
+def test_exit_and_start_inside_the_window(window):
+    graph = window["graph"]
+    exits = proc_entity(window, "exits")
+    assert exits is not None and exits.attrs["exited_in_window"] is True
+    assert "started_in_window" not in exits.attrs
+    forks = proc_entity(window, "forks")
+    children = [c for _, c in graph.neighbours(forks.id, "out", "parent_of")]
+    assert any(c.attrs.get("started_in_window") and c.attrs["in_scope"] for c in children), children
+
+
+def test_parent_edges_and_cgroups(window):
+    graph = window["graph"]
+    assert not graph.dangling_edges()
+    busy = proc_entity(window, "busy")
+    parents = [e for e, _ in graph.neighbours(busy.id, "in", "parent_of")]
+    assert [e.source for e in parents] == [f"process:{graph.meta.hosts[0]}:{busy.attrs['ppid']}"]
+    cgroups = [c for _, c in graph.neighbours(busy.id, "out", "in_cgroup")]
+    assert cgroups and all(c.type == "cgroup" for c in cgroups)
+    assert busy.attrs["cgroup"].startswith("/")
+
+
+def test_host_and_cpu_entities(window):
+    graph = window["graph"]
+    host = graph.entities("host")[0]
+    assert host.metrics["cpu_util_pct"] > 100 / os.cpu_count() * 0.5  # the busy loop alone
+    cpus = graph.entities("cpu")
+    assert len(cpus) == os.cpu_count()
+    assert all("cpu_util_pct" in c.metrics and "cpu_iowait_pct" in c.metrics for c in cpus)
+    nodes = graph.entities("numa_node")
+    assert nodes and all(graph.neighbours(n.id, "out", "has_cpu") for n in nodes)
+
+
+def test_named_threads_helper_is_real():
+    # guards the thread-name assertion above: prctl must be reachable from ctypes here
+    assert ctypes.CDLL(None).prctl is not None
+
+
+def test_graph_file_is_deterministic_json(window):
+    doc = json.loads(window["bytes"])
+    assert doc["format"] == "witty-graph" and doc["schema_version"] == 1
+    ids = [e["id"] for e in doc["entities"]]
+    assert ids == sorted(ids)
