@@ -6,6 +6,7 @@ is a thin function over the `collectors`, `topology`, `converters` and `diagnosi
 """
 
 from topology import Graph, dump_graph, load_graph as load
+from collectors.engine import run_window as collect
 
 __version__ = "0.1.0"
 
