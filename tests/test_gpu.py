@@ -9,6 +9,7 @@ import pytest
 from collectors.base import Context
 from collectors.gpu import GpuCollector, gpu_link
 from collectors.nvml import RecordedNvml
+from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -44,6 +45,7 @@ def hgx_sysfs(tmp_path: Path) -> Path:
 def test_hgx_h100_devices(hgx_sysfs):
     c, g = run("hgx-h100-8gpu.json", hgx_sysfs)
     assert c.status.status == "ok"
+    assert_known_names(g)
     gpus = g.entities("gpu")
     assert [e.id for e in gpus] == [f"gpu:n1:0000:{b}:00.0" for b in H100_BUSES]  # NVML's 8-digit domain normalised
     g0 = g.entity("gpu:n1:0000:1b:00.0")
@@ -98,6 +100,7 @@ def test_pcie_only_l4(tmp_path):
     add_netdev(nic, "ens3f0")
     c, g = run("pcie-2x-l4.json", sys_root)
     assert c.status.status == "ok"
+    assert_known_names(g)
     busy, idle = g.entity("gpu:n1:0000:01:00.0"), g.entity("gpu:n1:0000:81:00.0")
     assert busy.metrics["util_pct"] == pytest.approx(45.0) and "nvlink_links_up" not in busy.metrics
     assert busy.metrics["pcie_rx_bytes_per_s"] == pytest.approx(112666.67 * 1024, rel=1e-4)

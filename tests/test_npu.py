@@ -11,6 +11,7 @@ import pytest
 
 from collectors.base import Context
 from collectors.npu import NpuCollector, parse_info, parse_kv, parse_per_chip, parse_topo
+from graph_checks import assert_known_names
 from sysfs_tree import add_pci, write
 
 FIXTURES = Path(__file__).parent / "fixtures" / "npu"
@@ -98,6 +99,7 @@ def test_atlas_800t_a2_end_to_end(fake_npu_smi, tmp_path):
                 speed="16.0 GT/s PCIe", max_speed="16.0 GT/s PCIe", width=16, max_width=16)
     c, g = run(Context(host="a2", sys=sys_root))
     assert c.status.status == "ok", c.status.reason
+    assert_known_names(g)
     npus = g.entities("npu")
     assert [e.id for e in npus] == sorted(f"npu:a2:0000:{b}:00.0" for b in A2_BUSES)
     n0 = g.entity("npu:a2:0000:c1:00.0")

@@ -10,6 +10,7 @@ from collectors.base import Context
 from collectors.pci import (PciCollector, format_cpulist, link_degraded, parse_cpulist, parse_cpumask,
                             parse_link_speed, parse_link_width, parse_numa_node, pcie_generation,
                             pcie_link_type, read_device)
+from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 
 
@@ -78,6 +79,7 @@ def test_collector_on_recorded_tree(two_socket):
     c.sample()
     g = c.finish()
     assert c.status.status == "ok"
+    assert_known_names(g)
     gpu = g.entity("pci_device:n1:0000:1a:00.0")
     assert gpu.metrics == {"link_speed_gts": 16.0, "link_speed_max_gts": 32.0, "link_width": 16, "link_width_max": 16}
     assert gpu.attrs["link_degraded"] is True and gpu.attrs["local_cpus"] == "0-15"

@@ -10,6 +10,7 @@ import pytest
 import collectors.rdma as rdma
 from collectors.base import Context
 from collectors.rdma import RdmaCollector, parse_rate, parse_state, port_rates
+from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci, write
 
 IB_COUNTERS = ["VL15_dropped", "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
@@ -102,6 +103,7 @@ def test_connectx6_two_samples(tmp_path, clock):
     clock[0] += 2.0  # nothing moves in the second interval
     g = c.finish()
     assert c.status.status == "ok"
+    assert_known_names(g)
 
     port = g.entity("rdma_port:n1:mlx5_0:1")
     m = port.metrics
