@@ -94,6 +94,18 @@ def wait_acked(server_port: int, count: int, timeout_s: float = 5.0) -> None:
             return
         time.sleep(0.01)
 
+SYSV_SHM_USER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+shmid = int(sys.argv[1]) if len(sys.argv) > 1 else libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT
+assert shmid >= 0, ctypes.get_errno()
+assert libc.shmat(shmid, None, 0) not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+print(shmid, flush=True); time.sleep(60)
+"""
+
 
 @pytest.fixture(scope="module")
 def world():
@@ -102,6 +114,7 @@ def world():
     tmp = tempfile.mkdtemp(prefix="witty-ipc-")
     shm_path = f"/dev/shm/witty-test-{os.getpid()}"
     qid = libc.msgget(IPC_PRIVATE, 0o600)
+    shmid = None
     try:
         writer = spawn(WRITER, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         reader = spawn(HOLD, stdin=writer.stdout)
@@ -136,6 +149,13 @@ def world():
         for p in shm:
             wait_line(p)
 
+        creator = spawn(SYSV_SHM_USER, stdout=subprocess.PIPE)
+        children.append(creator)
+        shmid = int(wait_line(creator))
+        attacher = spawn(SYSV_SHM_USER, str(shmid), stdout=subprocess.PIPE)
+        children.append(attacher)
+        wait_line(attacher)
+
         msg = []
         if qid >= 0:
             msg = [spawn(MSG_USER, str(qid), role, stdout=subprocess.PIPE) for role in ("send", "recv")]
@@ -154,7 +174,8 @@ def world():
         graph = collector.finish()
         yield {"graph": graph, "status": collector.status, "host": ctx.host, "writer": writer, "reader": reader,
                "pair": pair, "userver": userver, "uclient": uclient, "tserver": tserver, "tclient": tclient,
-               "shm": shm, "shm_path": shm_path, "msg": msg}
+               "shm": shm, "shm_path": shm_path, "msg": msg,
+               "sysv_shm": (creator, attacher, shmid)}
     finally:
         for p in children:
             p.kill()
@@ -162,6 +183,8 @@ def world():
             p.wait()
         if qid >= 0:
             libc.msgctl(qid, IPC_RMID, None)
+        if shmid is not None:
+            libc.shmctl(shmid, IPC_RMID, None)
         Path(shm_path).unlink(missing_ok=True)
         Path(tmp, "sock").unlink(missing_ok=True)
         os.rmdir(tmp)
@@ -216,6 +239,14 @@ def test_dev_shm_mapped_by_two_processes(world):
     assert users == {process_id(world["host"], p.pid) for p in (a, b)}
 
 
+def test_sysv_shared_memory_creator_to_user(world):
+    creator, attacher, shmid = world["sysv_shm"]
+    [edge] = edges_between(world, "shm", creator, attacher)
+    assert edge.attrs["direction"] == "creator_to_user"
+    segment = world["graph"].entity(f"shared_memory:{world['host']}:sysv:{shmid}")
+    assert segment.attrs["size_bytes"] == 1 << 20 and segment.attrs["creator_pid"] == creator.pid
+
+
 def test_sysv_message_queue_sender_to_receiver(world):
     if not world["msg"]:
         pytest.skip("msgget failed: SysV IPC not available here")
@@ -227,7 +258,7 @@ def test_sysv_message_queue_sender_to_receiver(world):
 
 def test_scope_keeps_only_edges_touching_it(world):
     pids = {int(e.id.split(":")[2]) for e in world["graph"].entities("process")}
-    children = {p.pid for k, v in world.items() for p in (v if isinstance(v, list) else [v])
+    children = {p.pid for v in world.values() for p in (v if isinstance(v, (list, tuple)) else [v])
                 if isinstance(p, subprocess.Popen)}
     for edge in world["graph"].edges():
         if edge.type in ("pipe", "unix_socket", "tcp", "shm", "msg_queue"):
