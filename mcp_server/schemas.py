@@ -193,16 +193,19 @@ class LayerView(_Out):
     text: str
     tokens: int
     truncated: bool
-    omitted: Any = Field(default=None, description="what the view folded away, as the converter reports it")
+    omitted: dict[str, int] = Field(default_factory=dict, description="rows left out to fit max_tokens, by kind")
     note: str | None = None
+
+
+Scalar = float | int | str | bool | None
 
 
 class Evidence(_Out):
     kind: str
     ids: list[str] = []
     metric: str | None = None
-    value: Any = None
-    threshold: Any = None
+    value: Scalar | list[Scalar] = None
+    threshold: Scalar | list[Scalar] = None
     unit: str | None = None
     note: str | None = None
 

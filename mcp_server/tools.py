@@ -128,7 +128,7 @@ class WittyTools:
         except InputError:
             out.note = "compact views are not available in this installation; use query_graph"
         else:
-            view = convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 100))
+            view = convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200))
             out.overview, out.overview_tokens = view.text, view.tokens
             out.truncated = bool(view.truncated)
             out.note = ("overview cut to fit max_tokens; " if view.truncated else "") + (
@@ -201,7 +201,7 @@ class WittyTools:
         graph = self.store.get(inp.graph_id)
         view = _library("convert")(graph, layer=inp.layer, max_tokens=inp.max_tokens)
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
-                          truncated=bool(view.truncated), omitted=_plain(view.omitted))
+                          truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:
             out.note = (f"view cut to fit max_tokens={inp.max_tokens}; what was folded away is in omitted: raise "
                         f"max_tokens, or list those rows with query_graph")

@@ -1,0 +1,131 @@
+"""Whole sessions through witty-mcp: a live capture of a real busy process with progress
+notifications, then summary, a layer view, the pattern match and the report; the real legacy
+sample; and the installed `witty-mcp` over real stdio."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mcp
+import pytest
+from mcp import StdioServerParameters
+
+from mcp_server.budget import count_tokens
+from mcp_server.server import build_server
+from mcp_server.store import GraphStore
+from mcp_server.tools import WittyTools
+from mcp_support import call, call_error, host_process_graph, require_library
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def busy_process():
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_live_session_collect_summary_view_match_report(tmp_path: Path, busy_process) -> None:
+    require_library("collect", "convert", "diagnose", "report")
+    server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with mcp.Client(server) as client:
+        result = await client.call_tool("collect", {"duration_s": 2, "interval_s": 0.5, "pids": [busy_process.pid]},
+                                        progress_callback=on_progress)
+        assert not result.is_error, result.content[0].text
+        collected = result.structured_content
+        gid = collected["graph_id"]
+        assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
+        assert collected["collectors"] and all(c["status"] in ("ok", "partial", "unavailable", "error")
+                                               for c in collected["collectors"])
+        # progress arrived during the window, in order, against the window's length
+        assert len(progress) >= 3, progress
+        assert [p[0] for p in progress] == sorted(p[0] for p in progress)
+        assert all(p[1] == 2 for p in progress) and progress[-1][0] >= 1.5
+
+        busy = await call(client, "query_graph", graph_id=gid, type="process", where=[f"pid={busy_process.pid}"])
+        assert busy["total_entities"] == 1
+        assert busy["entities"][0]["metrics"]["cpu_util_pct"] > 30  # a busy loop on a shared 2-core host
+
+        summary = await call(client, "graph_summary", graph_id=gid)
+        assert summary["entity_count"] == collected["entity_count"] and summary["overview"]
+        view = await call(client, "convert_layer", graph_id=gid, layer="compute")
+        assert view["layer"] == "compute" and view["text"].strip() and view["tokens"] <= 8000
+        assert view["tokens"] == count_tokens(view["text"])
+
+        matched = await call(client, "match_patterns", graph_id=gid)
+        assert matched["coverage"], "every pattern ends as a finding or a coverage row"
+        statuses = {row["status"] for row in matched["coverage"]}
+        assert statuses <= {"finding", "clear", "not_evaluated"}
+        assert all(f["priority"] in ("P0", "P1", "P2") for f in matched["findings"])
+
+        report = await call(client, "generate_report", graph_id=gid, format="md", output_path="report.md")
+        written = (tmp_path / "report.md").read_text(encoding="utf-8")
+        assert report["written_to"] == str(tmp_path / "report.md") and report["text"] in written
+        message = await call_error(client, "generate_report", graph_id=gid, output_path="report.md")
+        assert "overwrite=true" in message
+        again = await call(client, "generate_report", graph_id=gid, format="json", output_path="report.md",
+                           overwrite=True)
+        assert again["format"] == "json" and (tmp_path / "report.md").read_text(encoding="utf-8") != written
+
+
+async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path, vllm_sample_path: Path) -> None:
+    require_library("diagnose")
+    server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
+    async with mcp.Client(server) as client:
+        loaded = await call(client, "load_graph", path=str(vllm_sample_path))
+        assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
+        unavailable = {c["name"] for c in loaded["collectors"] if c["status"] == "unavailable"}
+        assert unavailable, "the legacy format cannot measure everything, and the summary says so"
+        matched = await call(client, "match_patterns", graph_id=loaded["graph_id"], layer="interconnect")
+        mismatch = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
+        assert mismatch, [f["pattern"] for f in matched["findings"]]
+        ids = {i for f in mismatch for ev in f["evidence"] for i in ev["ids"]}
+        assert any(i.startswith("npu:local:") for i in ids) and any(i.startswith("process:local:") for i in ids)
+
+
+async def test_stdio_server_lists_loads_fails_and_goes_on(tmp_path: Path) -> None:
+    exe = shutil.which("witty-mcp")
+    if exe is None:
+        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    host_process_graph(tmp_path / "host.json")
+    params = StdioServerParameters(command=exe, args=["--log-level", "INFO"], cwd=str(tmp_path),
+                                   env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "state")})
+    async with mcp.Client(params) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert len(tools) == 9 and tools["query_graph"].annotations.read_only_hint is True
+        loaded = await call(client, "load_graph", path="host.json")
+        message = await call_error(client, "graph_summary", graph_id="missing")
+        assert "list_graphs" in message
+        page = await call(client, "query_graph", graph_id=loaded["graph_id"], type="process", limit=2)
+        assert len(page["entities"]) == 2 and page["next_cursor"]
+    assert (tmp_path / "state" / "graphs" / f"{loaded['graph_id']}.json").is_file()
+    # a second process (a restarted server) knows the graph
+    async with mcp.Client(params) as client:
+        listed = await call(client, "list_graphs")
+        assert [g["graph_id"] for g in listed["graphs"]] == [loaded["graph_id"]]
+
+
+def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    exe = shutil.which("witty-mcp")
+    if exe is None:
+        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    done = subprocess.run([exe, "--thresholds", str(tmp_path / "none.toml")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "no such file" in done.stderr
