@@ -55,6 +55,11 @@ def parse_sysvipc(text: str) -> list[dict[str, int]]:
     return rows
 
 
+def ipc_key(key: int) -> str:
+    """A SysV IPC key as ipcs shows it (/proc/sysvipc prints it as a signed int)."""
+    return f"0x{key & 0xFFFFFFFF:08x}"
+
+
 _MAPS_SHM = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+(/dev/shm/\S.*?|/SYSV[0-9a-fA-F]{8})(?: \(deleted\))?$")
 
 
@@ -261,7 +266,7 @@ def shm_edges(edges: _Edges, graph: Graph, host: str, end: Snapshot) -> None:
             continue
         row = segments.get(key, {})
         attrs: dict = {"path": key} if key.startswith("/dev/shm/") else {
-            "shmid": row.get("shmid"), "key": f"0x{row.get('key', 0):08x}", "creator_pid": row.get("cpid")}
+            "shmid": row.get("shmid"), "key": ipc_key(row.get("key", 0)), "creator_pid": row.get("cpid")}
         size = row.get("size") if row else _size(key)
         if size is not None:
             attrs["size_bytes"] = size
@@ -296,7 +301,7 @@ def msg_edges(edges: _Edges, proc: Path, end: Snapshot, start: Snapshot | None, 
         if not sender or not receiver or not all(os.path.exists(f"{proc}/{p}") for p in (sender, receiver)):
             continue
         edges.add("msg_queue", sender, receiver,
-                  {"msqid": row["msqid"], "key": f"0x{row['key']:08x}", "messages": row.get("qnum")},
+                  {"msqid": row["msqid"], "key": ipc_key(row["key"]), "messages": row.get("qnum")},
                   {"queued_bytes": row.get("cbytes"),
                    "queued_bytes_growth_per_s": _growth(row.get("cbytes"), before.get(row["msqid"]), seconds)},
                   qualifier=str(row["msqid"]))

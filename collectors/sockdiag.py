@@ -172,7 +172,13 @@ def tcp_sockets(with_info: bool = True) -> list[TcpSock]:
     for family in (socket.AF_INET, socket.AF_INET6):
         ext = 1 << (INET_DIAG_INFO - 1) if with_info else 0
         request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, ext, 0xFFFFFFFF) + bytes(48)
-        for msg in _dump(request):
+        try:
+            answers = _dump(request)
+        except SockDiagError:
+            if family == socket.AF_INET:
+                raise
+            continue  # a kernel booted with ipv6.disable=1 has no IPv6 sockets to list
+        for msg in answers:
             _fam, state, _timer, _retrans = struct.unpack_from("=BBBB", msg)
             sport, dport = struct.unpack_from("!HH", msg, 4)
             src, dst = msg[8:24], msg[24:40]

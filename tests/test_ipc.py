@@ -305,6 +305,7 @@ def test_parse_sysvipc():
     [seg] = ipc.parse_sysvipc(SYSVIPC_SHM)
     assert (seg["shmid"], seg["size"], seg["cpid"], seg["nattch"]) == (3, 1048576, 13100, 2)
     assert ipc.parse_sysvipc("") == []
+    assert ipc.ipc_key(seg["key"]) == "0x499602d2" and ipc.ipc_key(-1) == "0xffffffff"
 
 
 def test_parse_maps_shm():
