@@ -90,7 +90,7 @@ def test_veth_traffic_shows_as_nic_rates(veth):
     assert m["rx_bytes_per_s"] / m["rx_packets_per_s"] == pytest.approx(PAYLOAD + 14, rel=0.02)
     assert m["rx_bytes_per_s_max"] >= m["rx_bytes_per_s"]
     assert m["rx_errors_per_s"] == 0
-    assert f"nic:{collector.ctx.host}:lo" in graph
+    assert graph.entity(f"nic:{collector.ctx.host}:lo").attrs["virtual"] is True
 
 
 def test_loopback_tcp_connection_state():
@@ -280,3 +280,29 @@ def test_through_the_engine_with_vocabulary_names_only():
         assert item.type in ENTITY_TYPES or item.type in EDGE_TYPES, item.type
         assert [m for m in item.metrics if metric_info(m) is None] == [], item.id
     assert graph.dangling_edges() == []
+
+
+def _sock(local, remote, state="ESTAB", **kw) -> sockdiag.TcpSock:
+    return sockdiag.TcpSock(local=local, remote=remote, state=state, inode=1, cookie=7, **kw)
+
+
+def test_connection_metrics_over_the_window():
+    start = _sock(("192.0.2.1", 40000), ("192.0.2.2", 443), total_retrans=3, bytes_acked=1000, bytes_received=50)
+    end = _sock(("192.0.2.1", 40000), ("192.0.2.2", 443), total_retrans=5, bytes_acked=9000, bytes_received=80,
+                rtt_us=120, rtt_var_us=30)
+    assert network.connection_metrics(end, start) == {"rtt_us": 120, "rtt_var_us": 30, "retrans_total": 2,
+                                                      "bytes_sent_total": 8000, "bytes_received_total": 30}
+    # opened inside the window: everything it carried counts
+    assert network.connection_metrics(end, None)["bytes_sent_total"] == 9000
+
+
+def test_client_side_of_a_local_pair():
+    from collectors.ipc import client_side
+    client = _sock(("127.0.0.1", 5000), ("127.0.0.1", 8080))
+    server = _sock(("127.0.0.1", 8080), ("127.0.0.1", 5000))
+    listening = {("0.0.0.0", 8080)}
+    assert client_side(client, server, listening) == (True, "client_to_server")
+    assert client_side(server, client, listening) == (False, "client_to_server")
+    # listener gone: the ephemeral (higher) port is the client's
+    assert client_side(_sock(("127.0.0.1", 45000), ("127.0.0.1", 8080)),
+                       _sock(("127.0.0.1", 8080), ("127.0.0.1", 45000)), set()) == (True, "guessed_from_ports")
