@@ -207,6 +207,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     # PMU and eBPF (only where the host has them)
     _M("ipc", "instructions/cycle", "instructions per cycle (PMU)"),
     _M("llc_miss_pct", "%", "last-level cache misses / references (PMU)"),
+    _M("dram_bw_util_pct", "%", "DRAM bandwidth used as a share of the peak, host or NUMA node (uncore PMU)"),
     _M("futex_wait_pct", "%", "share of the window a thread waited on futexes (eBPF)"),
     # legacy time bases
     _M("runtime_ns_total", "ns", "CPU time of a task on a NUMA node"),

@@ -1,0 +1,179 @@
+"""The pattern catalog: what a pattern is, and the registry of all of them.
+
+A pattern is defined once, in `diagnosis/patterns/<layer>.py`, as a `Pattern`: its id, layer,
+title, why it matters, the metrics it reads, its thresholds (levelled: notice / warning /
+critical, each with a unit and a direction) and parameters (single values that shape the test),
+how it picks its evidence, its recommendations ordered by expected effect, and the `check`
+function that decides. The generated references (`witty-profiler patterns --markdown`) and the
+TOML override validation read these same objects, so documentation and behaviour cannot drift.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from diagnosis.models import LAYERS, Evidence
+
+if TYPE_CHECKING:
+    from diagnosis.scope import Scope
+
+LEVELS = ("critical", "warning", "notice")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A levelled threshold. `above`: the value must exceed the level to reach it (strictly);
+    `below`: the value must be under it (strictly). A level of None is not used."""
+
+    name: str
+    unit: str
+    direction: Literal["above", "below"]
+    help: str
+    critical: float | None = None
+    warning: float | None = None
+    notice: float | None = None
+
+    def levels(self) -> dict[str, float]:
+        return {lv: getattr(self, lv) for lv in LEVELS if getattr(self, lv) is not None}
+
+    def describe(self) -> str:
+        sign = ">" if self.direction == "above" else "<"
+        unit = "" if self.unit in ("", "ratio") else f" {self.unit}"
+        parts = [f"{lv} {sign} {_num(v)}{unit}" for lv, v in self.levels().items()]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A single value that shapes a pattern's test (a minimum activity, a filter)."""
+
+    name: str
+    value: float
+    unit: str
+    help: str
+
+
+@dataclass
+class Levels:
+    """The effective levels of one threshold (defaults merged with overrides)."""
+
+    threshold: Threshold
+    values: dict[str, float]
+
+    @property
+    def direction(self) -> str:
+        return self.threshold.direction
+
+    @property
+    def unit(self) -> str:
+        return self.threshold.unit
+
+    def severity(self, value: float | None) -> str | None:
+        """The highest level the value crosses, or None."""
+        if value is None:
+            return None
+        for lv in LEVELS:
+            limit = self.values.get(lv)
+            if limit is None:
+                continue
+            if (self.direction == "above" and value > limit) or (self.direction == "below" and value < limit):
+                return lv
+        return None
+
+    def limit(self, severity: str | None = None) -> float | None:
+        """The level that was crossed (or the lowest one, to show what would fire)."""
+        if severity and severity in self.values:
+            return self.values[severity]
+        for lv in ("notice", "warning", "critical"):
+            if lv in self.values:
+                return self.values[lv]
+        return None
+
+
+@dataclass
+class Verdict:
+    status: Literal["finding", "clear", "not_evaluated"]
+    reason: str = ""
+    severity: str | None = None
+    description: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)
+    related: list[str] = field(default_factory=list)
+
+
+def clear(reason: str) -> Verdict:
+    return Verdict("clear", reason=reason)
+
+
+def not_evaluated(reason: str) -> Verdict:
+    return Verdict("not_evaluated", reason=reason)
+
+
+def finding(severity: str, description: str, evidence: list[Evidence], subjects: list[str] | None = None,
+            related: list[str] | None = None) -> Verdict:
+    return Verdict("finding", reason=description, severity=severity, description=description, evidence=evidence,
+                   subjects=sorted(set(subjects or [])), related=sorted(set(related or [])))
+
+
+def worst(*severities: str | None) -> str | None:
+    found = [s for s in severities if s]
+    return min(found, key=LEVELS.index) if found else None
+
+
+@dataclass(frozen=True)
+class Pattern:
+    id: str
+    layer: int
+    title: str
+    why: str
+    metrics: tuple[str, ...]
+    evidence: str
+    recommendations: tuple[str, ...]
+    check: Callable[["Scope", dict[str, Any]], Verdict]
+    thresholds: tuple[Threshold, ...] = ()
+    params: tuple[Param, ...] = ()
+    needs: str = ""  # what data it needs beyond /proc (PMU, eBPF, a device...), for the docs
+
+    @property
+    def layer_name(self) -> str:
+        return LAYERS[self.layer - 1][1]
+
+    @property
+    def layer_title(self) -> str:
+        return LAYERS[self.layer - 1][2]
+
+    def threshold(self, name: str) -> Threshold:
+        return next(t for t in self.thresholds if t.name == name)
+
+    def defaults(self) -> dict[str, Any]:
+        """name -> Levels for thresholds, name -> value for params."""
+        values: dict[str, Any] = {t.name: Levels(t, t.levels()) for t in self.thresholds}
+        values.update({p.name: p.value for p in self.params})
+        return values
+
+
+_MODULES = [name for _, name, _ in LAYERS]
+_CATALOG: dict[str, Pattern] | None = None
+
+
+def catalog() -> dict[str, Pattern]:
+    """All patterns by id, in layer order then definition order."""
+    global _CATALOG
+    if _CATALOG is None:
+        found: dict[str, Pattern] = {}
+        for module in _MODULES:
+            for pattern in importlib.import_module(f"diagnosis.patterns.{module}").PATTERNS:
+                if pattern.id in found:
+                    raise RuntimeError(f"pattern {pattern.id} is defined twice")
+                if not pattern.id.startswith(pattern.layer_name + "."):
+                    raise RuntimeError(f"pattern {pattern.id} is not named after its layer {pattern.layer_name}")
+                found[pattern.id] = pattern
+        _CATALOG = found
+    return _CATALOG
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"

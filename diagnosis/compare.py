@@ -1,0 +1,134 @@
+"""Before/after comparison: did the optimisation resolve the findings, and what moved?
+
+Both graphs are diagnosed with the same thresholds and scope. A finding is matched by pattern id:
+`resolved` (before only), `new` (after only) or `persisting` (both, with the priority of each).
+Metric deltas pair the evidence items of the two findings by (kind, ids, metric); for a resolved
+finding, each entity or edge metric it cited is looked up again in the after graph.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import Field
+
+from diagnosis.matcher import diagnose
+from diagnosis.models import Diagnosis, Evidence, Finding, _Model, rounded
+from topology import Graph
+
+
+class Delta(_Model):
+    ids: list[str]
+    metric: str
+    before: float | None = None
+    after: float | None = None
+    delta: float | None = None
+    unit: str | None = None
+
+
+class Change(_Model):
+    pattern: str
+    title: str
+    layer: int
+    before: str | None = Field(default=None, description="priority before, or None")
+    after: str | None = Field(default=None, description="priority after, or None")
+    deltas: list[Delta] = Field(default_factory=list)
+
+
+class Comparison(_Model):
+    resolved: list[Change] = Field(default_factory=list)
+    new: list[Change] = Field(default_factory=list)
+    persisting: list[Change] = Field(default_factory=list)
+    before_counts: dict[str, int] = Field(default_factory=dict)
+    after_counts: dict[str, int] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def markdown(self) -> str:
+        b, a = self.before_counts, self.after_counts
+        lines = ["# witty-profiler comparison", "",
+                 f"Before: P0 {b.get('P0', 0)} · P1 {b.get('P1', 0)} · P2 {b.get('P2', 0)}  →  "
+                 f"after: P0 {a.get('P0', 0)} · P1 {a.get('P1', 0)} · P2 {a.get('P2', 0)}", ""]
+        for title, changes in (("Resolved", self.resolved), ("New", self.new), ("Persisting", self.persisting)):
+            lines += [f"## {title} ({len(changes)})", ""]
+            if not changes:
+                lines += ["None.", ""]
+                continue
+            for c in changes:
+                lines.append(f"### `{c.pattern}` — {c.title}: {c.before or '-'} → {c.after or '-'}")
+                lines.append("")
+                if c.deltas:
+                    lines += ["| ids | metric | before | after | delta |", "|---|---|---|---|---|"]
+                    for d in c.deltas:
+                        unit = f" {d.unit}" if d.unit else ""
+                        lines.append(f"| {', '.join(d.ids[:3])}{' (+%d)' % (len(d.ids) - 3) if len(d.ids) > 3 else ''}"
+                                     f" | {d.metric} | {_v(d.before)}{unit if d.before is not None else ''} | "
+                                     f"{_v(d.after)}{unit if d.after is not None else ''} | {_signed(d.delta)} |")
+                    lines.append("")
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def _v(value: float | None) -> str:
+    return "" if value is None else f"{rounded(value):g}"
+
+
+def _signed(value: float | None) -> str:
+    return "" if value is None else f"{rounded(value):+g}"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _key(e: Evidence) -> tuple[str, tuple[str, ...], str]:
+    return e.kind, tuple(e.ids), e.metric or ""
+
+
+def _deltas(before: Finding | None, after: Finding | None, after_graph: Graph) -> list[Delta]:
+    found: list[Delta] = []
+    after_items = {_key(e): e for e in (after.evidence if after else [])}
+    for e in before.evidence if before else []:
+        b = _number(e.value)
+        if b is None or not e.metric:
+            continue
+        twin = after_items.get(_key(e))
+        a = _number(twin.value) if twin is not None else _lookup(after_graph, e)
+        found.append(Delta(ids=e.ids, metric=e.metric, before=b, after=a, delta=None if a is None else a - b,
+                           unit=e.unit))
+    if before is None and after is not None:
+        for e in after.evidence:
+            a = _number(e.value)
+            if a is not None and e.metric:
+                found.append(Delta(ids=e.ids, metric=e.metric, after=a, unit=e.unit))
+    unique = {(tuple(d.ids), d.metric): d for d in found}
+    return [unique[k] for k in sorted(unique)]
+
+
+def _lookup(graph: Graph, e: Evidence) -> float | None:
+    """The same metric of the same entity or edge in another graph, if it is there."""
+    if len(e.ids) != 1 or not e.metric:
+        return None
+    item = graph.entity(e.ids[0]) if e.kind == "entity" else graph.edge(e.ids[0]) if e.kind == "edge" else None
+    return _number(item.metrics.get(e.metric)) if item is not None else None
+
+
+def compare_diagnoses(before: Diagnosis, after: Diagnosis, after_graph: Graph) -> Comparison:
+    b = {f.pattern: f for f in before.findings}
+    a = {f.pattern: f for f in after.findings}
+    result = Comparison(before_counts=before.counts(), after_counts=after.counts())
+    for pattern in sorted(set(b) | set(a)):
+        fb, fa = b.get(pattern), a.get(pattern)
+        ref = fb or fa
+        assert ref is not None
+        change = Change(pattern=pattern, title=ref.title, layer=ref.layer, before=fb.priority if fb else None,
+                        after=fa.priority if fa else None, deltas=_deltas(fb, fa, after_graph))
+        (result.persisting if fb and fa else result.resolved if fb else result.new).append(change)
+    return result
+
+
+def compare(before: Graph, after: Graph, thresholds: Any = None, pids: Iterable[int] | None = None) -> Comparison:
+    return compare_diagnoses(diagnose(before, pids=pids, thresholds=thresholds),
+                             diagnose(after, pids=pids, thresholds=thresholds), after)

@@ -1,0 +1,79 @@
+"""Building evidence items and the numbers in descriptions, the same way in every pattern."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnosis.catalog import Levels
+from diagnosis.models import Evidence
+
+MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    """A number for a sentence: 3 significant digits at most, with its unit."""
+    if isinstance(value, float):
+        text = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+        if text.endswith(".0"):
+            text = text[:-2]
+    else:
+        text = str(value)
+    if not unit or unit in ("ratio",):
+        return text
+    if unit == "%":
+        return f"{text} %"
+    return f"{text} {unit}"
+
+
+def entity(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
+           severity: str | None = None, note: str | None = None) -> Evidence:
+    return Evidence(kind="entity", ids=[eid], metric=metric, value=value,
+                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+
+
+def edge(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
+         severity: str | None = None, note: str | None = None) -> Evidence:
+    return Evidence(kind="edge", ids=[eid], metric=metric, value=value,
+                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+
+
+def statistic(ids: list[str], metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
+              severity: str | None = None, note: str | None = None) -> Evidence:
+    return Evidence(kind="statistic", ids=sorted(ids), metric=metric, value=value,
+                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+
+
+def more(count: int, what: str) -> Evidence:
+    return Evidence(kind="statistic", ids=[], metric=None, value=count, note=f"{count} more {what} not shown")
+
+
+def _threshold(levels: Levels | None, severity: str | None) -> Any:
+    if levels is None:
+        return None
+    sign = ">" if levels.direction == "above" else "<"
+    limit = levels.limit(severity)
+    return None if limit is None else f"{sign} {limit:g}"
+
+
+def short(eid: str) -> str:
+    """A readable name for an entity id in a sentence: 'process:h:1234' -> 'process 1234'."""
+    parts = eid.split(":")
+    if len(parts) >= 3:
+        return f"{parts[0].replace('_', ' ')} {':'.join(parts[2:])}"
+    return eid
+
+
+def name_of(entity: Any) -> str:
+    """'pid 1234 (python3)' for a process, 'NPU0 (0000:c1:00.0)' for a device, else a short id."""
+    attrs = entity.attrs
+    if entity.type == "process":
+        name = attrs.get("name")
+        return f"pid {attrs.get('pid', short(entity.id).split()[-1])}" + (f" ({name})" if name else "")
+    if entity.type == "thread":
+        name = attrs.get("name")
+        return f"tid {attrs.get('tid', short(entity.id).split(':')[-1])}" + (f" ({name})" if name else "")
+    if entity.type in ("gpu", "npu"):
+        index = attrs.get("index")
+        label = f"{entity.type.upper()}{index}" if index is not None else entity.type.upper()
+        return f"{label} ({entity.id.split(':', 2)[2]})"
+    return short(entity.id)

@@ -1,0 +1,128 @@
+"""The matcher: every pattern of the catalog (or of one layer) against one graph.
+
+Each pattern ends as a finding or as a coverage row `clear` / `not_evaluated` with its reason.
+Patterns may ask for another pattern's verdict (cross-layer reasoning: an idle accelerator
+whose process waits for busy loaders points to the data-plane finding); verdicts are computed
+once and shared. Findings are ordered by priority, then layer, then id, so the output depends
+only on the graph and the thresholds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from diagnosis.catalog import Verdict, catalog, not_evaluated
+from diagnosis.models import (LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, PRIORITY, SEVERITY_RANK, CoverageRow,
+                              Diagnosis, Finding)
+from diagnosis.scope import Scope
+from diagnosis.thresholds import Overrides, coerce, effective
+from topology import Graph
+from topology.errors import InputError
+
+
+def layer_number(layer: str | int | None) -> int | None:
+    """'memory', 'Memory', '2' or 2 -> 2; None -> None; anything else is an InputError."""
+    if layer is None or layer == "" or layer == "all":
+        return None
+    if isinstance(layer, int) or (isinstance(layer, str) and layer.isdigit()):
+        number = int(layer)
+        if number in LAYER_NAMES:
+            return number
+    elif isinstance(layer, str):
+        key = layer.strip().lower().replace(" ", "").replace("_", "").replace("-", "")
+        aliases = {name: n for name, n in LAYER_NUMBERS.items()}
+        aliases.update({"controlplane": 6, "data": 7})
+        if key in aliases:
+            return aliases[key]
+    names = ", ".join(LAYER_NUMBERS)
+    raise InputError(f"unknown layer {layer!r}; use one of: {names} (or 1-7)")
+
+
+class _Evaluator:
+    def __init__(self, scope: Scope, overrides: Overrides | None) -> None:
+        self.scope = scope
+        self.overrides = overrides
+        self.verdicts: dict[str, Verdict] = {}
+        self._running: set[str] = set()
+        scope.resolver = self.verdict
+
+    def verdict(self, pattern_id: str) -> Verdict | None:
+        if pattern_id in self.verdicts:
+            return self.verdicts[pattern_id]
+        if pattern_id in self._running:
+            return None  # a cycle: the asking pattern decides without it
+        pattern = catalog()[pattern_id]
+        self._running.add(pattern_id)
+        try:
+            result = pattern.check(self.scope, effective(pattern, self.overrides))
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one broken pattern must not hide the other 32
+            result = not_evaluated(f"internal error while evaluating this pattern ({type(exc).__name__}: {exc}); "
+                                   "please report it with the graph file")
+        finally:
+            self._running.discard(pattern_id)
+        self.verdicts[pattern_id] = result
+        return result
+
+
+def _first_sentence(text: str) -> str:
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return match.group(1) if match else text
+
+
+def diagnose(graph: Graph, pids: Iterable[int] | None = None, layer: str | int | None = None,
+             thresholds: Any = None) -> Diagnosis:
+    """Evaluate the catalog on a graph. `pids` narrows the workload to those processes and their
+    descendants; `layer` (name or number) limits the output to one layer; `thresholds` is a TOML
+    path or a mapping of overrides (see diagnosis.thresholds)."""
+    overrides = coerce(thresholds)
+    only = layer_number(layer)
+    scope = Scope(graph, [int(p) for p in pids] if pids else None)
+    evaluator = _Evaluator(scope, overrides)
+    findings: list[Finding] = []
+    coverage: list[CoverageRow] = []
+    for pattern in catalog().values():
+        if only is not None and pattern.layer != only:
+            continue
+        v = evaluator.verdict(pattern.id)
+        assert v is not None
+        if v.status == "finding":
+            severity = v.severity or "warning"
+            findings.append(Finding(
+                pattern=pattern.id, layer=pattern.layer, layer_name=pattern.layer_name, severity=severity,
+                priority=PRIORITY[severity], title=pattern.title, description=v.description, evidence=v.evidence,
+                recommendations=list(pattern.recommendations), subjects=v.subjects, related=v.related))
+            reason = f"{PRIORITY[severity]} ({severity}): {_first_sentence(v.description)}"
+        else:
+            reason = v.reason
+        coverage.append(CoverageRow(pattern=pattern.id, layer=pattern.layer, status=v.status, reason=reason))
+    findings.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.layer, f.pattern))
+    diagnosis = Diagnosis(findings=findings, coverage=coverage)
+    diagnosis.summary = _summary(diagnosis, graph, scope, only, overrides)
+    return diagnosis
+
+
+def _summary(d: Diagnosis, graph: Graph, scope: Scope, only: int | None, overrides: Overrides | None) -> dict[str, Any]:
+    statuses = {"finding": 0, "clear": 0, "not_evaluated": 0}
+    for row in d.coverage:
+        statuses[row.status] += 1
+    meta = graph.meta
+    return {
+        "counts": d.counts(),
+        "patterns": len(d.coverage),
+        **statuses,
+        "top": [f"{f.priority} {f.pattern}: {_first_sentence(f.description)}" for f in d.findings[:3]],
+        "scope": {"mode": scope.mode, "description": scope.describe(), "pids": scope.requested_pids,
+                  "processes": len(scope.processes)},
+        "layer": LAYER_TITLES[only] if only else None,
+        "hosts": list(meta.hosts),
+        "source": meta.source,
+        "started_at": meta.started_at,
+        "duration_s": meta.duration_s,
+        "thresholds_overridden": sorted(overrides or {}),
+        "collectors": {name: {"status": c.status, **({"reason": c.reason} if c.reason else {})}
+                       for name, c in sorted(meta.collectors.items())},
+    }

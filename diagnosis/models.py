@@ -1,0 +1,103 @@
+"""What a diagnosis returns: findings with their evidence, coverage rows, a summary.
+
+These models are the public contract of `witty_profiler.diagnose` and of the JSON report.
+Floats are rounded when serialised, and every list is built in a fixed order by the matcher,
+so the same graph with the same thresholds always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# (number, name, title): the seven layers, bottom up.
+LAYERS: list[tuple[int, str, str]] = [
+    (1, "compute", "Compute"), (2, "memory", "Memory"), (3, "interconnect", "Interconnect"),
+    (4, "network", "Network"), (5, "storage", "Storage"), (6, "control", "Control Plane"),
+    (7, "dataplane", "Data Plane"),
+]
+LAYER_NAMES = {number: name for number, name, _ in LAYERS}
+LAYER_TITLES = {number: title for number, _, title in LAYERS}
+LAYER_NUMBERS = {name: number for number, name, _ in LAYERS}
+
+Severity = Literal["critical", "warning", "notice"]
+PRIORITY: dict[str, str] = {"critical": "P0", "warning": "P1", "notice": "P2"}
+SEVERITY_RANK: dict[str, int] = {"critical": 0, "warning": 1, "notice": 2}
+
+DECIMALS = 3
+
+
+def rounded(value: Any) -> Any:
+    """Round every float in a JSON-able structure, so that output bytes do not depend on the
+    last bits of a floating-point sum."""
+    if isinstance(value, float):
+        r = round(value, DECIMALS)
+        return 0.0 if r == 0 else r  # no "-0.0"
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    def to_dict(self) -> dict[str, Any]:
+        return rounded(self.model_dump(mode="json"))
+
+
+class Evidence(_Model):
+    """One fact a finding rests on: a metric of an entity, a relation, or an aggregate."""
+
+    kind: Literal["entity", "edge", "statistic"]
+    ids: list[str] = Field(default_factory=list, description="entity ids (entity, statistic) or edge ids (edge)")
+    metric: str | None = None
+    value: Any = None
+    threshold: Any = None
+    unit: str | None = None
+    note: str | None = None
+
+
+class Finding(_Model):
+    pattern: str
+    layer: int
+    layer_name: str
+    severity: Severity
+    priority: Literal["P0", "P1", "P2"]
+    title: str
+    description: str
+    evidence: list[Evidence] = Field(default_factory=list)
+    recommendations: list[str] = Field(default_factory=list)
+    subjects: list[str] = Field(default_factory=list, description="ids of the entities the finding is about")
+    related: list[str] = Field(default_factory=list, description="ids of patterns that explain or are explained by this one")
+
+
+class CoverageRow(_Model):
+    pattern: str
+    layer: int
+    status: Literal["finding", "clear", "not_evaluated"]
+    reason: str
+
+
+class Diagnosis(_Model):
+    findings: list[Finding] = Field(default_factory=list)
+    coverage: list[CoverageRow] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def finding(self, pattern: str) -> Finding | None:
+        return next((f for f in self.findings if f.pattern == pattern), None)
+
+    def status(self, pattern: str) -> str | None:
+        return next((c.status for c in self.coverage if c.pattern == pattern), None)
+
+    def counts(self) -> dict[str, int]:
+        counts = {"P0": 0, "P1": 0, "P2": 0}
+        for f in self.findings:
+            counts[f.priority] += 1
+        return counts

@@ -1,0 +1,412 @@
+"""Layer 1, compute: are the CPUs and accelerators doing the work, and doing it efficiently?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.rules import (assess, busy_candidates, clear_text, hit_evidence, metric_check, metric_of, needs_workload,
+                             workload_devices)
+from diagnosis.scope import Scope, num, parse_cpulist
+from topology import Entity
+
+DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.preprocessing_bottleneck")
+
+
+def dataplane_explanations(scope: Scope, subject_ids: set[str]) -> list[str]:
+    """Data-plane findings whose subjects (the waiting consumers) include one of these ids."""
+    found = []
+    for pid in DATAPLANE:
+        v = scope.verdict(pid)
+        if v is not None and v.status == "finding" and subject_ids & set(v.subjects):
+            found.append(pid)
+    return found
+
+
+# -- compute.cpu_starvation ---------------------------------------------------------------
+def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["cpu_util_pct"]
+    candidates = busy_candidates(scope)
+    if not candidates:
+        return clear(f"no process of the workload ({scope.describe()}) is expected to be busy "
+                     "(no trainer, inference engine or accelerator user)")
+    a = assess(candidates, levels, metric_of("cpu_util_pct"))
+    if not a.measured:
+        return not_evaluated(scope.missing("no CPU utilisation of the workload's processes", "process"))
+    if not a.hits:
+        return clear(clear_text(a, "workload processes", "cpu_util_pct"))
+    subjects = {e.id for e, _, _ in a.hits}
+    explained = dataplane_explanations(scope, subjects)
+    items = hit_evidence(a, "cpu_util_pct", extra=lambda e: [
+        ev.entity(e.id, m, num(e, m), unit=u) for m, u in
+        (("runqueue_wait_pct", "%"), ("voluntary_ctxt_switches_per_s", "1/s")) if num(e, m) is not None])
+    first = a.hits[0]
+    text = (f"{len(a.hits)} workload process(es) that should be busy use little CPU: {ev.name_of(first[0])} "
+            f"at {ev.fmt(first[1], '%')} of one core (threshold < {levels.limit(first[2]):g} %).")
+    severity = a.severity or "warning"
+    if explained:
+        # The process is idle because it waits for its input: the root cause is upstream.
+        severity = "notice"
+        text += f" It waits for its input producers: see {', '.join(explained)}."
+    return finding(severity, text, items, subjects=sorted(subjects), related=explained)
+
+
+CPU_STARVATION = Pattern(
+    id="compute.cpu_starvation", layer=1, title="CPU starvation of the workload",
+    why="A trainer or inference engine that gets little CPU cannot feed its accelerator or answer "
+        "requests; the time goes to waiting, not computing.",
+    metrics=("process.cpu_util_pct", "process.runqueue_wait_pct", "process.voluntary_ctxt_switches_per_s"),
+    thresholds=(Threshold("cpu_util_pct", "%", "below", "CPU use of a busy workload process, % of one core",
+                          critical=20, warning=30),),
+    evidence="Each trainer, inference or accelerator-using process of the workload under the threshold, with "
+             "its run-queue wait share and voluntary context switches (waiting vs starved). When a data-plane "
+             "finding explains the wait, the finding is lowered to a notice and points to it.",
+    recommendations=(
+        "If the process waits for input (see the data-plane findings), fix the producer first.",
+        "If its run-queue wait is high, give it dedicated CPUs (taskset/cpuset) away from other busy work.",
+        "Check thread binding (OMP_NUM_THREADS, torch.set_num_threads) against the CPUs it is allowed on.",
+    ),
+    check=_cpu_starvation)
+
+
+# -- compute.cpu_saturation ---------------------------------------------------------------
+def _workload_cpus(scope: Scope) -> dict[str, set[int]]:
+    """host -> the CPUs the workload may use, where that is a strict subset of the host's CPUs."""
+    found: dict[str, set[int]] = {}
+    for p in scope.processes:
+        cpus = parse_cpulist(p.attrs.get("cpus_allowed"))
+        if cpus:
+            found.setdefault(p.id.split(":")[1], set()).update(cpus)
+    return found
+
+
+def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["cpu_util_pct"]
+    hosts = [h for h in scope.hosts() if num(h, "cpu_util_pct") is not None]
+    cpus = [c for c in scope.graph.entities("cpu") if num(c, "cpu_util_pct") is not None]
+    if not hosts and not cpus:
+        return not_evaluated(scope.missing("no host or per-CPU utilisation in this graph", "cpu", "host"))
+    items = []
+    severities: list[str | None] = []
+    subjects = []
+    parts = []
+    for host in hosts:
+        value = num(host, "cpu_util_pct")
+        sev = levels.severity(value)
+        if sev:
+            severities.append(sev)
+            subjects.append(host.id)
+            parts.append(f"host {host.id.split(':')[1]} CPUs {ev.fmt(value, '%')} busy")
+            items.append(ev.entity(host.id, "cpu_util_pct", value, levels=levels, severity=sev, note="host average"))
+            for m, u in (("load1", "runnable tasks"), ("psi_cpu_some_pct", "%")):
+                if num(host, m) is not None:
+                    items.append(ev.entity(host.id, m, num(host, m), unit=u))
+    by_host: dict[str, list[Entity]] = {}
+    for c in cpus:
+        by_host.setdefault(c.id.split(":")[1], []).append(c)
+    for host, allowed in sorted(_workload_cpus(scope).items()):
+        mine = [c for c in by_host.get(host, []) if c.attrs.get("cpu", _cpu_number(c)) in allowed]
+        if not mine or len(mine) == len(by_host.get(host, [])):
+            continue  # the workload may use every CPU: the host average already says it
+        mean = sum(num(c, "cpu_util_pct") or 0.0 for c in mine) / len(mine)
+        sev = levels.severity(mean)
+        if sev:
+            severities.append(sev)
+            subjects.extend(c.id for c in mine)
+            parts.append(f"the workload's {len(mine)} CPUs on {host} {ev.fmt(mean, '%')} busy")
+            items.append(ev.statistic([c.id for c in mine], "cpu_util_pct", mean, levels=levels, severity=sev,
+                                      note=f"mean over the {len(mine)} CPUs the workload may use"))
+    if severities:
+        busy = [c for c in cpus if (levels.severity(num(c, "cpu_util_pct")))]
+        if busy:
+            items.append(ev.statistic([c.id for c in busy], "cpus_over_threshold", len(busy), unit="CPUs",
+                                      note=f"{len(busy)} of {len(cpus)} CPUs above {levels.limit():g} %"))
+        return finding(worst(*severities) or "warning", "CPUs are saturated: " + "; ".join(parts) + ".", items,
+                       subjects=subjects)
+    top = max((num(h, "cpu_util_pct") or 0.0 for h in hosts), default=None)
+    where = f"host CPU use {ev.fmt(top, '%')}" if top is not None else f"{len(cpus)} CPUs measured"
+    return clear(f"{where}, none > {levels.limit():g} %")
+
+
+def _cpu_number(cpu: Entity) -> int | None:
+    try:
+        return int(cpu.id.rsplit(":", 1)[1])
+    except ValueError:
+        return None
+
+
+CPU_SATURATION = Pattern(
+    id="compute.cpu_saturation", layer=1, title="CPU saturation",
+    why="When every CPU is busy, each thread waits in the run queue: data loading, kernel launches and "
+        "communication threads all slow down, and latency grows without any single process looking guilty.",
+    metrics=("host.cpu_util_pct", "cpu.cpu_util_pct", "host.load1", "host.psi_cpu_some_pct"),
+    thresholds=(Threshold("cpu_util_pct", "%", "above", "busy share of the host's CPUs, or of the CPUs the "
+                          "workload may use", critical=95, warning=90),),
+    evidence="The host's average CPU use (with load and PSI cpu), the mean over the CPUs the workload is "
+             "allowed on when that is a subset, and how many CPUs are above the threshold.",
+    recommendations=(
+        "Find what else is busy on these CPUs (witty-profiler query GRAPH --top cpu_util_pct --type process) "
+        "and move or stop it.",
+        "Give the workload more CPUs (cpuset, container CPU limits) or fewer threads per process.",
+        "Reduce CPU work per step: fewer or lighter data-loader workers, move preprocessing to the device.",
+    ),
+    check=_cpu_saturation)
+
+
+# -- compute.accelerator_idle -------------------------------------------------------------
+def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["util_pct"]
+    devices = workload_devices(scope)
+    if not devices:
+        if scope.graph.entities("gpu") or scope.graph.entities("npu"):
+            return clear(f"no accelerator is used by the workload ({scope.describe()})")
+        return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml", "accel"))
+    used = [d for d in devices if scope.device_users(d)]
+    if not used:
+        return clear(f"{len(devices)} accelerator(s) present, none used by a process")
+    a = assess(used, levels, metric_of("util_pct"))
+    if not a.measured:
+        return not_evaluated(scope.missing("no utilisation of the accelerators in use", "gpu", "npu", "nvml"))
+    if not a.hits:
+        return clear(clear_text(a, "accelerators in use", "util_pct"))
+    users = {u.id for d, _, _ in a.hits for u in scope.device_users(d)}
+    explained = []
+    for pid in DATAPLANE:
+        v = scope.verdict(pid)
+        if v is not None and v.status == "finding" and users & (set(v.subjects) | _producers(v)):
+            explained.append(pid)
+    items = hit_evidence(a, "util_pct", extra=lambda d: [
+        ev.edge(e.id, None, ev.name_of(scope.entity(e.source)) if scope.entity(e.source) else e.source,
+                note="used by") for e in scope.in_edges(d.id, "uses_device")][:4])
+    first = a.hits[0]
+    text = (f"{len(a.hits)} accelerator(s) in use are mostly idle: {ev.name_of(first[0])} busy "
+            f"{ev.fmt(first[1], '%')} (threshold < {levels.limit(first[2]):g} %).")
+    if explained:
+        text += f" They wait for input from the host: see {', '.join(explained)}."
+    return finding(a.severity or "warning", text, items, subjects=[d.id for d, _, _ in a.hits], related=explained)
+
+
+def _producers(verdict: Verdict) -> set[str]:
+    return {i for e in verdict.evidence for i in e.ids}
+
+
+ACCELERATOR_IDLE = Pattern(
+    id="compute.accelerator_idle", layer=1, title="Accelerator idle",
+    why="The GPU/NPU is the expensive part; when it is busy less than half the time, the step is bound "
+        "by something else (input pipeline, host CPU, communication, synchronisation).",
+    metrics=("gpu.util_pct", "npu.util_pct", "uses_device"),
+    thresholds=(Threshold("util_pct", "%", "below", "busy share of a device the workload uses",
+                          critical=30, warning=50),),
+    evidence="Each device in use under the threshold and the processes using it. When a data-plane finding "
+             "covers those processes, the finding points to it as the cause.",
+    recommendations=(
+        "Follow the related data-plane finding if there is one: feed the device faster (more loader "
+        "workers, prefetching, pinned memory).",
+        "Check the host side of each step (CPU saturation, scheduling latency, NUMA placement of the process).",
+        "Increase the work per launch (batch size, fused kernels, CUDA graphs) so launch overhead matters less.",
+    ),
+    check=_accelerator_idle)
+
+
+# -- compute.compute_bound ----------------------------------------------------------------
+def _pmu_subjects(scope: Scope) -> list[Entity]:
+    return scope.processes if scope.has_workload else scope.hosts()
+
+
+def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["cpu_util_pct"]
+    subjects = _pmu_subjects(scope)
+    with_pmu = [e for e in subjects if num(e, "ipc") is not None or num(e, "llc_miss_pct") is not None]
+    if not with_pmu:
+        return not_evaluated(scope.missing("no PMU counters (ipc, llc_miss_pct): the host has no PMU or "
+                                           "perf_event_open is not allowed", "pmu", "perf"))
+    a = assess(with_pmu, levels, metric_of("cpu_util_pct"))
+    hits = []
+    for entity, value, sev in a.hits:
+        ipc, llc = num(entity, "ipc"), num(entity, "llc_miss_pct")
+        if (llc is not None and llc > t["llc_miss_pct"]) or (ipc is not None and ipc < t["ipc"]):
+            hits.append((entity, value, sev))
+    if not hits:
+        return clear(f"{len(with_pmu)} subjects with PMU counters; none busy > {levels.limit():g} % with "
+                     f"LLC misses > {t['llc_miss_pct']:g} % or IPC < {t['ipc']:g}")
+    items = []
+    for entity, value, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(entity.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(entity)))
+        for m, limit, sign in (("llc_miss_pct", t["llc_miss_pct"], ">"), ("ipc", t["ipc"], "<")):
+            if num(entity, m) is not None:
+                items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio")
+                             .model_copy(update={"threshold": f"{sign} {limit:g}"}))
+    return finding(worst(*(s for _, _, s in hits)) or "warning",
+                   f"{len(hits)} busy subject(s) spend their cycles stalled: {ev.name_of(hits[0][0])} "
+                   f"at {ev.fmt(hits[0][1], '%')} CPU with poor cache behaviour or IPC.",
+                   items, subjects=[e.id for e, _, _ in hits])
+
+
+COMPUTE_BOUND = Pattern(
+    id="compute.compute_bound", layer=1, title="CPU-bound with poor efficiency",
+    why="A process that keeps its CPUs busy while missing the last-level cache or retiring few instructions "
+        "per cycle is limited by memory access inside the CPU, not by the amount of work.",
+    metrics=("process.cpu_util_pct", "process.ipc", "process.llc_miss_pct", "host.ipc"),
+    thresholds=(Threshold("cpu_util_pct", "%", "above", "CPU use of the subject", warning=90),),
+    params=(Param("llc_miss_pct", 5, "%", "LLC miss share above which a busy subject counts as stalled"),
+            Param("ipc", 0.8, "instructions/cycle", "IPC below which a busy subject counts as stalled")),
+    needs="hardware PMU counters (perf_event_open)",
+    evidence="Each busy workload process (or the host) with its LLC miss share and IPC.",
+    recommendations=(
+        "Improve data locality: block/tile loops, use contiguous tensors, avoid pointer-chasing structures.",
+        "Keep each process's memory on its own NUMA node (see the interconnect layer).",
+        "Add CPUs or move the hot loop to the accelerator.",
+    ),
+    check=_compute_bound)
+
+
+# -- compute.low_ipc ----------------------------------------------------------------------
+def _low_ipc(scope: Scope, t: dict[str, Any]) -> Verdict:
+    subjects = _pmu_subjects(scope)
+    active = [e for e in subjects if (num(e, "cpu_util_pct") or 0.0) >= t["min_cpu_util_pct"]
+              or num(e, "cpu_util_pct") is None]
+    if not any(num(e, "ipc") is not None for e in subjects):
+        return not_evaluated(scope.missing("no IPC counter: the host has no PMU or perf_event_open is not "
+                                           "allowed", "pmu", "perf"))
+    return metric_check(scope, active, t["ipc"], "ipc", "active subjects with PMU counters", ("pmu", "perf"),
+                        "{n} active subject(s) retire few instructions per cycle: {names}, IPC {worst} "
+                        "(threshold < {limit}).")
+
+
+LOW_IPC = Pattern(
+    id="compute.low_ipc", layer=1, title="Low instructions per cycle",
+    why="Low IPC means the cores wait on memory, branches or the front end; more CPU time buys little work.",
+    metrics=("process.ipc", "host.ipc", "process.cpu_util_pct"),
+    thresholds=(Threshold("ipc", "instructions/cycle", "below", "instructions retired per cycle",
+                          critical=0.5, warning=0.8),),
+    params=(Param("min_cpu_util_pct", 10, "%", "ignore subjects less busy than this: IPC of idle code means nothing"),),
+    needs="hardware PMU counters (perf_event_open)",
+    evidence="Each active workload process (or the host) with its IPC.",
+    recommendations=(
+        "Profile the hot functions (perf record) and look for cache misses and branch mispredictions.",
+        "Check NUMA placement: remote memory lowers IPC (interconnect layer).",
+        "Use vectorised libraries (MKL, oneDNN, OpenBLAS builds for this CPU).",
+    ),
+    check=_low_ipc)
+
+
+# -- compute.hot_thread -------------------------------------------------------------------
+def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["thread_cpu_util_pct"]
+    measured = 0
+    hits = []
+    for process in scope.processes:
+        threads = [(th, num(th, "cpu_util_pct")) for th in scope.threads_of(process)]
+        threads = [(th, v) for th, v in threads if v is not None]
+        if len(threads) < 2:
+            continue
+        measured += 1
+        hot, value = max(threads, key=lambda x: (x[1], x[0].id))
+        others = [v for th, v in threads if th.id != hot.id]
+        siblings = sum(others) / len(others)
+        sev = levels.severity(value)
+        if sev and siblings < t["siblings_cpu_util_pct"]:
+            hits.append((process, hot, value, siblings, len(others), sev))
+    if not measured:
+        return not_evaluated(scope.missing("no per-thread CPU use of multi-threaded workload processes", "process",
+                                           "thread"))
+    if not hits:
+        return clear(f"{measured} multi-threaded workload processes measured; no thread > {levels.limit():g} % "
+                     f"while its siblings average < {t['siblings_cpu_util_pct']:g} %")
+    hits.sort(key=lambda h: (h[5] != "critical", -h[2], h[1].id))
+    items = []
+    for process, hot, value, siblings, n, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(hot.id, "cpu_util_pct", value, levels=levels, severity=sev,
+                               note=f"{ev.name_of(hot)} of {ev.name_of(process)}"))
+        items.append(ev.statistic([th.id for th in scope.threads_of(process) if th.id != hot.id], "cpu_util_pct",
+                                  siblings, unit="%", note=f"mean of its {n} sibling threads")
+                     .model_copy(update={"threshold": f"< {t['siblings_cpu_util_pct']:g}"}))
+    process, hot, value, siblings, n, _ = hits[0]
+    return finding(worst(*(h[5] for h in hits)) or "warning",
+                   f"A serial bottleneck: {ev.name_of(hot)} of {ev.name_of(process)} keeps one core "
+                   f"{ev.fmt(value, '%')} busy while its {n} siblings average {ev.fmt(siblings, '%')}.",
+                   items, subjects=[h[1].id for h in hits])
+
+
+HOT_THREAD = Pattern(
+    id="compute.hot_thread", layer=1, title="Hot thread (serial bottleneck)",
+    why="One thread pinned near 100 % of a core while the others wait means the process runs at the speed "
+        "of that thread: adding cores or workers will not help.",
+    metrics=("thread.cpu_util_pct", "has_thread"),
+    thresholds=(Threshold("thread_cpu_util_pct", "%", "above", "CPU use of the busiest thread, % of one core",
+                          warning=90),),
+    params=(Param("siblings_cpu_util_pct", 30, "%", "the other threads' mean CPU use must be below this"),),
+    evidence="The busiest thread of each multi-threaded workload process and the mean of its siblings.",
+    recommendations=(
+        "Find what the thread does (py-spy dump / perf top -t TID) and split or parallelise it.",
+        "In PyTorch, look for Python-side work in the training loop (logging, metrics, .item() syncs).",
+        "Make sure the hot thread is not sharing its core with other busy work (pin it).",
+    ),
+    check=_hot_thread)
+
+
+# -- compute.accelerator_throttling -------------------------------------------------------
+def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["clock_pct"]
+    devices = workload_devices(scope)
+    if not devices:
+        return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml"))
+    measured = [d for d in devices if any(num(d, m) is not None for m in ("throttle_thermal", "throttle_power"))]
+    if not measured:
+        return not_evaluated(scope.missing("no throttle reasons reported for the accelerators", "gpu", "npu", "nvml"))
+    hits = []
+    for d in measured:
+        reasons = [m.split("_")[1] for m in ("throttle_thermal", "throttle_power") if (num(d, m) or 0) >= 1]
+        if not reasons:
+            continue
+        clock, top = num(d, "sm_clock_mhz"), num(d, "sm_clock_max_mhz")
+        ratio = clock / top * 100 if clock is not None and top else None
+        sev = levels.severity(ratio) if ratio is not None else "warning"
+        if sev:
+            hits.append((d, reasons, ratio, sev))
+    if not hits:
+        return clear(f"{len(measured)} accelerators measured; none clock-throttled below "
+                     f"{levels.limit():g} % of its maximum clock")
+    items = []
+    for d, reasons, ratio, sev in hits[:ev.MAX_SUBJECTS]:
+        for m in ("throttle_thermal", "throttle_power"):
+            if (num(d, m) or 0) >= 1:
+                items.append(ev.entity(d.id, m, 1, unit="0/1", note=ev.name_of(d)))
+        if ratio is not None:
+            items.append(ev.entity(d.id, "sm_clock_mhz", num(d, "sm_clock_mhz"), unit="MHz",
+                                   note=f"{ev.fmt(ratio, '%')} of {ev.fmt(num(d, 'sm_clock_max_mhz'), 'MHz')}"))
+            items.append(ev.statistic([d.id], "clock_pct", ratio, levels=levels, severity=sev))
+        for m, u in (("temperature_c", "degC"), ("power_w", "W"), ("power_limit_w", "W")):
+            if num(d, m) is not None:
+                items.append(ev.entity(d.id, m, num(d, m), unit=u))
+    d, reasons, ratio, _ = hits[0]
+    return finding(worst(*(h[3] for h in hits)) or "warning",
+                   f"{len(hits)} accelerator(s) in use are clock-throttled ({'/'.join(reasons)} on "
+                   f"{ev.name_of(d)}" + (f", at {ev.fmt(ratio, '%')} of the maximum clock)." if ratio else ")."),
+                   items, subjects=[h[0].id for h in hits])
+
+
+ACCELERATOR_THROTTLING = Pattern(
+    id="compute.accelerator_throttling", layer=1, title="Accelerator clock throttling",
+    why="A device that hits its thermal or power limit lowers its clocks: every kernel runs slower and, in a "
+        "multi-device job, the slowest device sets the pace of all.",
+    metrics=("gpu.throttle_thermal", "gpu.throttle_power", "gpu.sm_clock_mhz", "gpu.sm_clock_max_mhz",
+             "gpu.temperature_c", "gpu.power_w"),
+    thresholds=(Threshold("clock_pct", "%", "below", "current clock as a share of the maximum while a throttle "
+                          "reason is active", critical=70, warning=90),),
+    evidence="Each throttled device in use with its throttle reasons, clock vs maximum, temperature and power.",
+    recommendations=(
+        "Check cooling and airflow (fans, inlet temperature) for thermal throttling.",
+        "For power throttling, check the power limit (nvidia-smi -q -d POWER) and the PSU/rack budget.",
+        "Balance work so one hot device does not slow down all ranks.",
+    ),
+    check=_accelerator_throttling)
+
+
+PATTERNS = [CPU_STARVATION, CPU_SATURATION, ACCELERATOR_IDLE, COMPUTE_BOUND, LOW_IPC, HOT_THREAD,
+            ACCELERATOR_THROTTLING]

@@ -1,0 +1,389 @@
+"""Layer 6, control plane: scheduling, CPU quotas, locks, balance between workers, thread counts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.models import Evidence
+from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload
+from diagnosis.scope import Scope, host_of, num, parse_cpulist
+from topology import Entity
+
+
+# -- control.scheduling_latency -----------------------------------------------------------
+def _runnable_pct(e: Entity) -> float:
+    """Share of the window a task wanted a CPU: running plus waiting in the run queue."""
+    return (num(e, "cpu_util_pct") or 0.0) + (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
+
+
+def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
+    wait, per_slice, psi = t["runqueue_wait_pct"], t["runqueue_wait_per_slice_us"], t["psi_cpu_some_pct"]
+    tasks = host_or_scope_processes(scope)
+    if not any(num(p, "runqueue_wait_pct") is not None for p in tasks):
+        tasks = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
+    measured = [p for p in tasks if num(p, "runqueue_wait_pct") is not None or num(p, "runqueue_wait_per_slice_us")
+                is not None]
+    active = [p for p in measured if _runnable_pct(p) >= t["min_runnable_pct"]]
+    hosts = [h for h in scope.hosts() if num(h, "psi_cpu_some_pct") is not None]
+    if not measured and not hosts:
+        return not_evaluated(scope.missing("no run-queue wait (schedstat) of tasks and no PSI cpu", "process",
+                                           "sched", "psi"))
+    hits = []
+    for task in active:
+        sev_w = wait.severity(num(task, "runqueue_wait_pct"))
+        sev_s = per_slice.severity(num(task, "runqueue_wait_per_slice_us"))
+        if sev_w or sev_s:
+            hits.append((task, worst(sev_w, sev_s)))
+    host_hits = [] if scope.has_workload else [(h, psi.severity(num(h, "psi_cpu_some_pct"))) for h in hosts]
+    host_hits = [(h, s) for h, s in host_hits if s]
+    if not hits and not host_hits:
+        top = max((num(p, "runqueue_wait_pct") or 0.0 for p in active), default=None)
+        parts = [f"{len(active)} active tasks measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
+                                                             f"runnable time" if top is not None else "")]
+        parts += [f"PSI cpu {ev.fmt(num(h, 'psi_cpu_some_pct'), '%')}" for h in hosts]
+        return clear("; ".join(parts) + f"; none over {wait.limit():g} % / {per_slice.limit():g} us per slice")
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "runqueue_wait_pct") or 0.0), h[0].id))
+    items: list[Evidence] = []
+    for task, sev in hits[:ev.MAX_SUBJECTS]:
+        for metric, levels in (("runqueue_wait_pct", wait), ("runqueue_wait_per_slice_us", per_slice)):
+            value = num(task, metric)
+            if value is not None:
+                items.append(ev.entity(task.id, metric, value, levels=levels, severity=levels.severity(value),
+                                       note=ev.name_of(task)))
+        if num(task, "cpu_util_pct") is not None:
+            items.append(ev.entity(task.id, "cpu_util_pct", num(task, "cpu_util_pct"), unit="%"))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "tasks"))
+    for host in hosts:
+        sev = psi.severity(num(host, "psi_cpu_some_pct"))
+        items.append(ev.entity(host.id, "psi_cpu_some_pct", num(host, "psi_cpu_some_pct"), levels=psi, severity=sev,
+                               note="host-wide CPU pressure"))
+    text = []
+    if hits:
+        first = hits[0][0]
+        text.append(f"{len(hits)} runnable task(s) wait for a CPU: {ev.name_of(first)} waits "
+                    f"{ev.fmt(num(first, 'runqueue_wait_pct'), '%')} of its runnable time"
+                    + (f", {ev.fmt(num(first, 'runqueue_wait_per_slice_us'), 'us')} per slice"
+                       if num(first, "runqueue_wait_per_slice_us") is not None else ""))
+    for host, _ in host_hits:
+        text.append(f"some task stalled on CPU {ev.fmt(num(host, 'psi_cpu_some_pct'), '%')} of the window on "
+                    f"{host_of(host.id)} (PSI)")
+    return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + ".", items,
+                   subjects=[h.id for h, _ in hits + host_hits])
+
+
+SCHEDULING_LATENCY = Pattern(
+    id="control.scheduling_latency", layer=6, title="Scheduling latency (run-queue wait)",
+    why="A thread that is ready but waits for a CPU delays whatever depends on it: the next kernel launch, "
+        "the next batch, the reply to a collective. It shows as wait in the run queue, not as CPU use.",
+    metrics=("process.runqueue_wait_pct", "process.runqueue_wait_per_slice_us", "process.runqueue_wait_ms_per_s",
+             "thread.runqueue_wait_pct", "host.psi_cpu_some_pct"),
+    thresholds=(Threshold("runqueue_wait_pct", "%", "above", "share of runnable time spent waiting for a CPU",
+                          critical=50, warning=20),
+                Threshold("runqueue_wait_per_slice_us", "us", "above", "mean run-queue wait per timeslice",
+                          critical=50000, warning=10000),
+                Threshold("psi_cpu_some_pct", "%", "above", "host-wide PSI cpu stall share (judged on the whole host "
+                          "only; evidence otherwise)", critical=50, warning=20)),
+    params=(Param("min_runnable_pct", 5, "%", "ignore tasks runnable (running + waiting) less than this share of "
+                  "the window"),),
+    evidence="The workload's active tasks (all active processes on the whole host) over a threshold with their "
+             "wait share, wait per slice and CPU use, and the host's PSI cpu.",
+    recommendations=(
+        "Give the workload CPUs of its own (cpuset/isolcpus) or move other busy processes away.",
+        "Reduce runnable threads: OMP_NUM_THREADS / torch.set_num_threads to the CPUs available, fewer loader workers.",
+        "Raise the workload's priority only as a last resort (nice, SCHED_FIFO for a latency-critical thread).",
+    ),
+    check=_scheduling_latency)
+
+
+# -- control.cpu_throttling ---------------------------------------------------------------
+def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
+    parts = cg.id.split(":", 3)
+    return (parts[1], parts[2], parts[3]) if len(parts) == 4 else ("", "", cg.id)
+
+
+def _scope_cgroups(scope: Scope) -> list[Entity]:
+    all_cgroups = scope.graph.entities("cgroup")
+    if not scope.has_workload:
+        return all_cgroups
+    direct = {e.target for p in scope.processes for e in scope.out_edges(p.id, "in_cgroup")}
+    paths = [_cgroup_path(c) for c in all_cgroups if c.id in direct]
+    chosen = []
+    for cg in all_cgroups:
+        host, version, path = _cgroup_path(cg)
+        # a quota on an ancestor throttles the workload just the same
+        if cg.id in direct or any(h == host and v == version and (p.startswith(path.rstrip("/") + "/") or path == "/")
+                                  for h, v, p in paths):
+            chosen.append(cg)
+    return chosen
+
+
+def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
+    periods, ms = t["throttled_periods_pct"], t["throttled_ms_per_s"]
+    cgroups = _scope_cgroups(scope)
+    measured = [c for c in cgroups if num(c, "throttled_periods_pct") is not None or num(c, "throttled_ms_per_s")
+                is not None]
+    if not measured:
+        what = "no cgroup of the workload with CPU throttling counters" if scope.has_workload else \
+            "no cgroup with CPU throttling counters"
+        return not_evaluated(scope.missing(what, "cgroup"))
+    hits = []
+    for cg in measured:
+        sev = worst(periods.severity(num(cg, "throttled_periods_pct")), ms.severity(num(cg, "throttled_ms_per_s")))
+        if sev:
+            hits.append((cg, sev))
+    if not hits:
+        top = max(measured, key=lambda c: (num(c, "throttled_periods_pct") or 0.0, c.id))
+        return clear(f"{len(measured)} cgroups measured; most throttled {ev.short(top.id)} in "
+                     f"{ev.fmt(num(top, 'throttled_periods_pct') or 0.0, '%')} of periods")
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "throttled_periods_pct") or 0.0), h[0].id))
+    items: list[Evidence] = []
+    for cg, _ in hits[:ev.MAX_SUBJECTS]:
+        for metric, levels in (("throttled_periods_pct", periods), ("throttled_ms_per_s", ms)):
+            if num(cg, metric) is not None:
+                items.append(ev.entity(cg.id, metric, num(cg, metric), levels=levels,
+                                       severity=levels.severity(num(cg, metric)), note=ev.short(cg.id)))
+        if num(cg, "cpu_quota_cores") is not None:
+            items.append(ev.entity(cg.id, "cpu_quota_cores", num(cg, "cpu_quota_cores"), unit="cores"))
+        members = [e for e in scope.in_edges(cg.id, "in_cgroup") if scope.in_scope(e.source) or not scope.has_workload]
+        for edge in members[:4]:
+            proc = scope.entity(edge.source)
+            items.append(ev.edge(edge.id, "in_cgroup", ev.name_of(proc) if proc else edge.source,
+                                 note="a workload process in this cgroup"))
+    cg = hits[0][0]
+    quota = num(cg, "cpu_quota_cores")
+    return finding(worst(*(s for _, s in hits)) or "warning",
+                   f"A CPU quota throttles the workload: {ev.short(cg.id)} was throttled in "
+                   f"{ev.fmt(num(cg, 'throttled_periods_pct') or 0.0, '%')} of its periods"
+                   + (f" ({ev.fmt(num(cg, 'throttled_ms_per_s'), 'ms/s')} stalled)"
+                      if num(cg, "throttled_ms_per_s") is not None else "")
+                   + (f", quota {ev.fmt(quota, 'cores')}" if quota is not None else "") + ".",
+                   items, subjects=[c.id for c, _ in hits])
+
+
+CPU_THROTTLING = Pattern(
+    id="control.cpu_throttling", layer=6, title="CPU quota throttling",
+    why="A cgroup CPU quota (container CPU limit) stops every thread of the group for the rest of the period "
+        "once the quota is spent: the workload stalls in bursts even though the host has idle CPUs.",
+    metrics=("cgroup.throttled_periods_pct", "cgroup.throttled_ms_per_s", "cgroup.cpu_quota_cores", "in_cgroup"),
+    thresholds=(Threshold("throttled_periods_pct", "%", "above", "share of enforcement periods in which the cgroup "
+                          "was throttled", critical=50, warning=20, notice=5),
+                Threshold("throttled_ms_per_s", "ms/s", "above", "time throttled per second of the window",
+                          critical=250, warning=100)),
+    evidence="The workload's cgroups (and their ancestors; every cgroup on the whole host) over a threshold, with "
+             "their quota and the workload processes in them.",
+    recommendations=(
+        "Raise or remove the CPU limit (docker --cpus, Kubernetes limits.cpu) or use a cpuset instead of a quota.",
+        "Match thread counts to the quota: OMP_NUM_THREADS and loader workers <= quota cores.",
+        "Lengthen the period (cpu.cfs_period_us) if bursts must fit within one period.",
+    ),
+    check=_cpu_throttling)
+
+
+# -- control.lock_contention --------------------------------------------------------------
+def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
+    tasks = scope.scope_threads() + scope.processes if scope.has_workload else \
+        scope.graph.entities("thread") + scope.graph.entities("process")
+    with_futex = [x for x in tasks if num(x, "futex_wait_pct") is not None]
+    if not with_futex:
+        return not_evaluated(scope.missing("no futex wait times: needs the eBPF collector (syscalls futex "
+                                           "tracepoints)", "ebpf", "bpf", "futex"))
+    return metric_check(scope, with_futex, t["futex_wait_pct"], "futex_wait_pct", "tasks with futex times",
+                        ("ebpf",), "{n} task(s) spend their time waiting on locks: {names}, {worst} of the window "
+                        "in futex waits (threshold > {limit}).")
+
+
+LOCK_CONTENTION = Pattern(
+    id="control.lock_contention", layer=6, title="Lock contention",
+    why="Threads that wait on futexes (mutexes, condition variables, the GIL's underlying lock) are "
+        "serialised: adding threads adds waiting, not throughput.",
+    metrics=("thread.futex_wait_pct", "process.futex_wait_pct"),
+    thresholds=(Threshold("futex_wait_pct", "%", "above", "share of the window a task waited on futexes",
+                          critical=60, warning=30),),
+    needs="the eBPF collector (futex tracepoints)",
+    evidence="Each workload thread or process over the threshold.",
+    recommendations=(
+        "Find the contended lock (offcputime, py-spy dump) and shorten its critical section or shard it.",
+        "In Python, move work from threads to processes (GIL contention).",
+        "Use lock-free queues between pipeline stages.",
+    ),
+    check=_lock_contention)
+
+
+# -- control.load_imbalance ---------------------------------------------------------------
+def _groups(scope: Scope) -> list[list[Entity]]:
+    groups: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
+    for p in scope.processes:
+        parent = scope.parent_of(p)
+        groups[("siblings", parent.id if parent else "", str(p.attrs.get("role")), str(p.attrs.get("name")))].append(p)
+        if p.attrs.get("rank") is not None:
+            groups[("ranks", host_of(p.id), str(p.attrs.get("framework")))].append(p)
+    seen, found = set(), []
+    for key in sorted(groups):
+        members = sorted(groups[key], key=lambda e: e.id)
+        ids = tuple(m.id for m in members)
+        if len(members) >= 2 and ids not in seen:
+            seen.add(ids)
+            found.append(members)
+    return found
+
+
+def _work(scope: Scope, group: list[Entity]) -> tuple[str, dict[str, float]] | None:
+    """('device util_pct' | 'cpu_util_pct', member id -> work) with one value for every member."""
+    device_work = {}
+    for p in group:
+        utils = [num(d, "util_pct") for _, d in scope.devices_of(p)]
+        utils = [u for u in utils if u is not None]
+        if utils:
+            device_work[p.id] = sum(utils) / len(utils)
+    if len(device_work) == len(group):
+        return "util_pct", device_work
+    cpu = {p.id: num(p, "cpu_util_pct") for p in group}
+    if all(v is not None for v in cpu.values()):
+        return "cpu_util_pct", cpu  # type: ignore[return-value]
+    return None
+
+
+def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["imbalance_pct"]
+    groups = _groups(scope)
+    if not groups:
+        return clear(f"no group of sibling workers or ranks in {scope.describe()}")
+    measured, hits = 0, []
+    for group in groups:
+        work = _work(scope, group)
+        if work is None:
+            continue
+        metric, values = work
+        top, low = max(values.values()), min(values.values())
+        if top < t["min_work_pct"]:
+            continue
+        measured += 1
+        imbalance = (top - low) / top * 100
+        sev = levels.severity(imbalance)
+        if sev:
+            hits.append((group, metric, values, imbalance, sev))
+    if not measured:
+        return not_evaluated(scope.missing(f"{len(groups)} worker groups, but no comparable work measure (CPU or "
+                                           f"device utilisation over the window) for all members", "process", "gpu"))
+    if not hits:
+        return clear(f"{measured} worker groups compared; none differs by more than {levels.limit():g} %")
+    hits.sort(key=lambda h: (h[4] != "critical", -h[3], h[0][0].id))
+    items: list[Evidence] = []
+    for group, metric, values, imbalance, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.statistic(list(values), "imbalance_pct", imbalance, levels=levels, severity=sev,
+                                  note=f"(max - min) / max of {metric} over {len(group)} siblings"))
+        for pid, value in sorted(values.items(), key=lambda kv: (kv[1], kv[0]))[:1] + \
+                sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:1]:
+            items.append(ev.entity(pid, metric, value, unit="%", note="least busy" if value == min(values.values())
+                                   else "busiest"))
+    group, metric, values, imbalance, _ = hits[0]
+    return finding(worst(*(h[4] for h in hits)) or "warning",
+                   f"Sibling workers do unequal work: {len(group)} workers differ by {ev.fmt(imbalance, '%')} in "
+                   f"{metric} ({ev.fmt(min(values.values()), '%')} to {ev.fmt(max(values.values()), '%')}); the "
+                   f"fastest wait for the slowest at every synchronisation.",
+                   items, subjects=[pid for h in hits for pid in h[2]])
+
+
+LOAD_IMBALANCE = Pattern(
+    id="control.load_imbalance", layer=6, title="Load imbalance between workers",
+    why="Data-parallel ranks and tensor-parallel workers synchronise every step; the step takes as long as "
+        "the slowest member, so the others idle for the difference.",
+    metrics=("process.cpu_util_pct", "gpu.util_pct", "npu.util_pct", "parent_of", "process.rank"),
+    thresholds=(Threshold("imbalance_pct", "%", "above", "(max - min) / max of the work done by sibling workers",
+                          critical=60, warning=30),),
+    params=(Param("min_work_pct", 10, "%", "ignore groups whose busiest member is below this (idle groups)"),),
+    evidence="Each group of siblings (same parent and role, or ranks of one job) over the threshold, with the "
+             "least and the most busy member.",
+    recommendations=(
+        "Balance the input: bucket sequences by length, equal shard sizes per rank.",
+        "Check that the slow member is not placed worse (NUMA, shared CPUs, a throttled device).",
+        "For pipeline parallelism, rebalance layers per stage.",
+    ),
+    check=_load_imbalance)
+
+
+# -- control.thread_oversubscription ------------------------------------------------------
+def _runnable(p: Entity) -> float | None:
+    for metric in ("runnable_threads_p95", "runnable_threads_max", "runnable_threads"):
+        if num(p, metric) is not None:
+            return num(p, metric)
+    return None
+
+
+def _host_cpus(scope: Scope, host: str) -> int | None:
+    info = scope.meta.host_info.get(host, {})
+    if isinstance(info.get("cpus"), int):
+        return info["cpus"]
+    cpus = [c for c in scope.graph.entities("cpu") if host_of(c.id) == host]
+    return len(cpus) or None
+
+
+def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["runnable_per_cpu"]
+    by_host: dict[str, list[Entity]] = defaultdict(list)
+    for p in scope.processes:
+        by_host[host_of(p.id)].append(p)
+    measured, hits = 0, []
+    for host, procs in sorted(by_host.items()):
+        runnable = [(p, _runnable(p)) for p in procs]
+        known = [(p, r) for p, r in runnable if r is not None]
+        if not known:
+            continue
+        cpus: set[int] = set()
+        for p in procs:
+            cpus |= parse_cpulist(p.attrs.get("cpus_allowed")) or set()
+        n_cpus = len(cpus) or _host_cpus(scope, host)
+        if not n_cpus:
+            continue
+        measured += 1
+        total = sum(r for _, r in known)
+        ratio = total / n_cpus
+        sev = levels.severity(ratio)
+        if sev:
+            hits.append((host, known, total, n_cpus, ratio, sev))
+    if not measured:
+        return not_evaluated(scope.missing("no runnable-thread counts of the workload's processes", "process"))
+    if not hits:
+        return clear(f"runnable threads of the workload per allowed CPU at most {levels.limit():g}")
+    items: list[Evidence] = []
+    for host, known, total, n_cpus, ratio, sev in hits:
+        items.append(ev.statistic([p.id for p, _ in known], "runnable_per_cpu", ratio, levels=levels, severity=sev,
+                                  note=f"{total:g} runnable threads on {n_cpus} allowed CPUs"))
+        for p, r in sorted(known, key=lambda x: (-(x[1] or 0), x[0].id))[:4]:
+            items.append(ev.entity(p.id, "runnable_threads", r, unit="threads", note=ev.name_of(p)))
+            if num(p, "num_threads") is not None:
+                items.append(ev.entity(p.id, "num_threads", num(p, "num_threads"), unit="threads"))
+    host, _, total, n_cpus, ratio, _ = hits[0]
+    return finding(worst(*(h[5] for h in hits)) or "warning",
+                   f"The workload keeps {total:g} threads runnable on {n_cpus} CPUs ({ratio:.1f} per CPU): threads "
+                   f"preempt each other instead of working.", items, subjects=[p.id for h in hits for p, _ in h[1]])
+
+
+THREAD_OVERSUBSCRIPTION = Pattern(
+    id="control.thread_oversubscription", layer=6, title="Thread oversubscription",
+    why="Each framework sizes its thread pools to the whole machine by default (OpenMP, MKL, tokenizers, "
+        "loader workers x their own pools); with several per host they fight for the same CPUs and spend "
+        "their time in context switches and cache refills.",
+    metrics=("process.runnable_threads", "process.runnable_threads_p95", "process.num_threads",
+             "process.cpus_allowed"),
+    thresholds=(Threshold("runnable_per_cpu", "threads/CPU", "above", "runnable threads of the workload per CPU it may "
+                          "use", critical=4, warning=2),),
+    evidence="The workload's runnable threads against the CPUs it may use, and its processes with the most "
+             "runnable threads.",
+    recommendations=(
+        "Set OMP_NUM_THREADS / MKL_NUM_THREADS per process to (CPUs available / processes).",
+        "Set TOKENIZERS_PARALLELISM=false in loader workers, and torch.set_num_threads(1) inside them.",
+        "Reduce the number of loader workers to the CPUs left after the trainers.",
+    ),
+    check=_thread_oversubscription)
+
+
+PATTERNS = [SCHEDULING_LATENCY, CPU_THROTTLING, LOCK_CONTENTION, LOAD_IMBALANCE, THREAD_OVERSUBSCRIPTION]

@@ -1,0 +1,307 @@
+"""Layer 7, data plane: does input reach the consumer (trainer, engine, accelerator) in time?
+
+Producers of a consumer are the processes linked to it by IPC (a pipe writing into it; a unix
+socket, TCP connection, shared memory or message queue in either direction) and its children
+that are loader workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.models import Evidence
+from diagnosis.rules import busy_candidates, host_or_scope_processes, metric_check, needs_workload, workload_devices
+from diagnosis.scope import IPC_EDGES, Scope, num
+from topology import Edge, Entity
+
+
+def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | None]]:
+    """(producer, the IPC edge that links it, or None for a loader child), in id order."""
+    found: dict[str, tuple[Entity, Edge | None]] = {}
+    for kind in IPC_EDGES:
+        edges = list(scope.in_edges(consumer.id, kind))
+        # a pipe runs writer -> reader unless its direction is unknown; the others carry both ways
+        edges += [e for e in scope.out_edges(consumer.id, kind)
+                  if kind != "pipe" or e.attrs.get("direction") == "unknown"]
+        for edge in edges:
+            other = edge.source if edge.target == consumer.id else edge.target
+            peer = scope.entity(other)
+            if peer is not None and peer.type == "process" and peer.id != consumer.id:
+                found.setdefault(peer.id, (peer, edge))
+    for child in scope.children_of(consumer):
+        if child.attrs.get("role") == "loader":
+            found.setdefault(child.id, (child, None))
+    return [found[k] for k in sorted(found)]
+
+
+def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
+    return [(d, num(d, "util_pct")) for _, d in scope.devices_of(consumer) if num(d, "util_pct") is not None]
+
+
+# -- dataplane.data_loading_bottleneck ----------------------------------------------------
+def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["consumer_cpu_util_pct"]
+    consumers = [c for c in busy_candidates(scope) if num(c, "cpu_util_pct") is not None]
+    if not consumers:
+        return not_evaluated(scope.missing("no CPU utilisation of the workload's consumers (trainers, engines, "
+                                           "the named processes)", "process"))
+    linked, hits = 0, []
+    for consumer in consumers:
+        producers = producers_of(scope, consumer)
+        if not producers:
+            continue
+        linked += 1
+        devices = _device_util(scope, consumer)
+        if devices and max(u for _, u in devices) >= t["device_busy_pct"]:
+            continue  # its accelerator is busy: the input keeps up
+        value = num(consumer, "cpu_util_pct")
+        sev = levels.severity(value)
+        if not sev or (num(consumer, "runqueue_wait_pct") or 0.0) >= t["max_runqueue_wait_pct"]:
+            continue  # not waiting, or waiting for a CPU rather than for input (control.scheduling_latency)
+        busy = [(p, e) for p, e in producers if (num(p, "cpu_util_pct") or 0.0) > t["producer_cpu_util_pct"]]
+        if not busy:
+            continue
+        if devices and min(u for _, u in devices) < t["device_idle_pct"]:
+            sev = "critical"  # an accelerator starves for this input
+        hits.append((consumer, value, busy, devices, sev))
+    if not linked:
+        return clear(f"{len(consumers)} consumer(s) in scope; none is fed by IPC or loader workers in this graph")
+    if not hits:
+        return clear(f"{linked} consumer(s) with producers; none waits (CPU < {levels.limit():g} %) while a producer "
+                     f"is busy (> {t['producer_cpu_util_pct']:g} %) and its accelerator idle")
+    hits.sort(key=lambda h: (h[4] != "critical", h[1], h[0].id))
+    items: list[Evidence] = []
+    for consumer, value, busy, devices, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(consumer.id, "cpu_util_pct", value, levels=levels, severity=levels.severity(value),
+                               note=f"consumer {ev.name_of(consumer)}"))
+        for metric, unit in (("voluntary_ctxt_switches_per_s", "1/s"), ("runqueue_wait_pct", "%")):
+            if num(consumer, metric) is not None:
+                items.append(ev.entity(consumer.id, metric, num(consumer, metric), unit=unit,
+                                       note="blocking, not preempted" if metric.startswith("vol") else None))
+        for producer, edge in busy[:ev.MAX_SUBJECTS]:
+            if edge is not None:
+                volume = next(((m, num(edge, m)) for m in ("bytes_per_s", "bytes_total", "bytes_sent_total")
+                               if num(edge, m) is not None), (None, None))
+                items.append(ev.edge(edge.id, volume[0] or edge.type, volume[1] if volume[0] else edge.type,
+                                     unit="bytes/s" if volume[0] == "bytes_per_s" else ("bytes" if volume[0] else None),
+                                     note=f"{edge.type}: {ev.name_of(producer)} -> {ev.name_of(consumer)}"))
+            items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%",
+                                   note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None else ""))
+                         .model_copy(update={"threshold": f"> {t['producer_cpu_util_pct']:g}"}))
+        for device, util in devices:
+            items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer")
+                         .model_copy(update={"threshold": f"< {t['device_idle_pct']:g}"}))
+    consumer, value, busy, devices, _ = hits[0]
+    text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
+            f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} at "
+            f"{ev.fmt(num(busy[0][0], 'cpu_util_pct'), '%')})")
+    if devices:
+        text += f" and its accelerator is busy only {ev.fmt(min(u for _, u in devices), '%')}"
+    if len(hits) > 1:
+        text += f"; {len(hits) - 1} more consumer(s) likewise"
+    return finding(worst(*(h[4] for h in hits)) or "warning", text + ".", items, subjects=[h[0].id for h in hits])
+
+
+DATA_LOADING_BOTTLENECK = Pattern(
+    id="dataplane.data_loading_bottleneck", layer=7, title="Data loading bottleneck",
+    why="The consumer (trainer, inference engine, the device behind it) is only as fast as its input: when it "
+        "spends the window blocked while the producers that feed it are busy, the input pipeline sets the pace.",
+    metrics=("process.cpu_util_pct", "process.voluntary_ctxt_switches_per_s", "process.runqueue_wait_pct",
+             "pipe", "unix_socket", "tcp", "shm", "msg_queue", "gpu.util_pct", "npu.util_pct"),
+    thresholds=(Threshold("consumer_cpu_util_pct", "%", "below", "CPU use of the waiting consumer, % of one core",
+                          critical=20, warning=50),),
+    params=(Param("producer_cpu_util_pct", 50, "%", "a producer busier than this counts as busy (% of one core)"),
+            Param("max_runqueue_wait_pct", 50, "%", "a consumer waiting longer than this in the run queue is starved "
+                  "for CPU, not for input"),
+            Param("device_busy_pct", 50, "%", "a consumer whose accelerator is busier than this is not input-bound"),
+            Param("device_idle_pct", 30, "%", "an accelerator of the consumer below this makes the finding critical")),
+    evidence="The consumer's CPU use, voluntary context switches and run-queue wait; each busy producer with the "
+             "IPC edge (and its volume) that links it; the consumer's accelerators and their utilisation.",
+    recommendations=(
+        "Add producers: more DataLoader workers (num_workers) or preprocessing processes, on CPUs of the "
+        "consumer's NUMA node.",
+        "Make each item cheaper: decode/augment on the device (DALI, torchvision v2 on GPU), cache decoded data.",
+        "Overlap: prefetch_factor, pin_memory=True, non_blocking copies, persistent_workers=True.",
+    ),
+    check=_data_loading_bottleneck)
+
+
+# -- dataplane.preprocessing_bottleneck ---------------------------------------------------
+def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["loader_cpu_util_pct"]
+    waiting = scope.verdict("dataplane.data_loading_bottleneck")
+    waiting_ids = set(waiting.subjects) if waiting is not None and waiting.status == "finding" else set()
+    groups = []
+    for consumer in busy_candidates(scope):
+        workers = [p for p, _ in producers_of(scope, consumer) if num(p, "cpu_util_pct") is not None]
+        if workers:
+            groups.append((consumer, workers))
+    grouped = {w.id for _, ws in groups for w in ws}
+    orphans = [p for p in scope.processes if p.attrs.get("role") == "loader" and p.id not in grouped
+               and num(p, "cpu_util_pct") is not None]
+    if orphans:
+        groups.append((None, orphans))
+    if not groups:
+        return clear(f"no loader or preprocessing workers measured in {scope.describe()}")
+    hits = []
+    for consumer, workers in groups:
+        mean = sum(num(w, "cpu_util_pct") or 0.0 for w in workers) / len(workers)
+        sev = levels.severity(mean)
+        if not sev:
+            continue
+        starving = consumer is not None and (consumer.id in waiting_ids or any(
+            u < 30 for _, u in _device_util(scope, consumer)))
+        if not starving:
+            sev = "notice"  # saturated, but the consumer keeps up for now
+        hits.append((consumer, workers, mean, sev, starving))
+    if not hits:
+        return clear(f"{sum(len(w) for _, w in groups)} loader/producer workers measured; none saturated "
+                     f"(mean > {levels.limit():g} % of a core)")
+    hits.sort(key=lambda h: (h[3] != "critical", -h[2], h[0].id if h[0] else ""))
+    items: list[Evidence] = []
+    for consumer, workers, mean, sev, starving in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.statistic([w.id for w in workers], "cpu_util_pct", mean, levels=levels,
+                                  severity=levels.severity(mean),
+                                  note=f"mean of {len(workers)} workers"
+                                       + (f" feeding {ev.name_of(consumer)}" if consumer is not None else "")))
+        for w in sorted(workers, key=lambda w: (-(num(w, "cpu_util_pct") or 0.0), w.id))[:4]:
+            items.append(ev.entity(w.id, "cpu_util_pct", num(w, "cpu_util_pct"), unit="%", note=ev.name_of(w)))
+    consumer, workers, mean, _, starving = hits[0]
+    text = (f"{len(workers)} loader/preprocessing worker(s) are saturated at {ev.fmt(mean, '%')} of a core on "
+            f"average" + (f" feeding {ev.name_of(consumer)}" if consumer is not None else ""))
+    text += ", and the consumer waits for them." if starving else "; the consumer keeps up for now."
+    related = ["dataplane.data_loading_bottleneck"] if any(h[4] for h in hits) and waiting_ids else []
+    return finding(worst(*(h[3] for h in hits)) or "warning", text, items,
+                   subjects=[h[0].id for h in hits if h[0] is not None] + [w.id for h in hits for w in h[1]],
+                   related=related)
+
+
+PREPROCESSING_BOTTLENECK = Pattern(
+    id="dataplane.preprocessing_bottleneck", layer=7, title="Preprocessing bottleneck",
+    why="Loader and preprocessing workers that run flat out cannot produce faster; when the consumer waits "
+        "for them, more or cheaper preprocessing is the only way to speed up the job.",
+    metrics=("process.cpu_util_pct", "process.role", "parent_of", "pipe", "unix_socket", "shm"),
+    thresholds=(Threshold("loader_cpu_util_pct", "%", "above", "mean CPU use of the workers feeding one consumer, "
+                          "% of one core", critical=95, warning=80),),
+    evidence="For each consumer, the mean CPU use of the workers feeding it and the busiest of them. Lowered to a "
+             "notice when the consumer does not wait for them.",
+    recommendations=(
+        "Add workers if CPUs are free; otherwise make each sample cheaper (simpler augmentation, cached decoding).",
+        "Move decoding and augmentation to the accelerator (NVIDIA DALI, GPU transforms).",
+        "Preprocess offline once and store the result in a fast record format.",
+    ),
+    check=_preprocessing_bottleneck)
+
+
+# -- dataplane.pipeline_bubble ------------------------------------------------------------
+def _bubble(e: Entity, metric: str, min_busy: float) -> float | None:
+    mean = num(e, metric)
+    peak = num(e, f"{metric}_p95")
+    if peak is None:
+        peak = num(e, f"{metric}_max")
+    if mean is None or peak is None or peak < min_busy or peak <= 0:
+        return None
+    return max(0.0, (peak - mean) / peak * 100)
+
+
+def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
+    if (skip := needs_workload(scope)) is not None:
+        return skip
+    levels = t["bubble_pct"]
+    devices = [d for d in workload_devices(scope) if num(d, "util_pct") is not None]
+    if devices:
+        subjects, metric = devices, "util_pct"
+    else:
+        subjects, metric = busy_candidates(scope), "cpu_util_pct"
+    with_series = [s for s in subjects if num(s, f"{metric}_p95") is not None or num(s, f"{metric}_max") is not None]
+    if not with_series:
+        return not_evaluated(scope.missing(f"no per-sample statistics ({metric}_p95) of the consumers: needs a windowed "
+                                           "capture with several samples", "process", "gpu"))
+    return metric_check(scope, with_series, levels, "bubble_pct", f"consumers with {metric} samples", ("process",),
+                        "{n} consumer(s) alternate between busy and idle: {names} idle {worst} of the time they "
+                        "could be busy (threshold > {limit}).",
+                        value=lambda e: _bubble(e, metric, t["min_busy_pct"]),
+                        extra=lambda e: [ev.entity(e.id, m, num(e, m), unit="%") for m in
+                                         (metric, f"{metric}_p95", f"{metric}_max") if num(e, m) is not None])
+
+
+PIPELINE_BUBBLE = Pattern(
+    id="dataplane.pipeline_bubble", layer=7, title="Pipeline bubbles",
+    why="A consumer that is busy in bursts with idle gaps between them (mean far below its busy level) loses "
+        "the gaps every step: synchronous input, host-device copies or pipeline-parallel bubbles.",
+    metrics=("gpu.util_pct", "gpu.util_pct_p95", "npu.util_pct_p95", "process.cpu_util_pct_p95"),
+    thresholds=(Threshold("bubble_pct", "%", "above", "(p95 - mean) / p95 of the consumer's utilisation over the "
+                          "window's samples", critical=50, warning=30),),
+    params=(Param("min_busy_pct", 50, "%", "only consumers whose p95 utilisation reaches this have busy phases to "
+                  "compare with"),),
+    evidence="Each device of the workload (else each consumer process) over the threshold, with its mean, p95 and "
+             "maximum utilisation.",
+    recommendations=(
+        "Prefetch the next batch while the current one computes (DataLoader prefetch, CUDA streams).",
+        "Remove synchronisation points in the step (.item(), .cpu(), logging every step).",
+        "For pipeline parallelism, use more micro-batches or an interleaved schedule.",
+    ),
+    check=_pipeline_bubble)
+
+
+# -- dataplane.ipc_backlog ----------------------------------------------------------------
+def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["queued_bytes_growth_per_s"]
+    processes = {p.id for p in host_or_scope_processes(scope)}
+    edges = [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.out_edges(p, kind)]
+    edges += [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.in_edges(p, kind)
+              if e.source not in processes]
+    unique = sorted({e.id: e for e in edges}.values(), key=lambda e: e.id)
+    if not unique:
+        return not_evaluated(scope.missing("no IPC edges (pipes, sockets, shared memory) of the workload", "ipc"))
+    measured = [e for e in unique if num(e, "queued_bytes_growth_per_s") is not None]
+    if not measured:
+        return not_evaluated(scope.missing(f"{len(unique)} IPC edges, none with queue depths over the window "
+                                           "(queued_bytes_growth_per_s)", "ipc"))
+    hits = []
+    for e in measured:
+        growth = num(e, "queued_bytes_growth_per_s")
+        sev = levels.severity(growth)
+        if sev and (num(e, "queued_bytes") or 0.0) >= t["min_queued_bytes"]:
+            hits.append((e, growth, sev))
+    if not hits:
+        return clear(f"{len(measured)} IPC queues measured; none grows faster than {levels.limit():g} bytes/s "
+                     f"with >= {t['min_queued_bytes']:g} bytes queued")
+    hits.sort(key=lambda h: (h[2] != "critical", -h[1], h[0].id))
+    items = []
+    for e, growth, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.edge(e.id, "queued_bytes_growth_per_s", growth, levels=levels, severity=sev,
+                             note=f"{e.type} {ev.short(e.source)} -> {ev.short(e.target)}"))
+        items.append(ev.edge(e.id, "queued_bytes", num(e, "queued_bytes"), unit="bytes"))
+    e, growth, _ = hits[0]
+    return finding(worst(*(h[2] for h in hits)) or "warning",
+                   f"{len(hits)} IPC queue(s) keep growing: the {e.type} from {ev.short(e.source)} to "
+                   f"{ev.short(e.target)} grows {ev.fmt(growth, 'bytes/s')}; the reading stage cannot keep up.",
+                   items, subjects=[h[0].target for h in hits])
+
+
+IPC_BACKLOG = Pattern(
+    id="dataplane.ipc_backlog", layer=7, title="IPC backlog",
+    why="A queue between two stages that grows through the window means the downstream stage is slower than "
+        "the upstream one: latency grows without bound until the queue fills and the producer blocks.",
+    metrics=("pipe.queued_bytes", "pipe.queued_bytes_growth_per_s", "unix_socket.queued_bytes_growth_per_s",
+             "tcp.queued_bytes_growth_per_s", "msg_queue.queued_bytes"),
+    thresholds=(Threshold("queued_bytes_growth_per_s", "bytes/s", "above", "growth of the bytes waiting in a pipe, "
+                          "socket or queue over the window", critical=1048576, warning=65536),),
+    params=(Param("min_queued_bytes", 65536, "bytes", "ignore queues holding less than this at the end of the window"),),
+    evidence="Each IPC edge of the workload over the threshold with its queue depth.",
+    recommendations=(
+        "Speed up or add instances of the reading stage.",
+        "Bound the queue (backpressure) so the producer slows down instead of buffering without limit.",
+        "Batch messages to reduce per-message overhead in the reader.",
+    ),
+    check=_ipc_backlog)
+
+
+PATTERNS = [DATA_LOADING_BOTTLENECK, PREPROCESSING_BOTTLENECK, PIPELINE_BUBBLE, IPC_BACKLOG]

@@ -1,0 +1,197 @@
+"""Layer 2, memory: caches, memory bandwidth, memory pressure, device memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.rules import metric_check, workload_devices
+from diagnosis.scope import Scope, num
+from topology import Entity
+
+
+def _pmu_subjects(scope: Scope) -> list[Entity]:
+    return scope.processes if scope.has_workload else scope.hosts()
+
+
+# -- memory.cache_miss_storm --------------------------------------------------------------
+def _llc_hit(e: Entity) -> float | None:
+    miss = num(e, "llc_miss_pct")
+    return None if miss is None else 100.0 - miss
+
+
+def _cache_miss_storm(scope: Scope, t: dict[str, Any]) -> Verdict:
+    subjects = [e for e in _pmu_subjects(scope) if num(e, "llc_miss_pct") is not None]
+    if not subjects:
+        return not_evaluated(scope.missing("no LLC counters (llc_miss_pct): the host has no PMU or "
+                                           "perf_event_open is not allowed", "pmu", "perf"))
+    return metric_check(scope, subjects, t["llc_hit_pct"], "llc_hit_pct", "subjects with LLC counters", ("pmu",),
+                        "{n} subject(s) miss the last-level cache often: {names}, LLC hit rate {worst} "
+                        "(threshold < {limit}).", value=_llc_hit)
+
+
+CACHE_MISS_STORM = Pattern(
+    id="memory.cache_miss_storm", layer=2, title="Cache miss storm",
+    why="When the last-level cache hit rate drops, most loads go to DRAM (or a remote NUMA node) and the "
+        "cores stall; the CPU looks busy but does little.",
+    metrics=("process.llc_miss_pct", "host.llc_miss_pct"),
+    thresholds=(Threshold("llc_hit_pct", "%", "below", "last-level cache hit rate (100 - llc_miss_pct)",
+                          critical=90, warning=95),),
+    needs="hardware PMU counters (perf_event_open)",
+    evidence="Each workload process (or the host) with its LLC hit rate.",
+    recommendations=(
+        "Shrink the working set per thread (smaller tiles or batches on the CPU side, fewer threads per socket).",
+        "Keep memory local to the NUMA node the threads run on.",
+        "Avoid false sharing and scattered accesses in hot loops.",
+    ),
+    check=_cache_miss_storm)
+
+
+# -- memory.bandwidth_wall ----------------------------------------------------------------
+def _bandwidth_wall(scope: Scope, t: dict[str, Any]) -> Verdict:
+    subjects = [e for e in scope.hosts() + scope.graph.entities("numa_node") if num(e, "dram_bw_util_pct") is not None]
+    if not subjects:
+        return not_evaluated(scope.missing("no DRAM bandwidth counters (dram_bw_util_pct, uncore PMU) in this graph",
+                                           "pmu", "perf", "uncore"))
+    return metric_check(scope, subjects, t["dram_bw_util_pct"], "dram_bw_util_pct", "hosts/NUMA nodes", ("pmu",),
+                        "Memory bandwidth is near its peak on {n} host/node(s): {names} at {worst} "
+                        "(threshold > {limit}).")
+
+
+BANDWIDTH_WALL = Pattern(
+    id="memory.bandwidth_wall", layer=2, title="Memory bandwidth wall",
+    why="Above about 80 % of peak DRAM bandwidth, memory latency climbs steeply; every memory-bound thread "
+        "on that socket slows down together.",
+    metrics=("host.dram_bw_util_pct", "numa_node.dram_bw_util_pct"),
+    thresholds=(Threshold("dram_bw_util_pct", "%", "above", "DRAM bandwidth used, share of peak",
+                          critical=90, warning=80),),
+    needs="uncore PMU memory-controller counters",
+    evidence="Each host or NUMA node over the threshold.",
+    recommendations=(
+        "Spread memory-heavy processes over NUMA nodes (one rank per node, memory bound with numactl --membind).",
+        "Reduce copies: pinned memory and zero-copy paths, fewer format conversions in preprocessing.",
+        "Use lower precision for host-side data where the model allows it.",
+    ),
+    check=_bandwidth_wall)
+
+
+# -- memory.hbm_bandwidth_limit -----------------------------------------------------------
+def _hbm_bandwidth_limit(scope: Scope, t: dict[str, Any]) -> Verdict:
+    return metric_check(scope, workload_devices(scope), t["mem_bw_util_pct"], "mem_bw_util_pct",
+                        "accelerators of the workload", ("gpu", "npu", "nvml"),
+                        "Device memory bandwidth is saturated on {n} accelerator(s): {names} at {worst} "
+                        "(threshold > {limit}).")
+
+
+HBM_BANDWIDTH_LIMIT = Pattern(
+    id="memory.hbm_bandwidth_limit", layer=2, title="HBM bandwidth limit",
+    why="A kernel mix that saturates the device's memory bandwidth is memory-bound: faster compute units "
+        "will not help, less data movement will.",
+    metrics=("gpu.mem_bw_util_pct", "npu.mem_bw_util_pct"),
+    thresholds=(Threshold("mem_bw_util_pct", "%", "above", "device memory-controller (HBM) bandwidth used",
+                          critical=95, warning=85),),
+    needs="a GPU (NVML) or NPU (npu-smi) collector",
+    evidence="Each device of the workload over the threshold.",
+    recommendations=(
+        "Fuse memory-bound kernels (torch.compile, fused optimisers, FlashAttention).",
+        "Use lower-precision activations and KV cache (bf16/fp8) where accuracy allows.",
+        "Increase arithmetic intensity: larger batches or tiles per kernel.",
+    ),
+    check=_hbm_bandwidth_limit)
+
+
+# -- memory.pressure ----------------------------------------------------------------------
+def _swap_rate(e: Entity) -> float | None:
+    rates = [num(e, m) for m in ("swap_in_pages_per_s", "swap_out_pages_per_s")]
+    known = [r for r in rates if r is not None]
+    return sum(known) if known else None
+
+
+def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
+    checks = (("psi_memory_some_pct", lambda h: num(h, "psi_memory_some_pct"), "%"),
+              ("swap_pages_per_s", _swap_rate, "pages/s"),
+              ("major_faults_per_s", lambda h: num(h, "major_faults_per_s"), "1/s"))
+    hosts = scope.hosts()
+    measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
+    if not measured:
+        return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
+                                           "host", "psi"))
+    items, severities, subjects, parts = [], [], [], []
+    for host in measured:
+        for name, f, unit in checks:
+            value = f(host)
+            sev = t[name].severity(value)
+            if sev:
+                severities.append(sev)
+                subjects.append(host.id)
+                parts.append(f"{name} {ev.fmt(value, unit)}")
+                items.append(ev.entity(host.id, name, value, unit=unit, levels=t[name], severity=sev))
+        if subjects and host.id in subjects:
+            for m, u in (("mem_available_bytes", "bytes"), ("swap_used_bytes", "bytes")):
+                if num(host, m) is not None:
+                    items.append(ev.entity(host.id, m, num(host, m), unit=u))
+    if not severities:
+        shown = "; ".join(f"{name} {ev.fmt(f(h), u)}" for h in measured for name, f, u in checks if f(h) is not None)
+        return clear(f"{shown}: below every threshold")
+    return finding(worst(*severities) or "warning", "The host is short of memory: " + ", ".join(parts) + ".",
+                   items, subjects=subjects)
+
+
+PRESSURE = Pattern(
+    id="memory.pressure", layer=2, title="Memory pressure",
+    why="When tasks stall on memory (reclaim, swap-in, major faults), every step takes longer in ways that "
+        "do not show up as CPU use; in the worst case the OOM killer ends the job.",
+    metrics=("host.psi_memory_some_pct", "host.swap_in_pages_per_s", "host.swap_out_pages_per_s",
+             "host.major_faults_per_s", "host.mem_available_bytes"),
+    thresholds=(Threshold("psi_memory_some_pct", "%", "above", "share of the window some task stalled on memory",
+                          critical=30, warning=10),
+                Threshold("swap_pages_per_s", "pages/s", "above", "pages swapped in plus out per second",
+                          critical=1000, warning=100),
+                Threshold("major_faults_per_s", "1/s", "above", "major page faults per second",
+                          warning=5000, notice=500)),
+    evidence="The host's PSI memory stall share, swap rate and major-fault rate over their thresholds, with "
+             "available memory and swap in use.",
+    recommendations=(
+        "Lower the memory footprint: fewer data-loader workers (each copies the dataset object), smaller "
+        "prefetch queues, shared memory for datasets.",
+        "Disable or limit swap for training hosts, and set container memory limits above the peak.",
+        "Load model weights once and share them (mmap, shared memory) instead of per-process copies.",
+    ),
+    check=_pressure)
+
+
+# -- memory.accelerator_memory_full -------------------------------------------------------
+def _device_mem_pct(e: Entity) -> float | None:
+    pct = num(e, "memory_used_pct")
+    if pct is not None:
+        return pct
+    used, total = num(e, "memory_used_bytes"), num(e, "memory_total_bytes")
+    return used / total * 100 if used is not None and total else None
+
+
+def _accelerator_memory_full(scope: Scope, t: dict[str, Any]) -> Verdict:
+    return metric_check(scope, workload_devices(scope), t["memory_used_pct"], "memory_used_pct",
+                        "accelerators of the workload", ("gpu", "npu", "nvml"),
+                        "Device memory is almost full on {n} accelerator(s): {names} at {worst} "
+                        "(threshold > {limit}).", value=_device_mem_pct)
+
+
+ACCELERATOR_MEMORY_FULL = Pattern(
+    id="memory.accelerator_memory_full", layer=2, title="Accelerator memory full",
+    why="A device at its memory limit forces small batches, allocator retries and fragmentation, and one "
+        "spike away from an out-of-memory error. Serving engines that preallocate on purpose (vLLM's "
+        "gpu_memory_utilization) show here too: check that it is intended.",
+    metrics=("gpu.memory_used_pct", "gpu.memory_used_bytes", "gpu.memory_total_bytes", "npu.memory_used_pct"),
+    thresholds=(Threshold("memory_used_pct", "%", "above", "device memory in use", critical=99, warning=95),),
+    needs="a GPU (NVML) or NPU (npu-smi) collector",
+    evidence="Each device of the workload over the threshold.",
+    recommendations=(
+        "If the engine preallocates (vLLM, TGI), leave headroom (e.g. gpu_memory_utilization 0.90).",
+        "Use activation checkpointing, smaller micro-batches or ZeRO/FSDP sharding.",
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+    ),
+    check=_accelerator_memory_full)
+
+
+PATTERNS = [CACHE_MISS_STORM, BANDWIDTH_WALL, HBM_BANDWIDTH_LIMIT, PRESSURE, ACCELERATOR_MEMORY_FULL]

@@ -1,0 +1,213 @@
+"""Layer 4, network between hosts: latency, retransmissions, RDMA ports, NIC capacity."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.rules import assess, clear_text, hit_evidence, metric_check
+from diagnosis.scope import Scope, num
+from topology import Entity
+
+
+def _address(endpoint: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """'10.0.0.2:443', '[fe80::1]:22' or a bare address -> the IP address."""
+    if not isinstance(endpoint, str) or not endpoint:
+        return None
+    text = endpoint.strip()
+    if text.startswith("["):
+        text = text[1:].split("]", 1)[0]
+    addr = None
+    for candidate in (text, text.rsplit(":", 1)[0]):  # bare address, or address:port
+        try:
+            addr = ipaddress.ip_address(candidate.split("%", 1)[0])
+            break
+        except ValueError:
+            continue
+    if addr is None:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        return addr.ipv4_mapped
+    return addr
+
+
+def _inter_node(scope: Scope, conn: Entity) -> bool:
+    """A connection to another machine of the cluster: not loopback, not to this host, and, when no
+    workload is named, a private (cluster) address rather than the internet."""
+    remote, local = _address(conn.attrs.get("remote")), _address(conn.attrs.get("local"))
+    if remote is None or remote.is_loopback or (local is not None and remote == local):
+        return False
+    return scope.has_workload or remote.is_private or remote.is_link_local
+
+
+def _connections(scope: Scope) -> list[Entity]:
+    conns = scope.graph.entities("tcp_connection")
+    if scope.has_workload:
+        owned = {e.target for p in scope.processes for e in scope.out_edges(p.id, "owns_connection")}
+        pids = {p.attrs.get("pid") for p in scope.processes}
+        conns = [c for c in conns if c.id in owned or c.attrs.get("pid") in pids]
+    return conns
+
+
+def _bytes(conn: Entity) -> float:
+    return (num(conn, "bytes_sent_total") or 0.0) + (num(conn, "bytes_received_total") or 0.0)
+
+
+# -- network.congestion -------------------------------------------------------------------
+def _congestion(scope: Scope, t: dict[str, Any]) -> Verdict:
+    conns = _connections(scope)
+    if not conns:
+        return not_evaluated(scope.missing("no TCP connections " + ("of the workload " if scope.has_workload else "")
+                                           + "in this graph", "tcp", "net", "socket"))
+    busy = [c for c in conns if _inter_node(scope, c) and _bytes(c) >= t["min_bytes"]]
+    if not busy:
+        return clear(f"{len(conns)} TCP connections seen; none to another node carried >= "
+                     f"{t['min_bytes']:g} bytes in the window")
+    return metric_check(scope, busy, t["rtt_us"], "rtt_us", "inter-node connections with traffic",
+                        ("tcp", "net"), "{n} inter-node connection(s) see high round-trip times: {names}, RTT "
+                        "{worst} (threshold > {limit}).",
+                        extra=lambda c: [ev.entity(c.id, m, num(c, m), unit=u) for m, u in
+                                         (("retrans_total", "segments"), ("bytes_sent_total", "bytes"))
+                                         if num(c, m) is not None])
+
+
+CONGESTION = Pattern(
+    id="network.congestion", layer=4, title="Network congestion (high RTT)",
+    why="Collective operations between nodes run at the pace of the slowest link; a round-trip time that "
+        "grows under load means queues in switches or NICs, and every all-reduce waits for them.",
+    metrics=("tcp_connection.rtt_us", "tcp_connection.bytes_sent_total", "tcp_connection.retrans_total"),
+    thresholds=(Threshold("rtt_us", "us", "above", "smoothed RTT of an inter-node TCP connection carrying traffic",
+                          critical=100, warning=50),),
+    params=(Param("min_bytes", 1048576, "bytes", "ignore connections that carried less than this in the window"),),
+    evidence="Each inter-node connection of the workload (or, on the whole host, to a private address) that "
+             "carried traffic, with its RTT, retransmissions and bytes.",
+    recommendations=(
+        "Check switch and NIC queues and ECN/PFC settings on the path; look for oversubscribed uplinks.",
+        "Use RDMA (RoCE/InfiniBand) for collectives instead of TCP where the fabric has it.",
+        "Tune NCCL/HCCL (NCCL_SOCKET_IFNAME to the fast NIC, more channels) and overlap communication.",
+    ),
+    check=_congestion)
+
+
+# -- network.retransmission ---------------------------------------------------------------
+def _retransmission(scope: Scope, t: dict[str, Any]) -> Verdict:
+    hosts = [h for h in scope.hosts() if num(h, "tcp_retrans_pct") is not None]
+    if not hosts:
+        return not_evaluated(scope.missing("no TCP retransmit rate of the host", "net", "tcp", "host"))
+    active = [h for h in hosts if (num(h, "tcp_out_segs_per_s") or 0.0) >= t["min_segments_per_s"]]
+    if not active:
+        return clear(f"too little TCP traffic to judge: under {t['min_segments_per_s']:g} segments/s sent")
+    return metric_check(scope, active, t["tcp_retrans_pct"], "tcp_retrans_pct", "hosts", ("net",),
+                        "TCP retransmits {worst} of its segments on {names} (threshold > {limit}).",
+                        extra=lambda h: [ev.entity(h.id, m, num(h, m), unit="1/s") for m in
+                                         ("tcp_out_segs_per_s", "tcp_retrans_segs_per_s") if num(h, m) is not None])
+
+
+RETRANSMISSION = Pattern(
+    id="network.retransmission", layer=4, title="TCP retransmissions",
+    why="Each retransmission stalls a stream for at least a round trip (or a timeout); above 1 % throughput "
+        "collapses and collectives over TCP slow down for everyone.",
+    metrics=("host.tcp_retrans_pct", "host.tcp_out_segs_per_s", "host.tcp_retrans_segs_per_s"),
+    thresholds=(Threshold("tcp_retrans_pct", "%", "above", "retransmitted / sent TCP segments over the window",
+                          critical=1, warning=0.1),),
+    params=(Param("min_segments_per_s", 100, "1/s", "ignore hosts sending fewer segments than this: too few to judge"),),
+    evidence="The host's retransmit share with its segment rates.",
+    recommendations=(
+        "Look for drops on the path: NIC ring overflows (ethtool -S), switch buffer drops, bad cables/optics.",
+        "Check MTU consistency along the path.",
+        "Enlarge NIC ring buffers (ethtool -G) and check IRQ affinity of the NIC queues.",
+    ),
+    check=_retransmission)
+
+
+# -- network.rdma_bottleneck --------------------------------------------------------------
+def _rdma_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
+    ports = scope.graph.entities("rdma_port")
+    if not ports:
+        return not_evaluated(scope.missing("no RDMA port in this graph", "rdma", "infiniband"))
+    util = assess(ports, t["port_util_pct"], lambda p: num(p, "port_util_pct"))
+    errors = assess(ports, t["port_errors_per_s"], lambda p: num(p, "port_errors_per_s"))
+    if not util.measured and not errors.measured:
+        return not_evaluated(scope.missing("no RDMA port counters", "rdma"))
+    if not util.hits and not errors.hits:
+        parts = [clear_text(a, "RDMA ports", m) for a, m in ((util, "port_util_pct"), (errors, "port_errors_per_s"))
+                 if a.measured]
+        return clear("; ".join(parts))
+    items = hit_evidence(util, "port_util_pct") + hit_evidence(errors, "port_errors_per_s")
+    parts = []
+    if util.hits:
+        parts.append(f"{ev.name_of(util.hits[0][0])} at {ev.fmt(util.hits[0][1], '%')} of its rate")
+    if errors.hits:
+        parts.append(f"{ev.name_of(errors.hits[0][0])} counting {ev.fmt(errors.hits[0][1], '1/s')} errors")
+    return finding(worst(util.severity, errors.severity) or "warning",
+                   "RDMA ports are saturated or erroring: " + "; ".join(parts) + ".", items,
+                   subjects=[e.id for e, _, _ in util.hits + errors.hits])
+
+
+RDMA_BOTTLENECK = Pattern(
+    id="network.rdma_bottleneck", layer=4, title="RDMA bottleneck",
+    why="RDMA carries the collectives of multi-node jobs; a port near its rate or with rising error counters "
+        "limits every rank's communication.",
+    metrics=("rdma_port.port_util_pct", "rdma_port.port_errors_per_s", "rdma_port.rate_gbps"),
+    thresholds=(Threshold("port_util_pct", "%", "above", "port throughput, share of its rate", critical=95, warning=90),
+                Threshold("port_errors_per_s", "1/s", "above", "error counters (symbol, link, discards) per second",
+                          warning=0)),
+    needs="RDMA ports (/sys/class/infiniband)",
+    evidence="Each port over a threshold with its utilisation or error rate.",
+    recommendations=(
+        "Spread traffic over more ports/rails (NCCL_IB_HCA, one NIC per device pair).",
+        "For errors: check cables/optics and port counters (perfquery, ethtool -S), and PFC/ECN on RoCE.",
+        "Overlap communication with compute and compress gradients.",
+    ),
+    check=_rdma_bottleneck)
+
+
+# -- network.nic_saturation ---------------------------------------------------------------
+def _drops(n: Entity) -> float | None:
+    values = [num(n, m) for m in ("rx_drops_per_s", "tx_drops_per_s")]
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _nic_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
+    nics = [n for n in scope.graph.entities("nic") if n.attrs.get("name", n.id.rsplit(":", 1)[-1]) != "lo"]
+    if not nics:
+        return not_evaluated(scope.missing("no network interface in this graph", "net", "nic"))
+    util = assess(nics, t["link_util_pct"], lambda n: num(n, "link_util_pct"))
+    drops = assess(nics, t["drops_per_s"], _drops)
+    if not util.measured and not drops.measured:
+        return not_evaluated(scope.missing("no NIC throughput or drop rates", "net", "nic"))
+    if not util.hits and not drops.hits:
+        parts = [clear_text(a, "NICs", m) for a, m in ((util, "link_util_pct"), (drops, "drops_per_s")) if a.measured]
+        return clear("; ".join(parts))
+    items = hit_evidence(util, "link_util_pct") + hit_evidence(drops, "drops_per_s")
+    parts = []
+    if util.hits:
+        parts.append(f"{ev.name_of(util.hits[0][0])} at {ev.fmt(util.hits[0][1], '%')} of its link speed")
+    if drops.hits:
+        parts.append(f"{ev.name_of(drops.hits[0][0])} dropping {ev.fmt(drops.hits[0][1], '1/s')} packets")
+    return finding(worst(util.severity, drops.severity) or "warning", "NICs are saturated or dropping: "
+                   + "; ".join(parts) + ".", items, subjects=[e.id for e, _, _ in util.hits + drops.hits])
+
+
+NIC_SATURATION = Pattern(
+    id="network.nic_saturation", layer=4, title="NIC saturation or drops",
+    why="A NIC at its link speed queues every packet behind the others; drops force retransmissions. Either "
+        "way the data path to other nodes or to storage is the limit.",
+    metrics=("nic.link_util_pct", "nic.rx_drops_per_s", "nic.tx_drops_per_s", "nic.speed_mbps"),
+    thresholds=(Threshold("link_util_pct", "%", "above", "max(rx, tx) throughput, share of the link speed",
+                          critical=95, warning=90),
+                Threshold("drops_per_s", "1/s", "above", "received plus sent packets dropped per second",
+                          warning=10, notice=1)),
+    evidence="Each NIC (loopback excluded) over a threshold.",
+    recommendations=(
+        "Move bulk traffic (dataset reads, checkpoints) off the NIC used for collectives, or add a NIC.",
+        "For drops: enlarge ring buffers (ethtool -G), spread IRQs over the NIC's NUMA-local CPUs.",
+        "Check the negotiated speed (ethtool) matches the switch port.",
+    ),
+    check=_nic_saturation)
+
+
+PATTERNS = [CONGESTION, RETRANSMISSION, RDMA_BOTTLENECK, NIC_SATURATION]

@@ -1,0 +1,125 @@
+"""Layer 5, storage: I/O wait, busy disks, checkpoint writes that stall the job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.rules import host_or_scope_processes, metric_check
+from diagnosis.scope import Scope, num
+
+
+# -- storage.io_wait ----------------------------------------------------------------------
+def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
+    names = ("cpu_iowait_pct", "psi_io_some_pct")
+    hosts = [h for h in scope.hosts() if any(num(h, m) is not None for m in names)]
+    if not hosts:
+        return not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host", "pressure"))
+    items, severities, subjects, parts = [], [], [], []
+    for host in hosts:
+        for name in names:
+            value = num(host, name)
+            sev = t[name].severity(value)
+            if sev:
+                severities.append(sev)
+                subjects.append(host.id)
+                parts.append(f"{name} {ev.fmt(value, '%')}")
+                items.append(ev.entity(host.id, name, value, levels=t[name], severity=sev))
+        if host.id in subjects and num(host, "psi_io_full_pct") is not None:
+            items.append(ev.entity(host.id, "psi_io_full_pct", num(host, "psi_io_full_pct"), unit="%"))
+    if not severities:
+        shown = "; ".join(f"{m} {ev.fmt(num(h, m), '%')}" for h in hosts for m in names if num(h, m) is not None)
+        return clear(f"{shown}: below every threshold")
+    busiest = [d for d in scope.graph.entities("block_device") if num(d, "disk_util_pct") is not None]
+    busiest.sort(key=lambda d: (-(num(d, "disk_util_pct") or 0.0), d.id))
+    for disk in busiest[:3]:
+        items.append(ev.entity(disk.id, "disk_util_pct", num(disk, "disk_util_pct"), unit="%", note="busiest disks"))
+    return finding(worst(*severities) or "warning", "The CPUs wait for I/O: " + ", ".join(parts) + ".", items,
+                   subjects=subjects)
+
+
+IO_WAIT = Pattern(
+    id="storage.io_wait", layer=5, title="I/O wait",
+    why="Time the CPUs spend idle with I/O outstanding, or tasks stalled on I/O (PSI), is time the job is "
+        "not computing: typically data reads from slow or remote storage, or checkpoint writes.",
+    metrics=("host.cpu_iowait_pct", "host.psi_io_some_pct", "host.psi_io_full_pct", "block_device.disk_util_pct"),
+    thresholds=(Threshold("cpu_iowait_pct", "%", "above", "share of the window the CPUs were idle with I/O outstanding",
+                          critical=40, warning=20),
+                Threshold("psi_io_some_pct", "%", "above", "share of the window some task stalled on I/O",
+                          critical=50, warning=20)),
+    evidence="The host's iowait share and PSI io stall over their thresholds, and the busiest disks.",
+    recommendations=(
+        "Cache or stage the dataset on local NVMe (or in memory) instead of reading from network storage each epoch.",
+        "Read ahead: more loader workers with prefetch_factor, larger sequential reads, a record format "
+        "(WebDataset, TFRecord) instead of many small files.",
+        "Write checkpoints asynchronously (see storage.checkpoint_stall).",
+    ),
+    check=_io_wait)
+
+
+# -- storage.disk_saturation --------------------------------------------------------------
+def _disk_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
+    disks = scope.graph.entities("block_device")
+    return metric_check(scope, disks, t["disk_util_pct"], "disk_util_pct", "block devices", ("disk", "block", "storage"),
+                        "{n} disk(s) are busy nearly all the time: {names} at {worst} (threshold > {limit}).",
+                        extra=lambda d: [ev.entity(d.id, m, num(d, m), unit=u) for m, u in
+                                         (("await_ms", "ms"), ("read_bytes_per_s", "bytes/s"),
+                                          ("write_bytes_per_s", "bytes/s"), ("read_iops", "1/s"),
+                                          ("write_iops", "1/s")) if num(d, m) is not None])
+
+
+DISK_SATURATION = Pattern(
+    id="storage.disk_saturation", layer=5, title="Disk saturation",
+    why="A disk with I/O in flight nearly all the window queues further requests: await grows and readers "
+        "(data loaders) or writers (checkpoints) block. On NVMe and RAID, 100 % busy can still have headroom; "
+        "read it together with await.",
+    metrics=("block_device.disk_util_pct", "block_device.await_ms", "block_device.read_bytes_per_s",
+             "block_device.write_bytes_per_s"),
+    thresholds=(Threshold("disk_util_pct", "%", "above", "share of the window the device had I/O in flight",
+                          critical=90, warning=80),),
+    evidence="Each block device over the threshold with its await, throughput and IOPS.",
+    recommendations=(
+        "Spread data over more devices (RAID 0, several NVMe) or move it to a faster tier.",
+        "Reduce small random reads: pack samples into large shards, increase read sizes.",
+        "Schedule checkpoint writes away from data reads, or write them to another device.",
+    ),
+    check=_disk_saturation)
+
+
+# -- storage.checkpoint_stall -------------------------------------------------------------
+def _checkpoint_stall(scope: Scope, t: dict[str, Any]) -> Verdict:
+    levels = t["write_burst_s"]
+    processes = host_or_scope_processes(scope)
+    measured = [p for p in processes if num(p, "write_burst_s") is not None]
+    if not measured:
+        return not_evaluated(scope.missing("no write bursts of processes (write_burst_s) in this graph", "process"))
+    window = scope.meta.duration_s
+    hit = any(levels.severity(num(p, "write_burst_s")) for p in measured)
+    if not hit and window is not None and window <= (levels.limit() or 0):
+        return not_evaluated(f"the window of {window:g} s is too short to see a write burst longer than "
+                             f"{levels.limit():g} s; collect for longer (e.g. --duration 60)")
+    return metric_check(scope, measured, levels, "write_burst_s", "processes with write activity", ("process",),
+                        "{n} process(es) wrote without pause for a long time: {names}, {worst} "
+                        "(threshold > {limit}).",
+                        extra=lambda p: [ev.entity(p.id, "write_bytes_per_s", num(p, "write_bytes_per_s"),
+                                                   unit="bytes/s")] if num(p, "write_bytes_per_s") is not None else [])
+
+
+CHECKPOINT_STALL = Pattern(
+    id="storage.checkpoint_stall", layer=5, title="Checkpoint stall",
+    why="A synchronous checkpoint stops training for as long as the write takes; a burst of writes lasting "
+        "more than 10 s every few minutes is a large share of the job's time.",
+    metrics=("process.write_burst_s", "process.write_bytes_per_s"),
+    thresholds=(Threshold("write_burst_s", "s", "above", "longest run of consecutive samples in which a process wrote",
+                          critical=30, warning=10),),
+    evidence="Each process over the threshold with its write rate.",
+    recommendations=(
+        "Write checkpoints asynchronously (torch.distributed.checkpoint async_save, a background thread).",
+        "Shard checkpoints across ranks instead of gathering to rank 0.",
+        "Write to fast local storage first and copy to shared storage in the background.",
+    ),
+    check=_checkpoint_stall)
+
+
+PATTERNS = [IO_WAIT, DISK_SATURATION, CHECKPOINT_STALL]

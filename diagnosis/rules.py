@@ -1,0 +1,133 @@
+"""Shapes of test that many patterns share: compare one metric of a set of entities with a
+levelled threshold, and turn the result into a finding, `clear` or `not_evaluated`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from diagnosis import evidence as ev
+from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.models import Evidence
+from diagnosis.scope import Scope, num
+from topology import Entity
+
+Value = Callable[[Entity], float | None]
+
+
+@dataclass
+class Assessment:
+    levels: Levels
+    measured: list[tuple[Entity, float]] = field(default_factory=list)
+    hits: list[tuple[Entity, float, str]] = field(default_factory=list)
+
+    @property
+    def severity(self) -> str | None:
+        return worst(*(s for _, _, s in self.hits))
+
+    def extreme(self) -> tuple[Entity, float] | None:
+        """The measured entity closest to (or furthest past) the threshold."""
+        if not self.measured:
+            return None
+        if self.levels.direction == "above":
+            return max(self.measured, key=lambda m: (m[1], m[0].id))
+        return min(self.measured, key=lambda m: (m[1], m[0].id))
+
+
+def assess(entities: Iterable[Entity], levels: Levels, value: Value) -> Assessment:
+    result = Assessment(levels)
+    for entity in entities:
+        v = value(entity)
+        if v is None:
+            continue
+        result.measured.append((entity, v))
+        severity = levels.severity(v)
+        if severity:
+            result.hits.append((entity, v, severity))
+    sign = -1 if levels.direction == "above" else 1
+    result.hits.sort(key=lambda h: (LEVELS.index(h[2]), sign * h[1], h[0].id))
+    return result
+
+
+def metric_of(metric: str) -> Value:
+    return lambda e: num(e, metric)
+
+
+def clear_text(a: Assessment, what: str, metric: str) -> str:
+    ext = a.extreme()
+    assert ext is not None
+    word = "highest" if a.levels.direction == "above" else "lowest"
+    sign = ">" if a.levels.direction == "above" else "<"
+    return (f"{len(a.measured)} {what} measured; {word} {metric} {ev.fmt(ext[1], a.levels.unit)} "
+            f"({ev.name_of(ext[0])}), none {sign} {a.levels.limit():g} {a.levels.unit}".rstrip())
+
+
+def hit_evidence(a: Assessment, metric: str, note: Callable[[Entity, float], str | None] | None = None,
+                 extra: Callable[[Entity], list[Evidence]] | None = None) -> list[Evidence]:
+    items: list[Evidence] = []
+    for entity, value, severity in a.hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(entity.id, metric, value, levels=a.levels, severity=severity,
+                               note=note(entity, value) if note else ev.name_of(entity)))
+        if extra:
+            items.extend(extra(entity))
+    if len(a.hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(a.hits) - ev.MAX_SUBJECTS, "above the threshold"))
+    return items
+
+
+def metric_check(scope: Scope, entities: list[Entity], levels: Levels, metric: str, what: str,
+                 keywords: tuple[str, ...], sentence: str, value: Value | None = None,
+                 extra: Callable[[Entity], list[Evidence]] | None = None) -> Verdict:
+    """The common shape: `sentence` is formatted with n (hits), names, worst (value) and limit."""
+    if not entities:
+        return not_evaluated(scope.missing(f"no {what} in this graph", *keywords))
+    a = assess(entities, levels, value or metric_of(metric))
+    if not a.measured:
+        return not_evaluated(scope.missing(f"no {what} with {metric} in this graph", *keywords))
+    if not a.hits:
+        return clear(clear_text(a, what, metric))
+    names = ", ".join(ev.name_of(e) for e, _, _ in a.hits[:4]) + (" ..." if len(a.hits) > 4 else "")
+    first = a.hits[0]
+    text = sentence.format(n=len(a.hits), names=names, worst=ev.fmt(first[1], levels.unit),
+                           limit=f"{levels.limit(first[2]):g} {levels.unit}".rstrip())
+    return finding(a.severity or "warning", text, hit_evidence(a, metric, extra=extra),
+                   subjects=[e.id for e, _, _ in a.hits])
+
+
+def host_or_scope_processes(scope: Scope) -> list[Entity]:
+    return scope.processes if scope.has_workload else scope.graph.entities("process")
+
+
+def workload_devices(scope: Scope) -> list[Entity]:
+    """Accelerators used by the workload; on the whole host, every accelerator."""
+    if scope.has_workload:
+        found = {d.id: d for p in scope.processes for _, d in scope.devices_of(p)}
+        return [found[k] for k in sorted(found)]
+    return scope.graph.entities("gpu") + scope.graph.entities("npu")
+
+
+def all_devices(scope: Scope) -> list[Entity]:
+    return scope.graph.entities("gpu") + scope.graph.entities("npu")
+
+
+def needs_workload(scope: Scope) -> Verdict | None:
+    if scope.has_workload:
+        return None
+    return not_evaluated("no workload in scope: name it with --pid, or run an AI training/inference process "
+                         "that the collectors recognise")
+
+
+BUSY_ROLES = ("trainer", "inference")
+
+
+def busy_candidates(scope: Scope) -> list[Entity]:
+    """The processes of the workload that are supposed to be busy: the named ones, trainers and
+    inference engines, and accelerator users (launchers and loader workers are not)."""
+    named = set(scope.requested_pids)
+    found = []
+    for p in scope.processes:
+        if p.attrs.get("pid") in named or p.attrs.get("role") in BUSY_ROLES or scope.devices_of(p):
+            if p.attrs.get("role") not in ("loader", "launcher") or p.attrs.get("pid") in named:
+                found.append(p)
+    return found
