@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from collectors.pci import format_cpulist, is_nic, list_devices, pcie_link_type, read_device
+from collectors.pci import format_cpulist, is_nic, pcie_link_type, read_device, scan
 from topology import Graph
 from topology.ids import entity_id, numa_id, pci_address
 
@@ -44,11 +44,8 @@ def place_device(g: Graph, sys_root: Path, host: str, eid: str, address: str | N
 
 
 def host_nics(sys_root: Path, cache: dict) -> list[dict]:
-    """PCI network functions with a netdev or an RDMA device, read once per round."""
-    if "accel.nics" not in cache:
-        infos = (read_device(sys_root, a) for a in list_devices(sys_root))
-        cache["accel.nics"] = [i for i in infos if i and is_nic(i)]
-    return cache["accel.nics"]
+    """PCI network functions with a netdev or an RDMA device."""
+    return [i for i in scan(sys_root, cache).values() if is_nic(i)]
 
 
 def link_nearest_nics(g: Graph, sys_root: Path, host: str, eid: str, address: str | None,

@@ -114,7 +114,7 @@ class GpuCollector(Collector):
                 d["processes"][p.pid] = max(d["processes"].get(p.pid, 0), used)
 
     def finish(self) -> Graph:
-        if self.failed is None and not self.devices and self.nvml is None:
+        if self.failed is None and not self.devices:
             self.start()  # finish without start: a one-shot round
         if self.failed:
             if self.nvml is not None:

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 from collectors.accel import gauge, host_nics, link_nearest_nics, place_device
 from collectors.base import Collector, Context, register

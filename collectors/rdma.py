@@ -142,6 +142,8 @@ class RdmaCollector(Collector):
     def finish(self) -> Graph:
         if not self.base.is_dir():
             return self.unavailable(f"no RDMA devices: {self.base} does not exist (no InfiniBand/RoCE HCA or ib_core not loaded)")
+        if not self.first:
+            self.start()  # finish without start: a one-shot round: states, no rates
         if not self.ports:
             return self.unavailable(f"no RDMA ports under {self.base}")
         self.sample()
