@@ -7,9 +7,10 @@ that building and merging large graphs stays cheap.
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import networkx as nx
 
@@ -18,6 +19,7 @@ from topology.models import Edge, Entity, Meta
 from topology.predicates import Predicate, compile_where
 
 Direction = Literal["out", "in", "both"]
+_Item = TypeVar("_Item", Entity, Edge)
 
 
 class Graph:
@@ -73,9 +75,9 @@ class Graph:
         self.meta = merge_meta(self.meta, other.meta)
         self.extra = {**self.extra, **other.extra}
         for entity in other._entities.values():
-            self.add_entity(entity.model_copy(deep=True))
+            self.add_entity(_copy(entity))
         for edge in other._edges.values():
-            self.add_edge(edge.model_copy(deep=True))
+            self.add_edge(_copy(edge))
         return self
 
     # -- access ---------------------------------------------------------------------------
@@ -217,3 +219,27 @@ class Graph:
 
     def __iter__(self) -> Iterator[Entity]:
         return iter(self.entities())
+
+
+def _copy_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_value(v) for v in value]
+    if isinstance(value, (str, int, float, bool, type(None), tuple, frozenset)):
+        return value
+    return copy.deepcopy(value)
+
+
+def _copy(item: _Item) -> _Item:
+    """A deep copy for merge, so that the merged graph never shares a dict with its source.
+
+    Same result as ``model_copy(deep=True)`` for what a graph holds (JSON-like attrs and numbers),
+    several times faster: merging 100k-entity fragments spends most of its time copying.
+    """
+    clone = item.model_copy()
+    clone.attrs = _copy_value(item.attrs)
+    clone.metrics = dict(item.metrics)
+    if item.__pydantic_extra__:
+        clone.__pydantic_extra__ = _copy_value(item.__pydantic_extra__)
+    return clone

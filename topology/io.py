@@ -10,23 +10,58 @@ same graph always gives the same bytes and files diff well.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
 from topology.errors import GraphFormatError
 from topology.graph import Graph
 from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
 
 
+# One encoder for every line: json.dumps with options builds a new encoder per call. Values that
+# JSON has no type for (tuples, sets, datetimes in attrs) are converted as pydantic's mode="json" does.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=to_jsonable_python)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Reading or writing a large graph creates hundreds of thousands of small objects, none of them
+    in a reference cycle; the cyclic collector would otherwise run again and again over all of them
+    (about half of the time at 100k entities)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _item_line(item: Entity | Edge) -> str:
-    return json.dumps(item.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # the same document as item.model_dump(mode="json"), without pydantic's per-item serializer cost
+    data: dict[str, Any] = {"id": item.id, "type": item.type, "attrs": item.attrs, "metrics": item.metrics}
+    if isinstance(item, Edge):
+        data["source"] = item.source
+        data["target"] = item.target
+    if item.__pydantic_extra__:
+        data.update(item.__pydantic_extra__)
+    return _ENCODER.encode(data)
 
 
 def dumps_graph(graph: Graph) -> str:
+    with _gc_paused():
+        return _dumps_graph(graph)
+
+
+def _dumps_graph(graph: Graph) -> str:
     meta = json.dumps(graph.meta.model_dump(mode="json", exclude_none=True), sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     entities = ",\n".join(_item_line(e) for e in graph.entities())
@@ -77,6 +112,11 @@ def loads_graph(text: str | bytes, name: str = "<input>") -> Graph:
             raise GraphFormatError(f"{name}: not UTF-8 text (byte {exc.start}); expected a JSON graph file") from None
     if not text.strip():
         raise GraphFormatError(f"{name}: the file is empty; expected a JSON graph file")
+    with _gc_paused():
+        return _loads_text(text, name)
+
+
+def _loads_text(text: str, name: str) -> Graph:
     head = text[:256]
     if f'"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},' in head.replace(" ", ""):
         try:  # fast path: our own writer's output, parsed and validated in one pass
