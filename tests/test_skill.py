@@ -198,7 +198,8 @@ def _mismatch(pid, npu, dev_node, cpu_node, priority="P0"):
             "subjects": [f"process:local:{pid}"],
             "evidence": [{"kind": "edge", "ids": [f"uses_device|process:local:{pid}|npu:local:{npu}"]},
                          {"kind": "edge", "ids": [f"local_to|npu:local:{npu}|numa_node:local:{dev_node}"]},
-                         {"kind": "edge", "ids": [f"allowed_on|process:local:{pid}|numa_node:local:{cpu_node}"]}]}
+                         {"kind": "statistic", "ids": [f"runs_on|thread:local:{pid}:{pid}|numa_node:local:{cpu_node}"]},
+                         {"kind": "edge", "ids": [f"numa_distance|numa_node:local:{cpu_node}|numa_node:local:{dev_node}"]}]}
 
 
 def test_the_checks_pass_and_fail_on_values():
@@ -228,11 +229,20 @@ def test_the_checks_pass_and_fail_on_values():
     assert not runner.check(md, None, "the consumer (pid 421) waits", ctx)[0]
 
 
-def _eval_ids() -> list[str]:
-    return [f"{c['id']}-{c['name']}" for c in CASES]
+# Cases the tool's own reports do not pass yet, and why. Strict: once the tool is fixed the case
+# passes, the test reports XPASS as a failure, and the entry must go.
+TOOL_GAPS = {
+    "live-quiet-workload": "compute.cpu_starvation reports a named process that sleeps (0 % CPU, no run-queue "
+                           "wait) as starved at P0",
+}
 
 
-@pytest.mark.parametrize("case", CASES, ids=_eval_ids())
+def _eval_params() -> list:
+    return [pytest.param(c, id=f"{c['id']}-{c['name']}", marks=[pytest.mark.xfail(
+        strict=True, reason=TOOL_GAPS[c["name"]])] if c["name"] in TOOL_GAPS else []) for c in CASES]
+
+
+@pytest.mark.parametrize("case", _eval_params())
 def test_eval_runner_passes_on_the_tools_own_reports(case, vllm_sample_path, tmp_path):
     _needs("witty_profiler:diagnose", "witty_profiler:report", "witty_profiler:convert", "witty_profiler:collect",
            "diagnosis.catalog:catalog")
