@@ -1,5 +1,5 @@
 """NVIDIA GPUs over the window through NVML: utilisation, memory, PCIe and NVLink traffic, clocks,
-temperature, power, throttling, ECC errors, the processes on each GPU, and how GPUs reach each
+temperature, power, throttling, ECC and XID errors, the processes on each GPU, and how GPUs reach each
 other (NVLink, NVSwitch or the PCIe tree) and their nearest NICs.
 
 NVML is reached through `collectors.nvml` so that tests replay recorded answers of real servers.
@@ -79,9 +79,15 @@ class GpuCollector(Collector):
             return
         for i in range(count):
             self.devices.append(self._static(i))
+        self._drain_xids()  # registers for XID events; errors before the window are not counted
+        for d in self.devices:
+            d["xids"].clear()
         self.sample()
 
     def sample(self) -> None:
+        if not self.devices:
+            return
+        self._drain_xids()
         for d in self.devices:
             i, s = d["index"], d["samples"]
             util = self._try("nvmlDeviceGetUtilizationRates", i)
@@ -147,6 +153,7 @@ class GpuCollector(Collector):
             "power_limit_mw": self._try("nvmlDeviceGetEnforcedPowerLimit", i),
             "sm_clock_max": self._try("nvmlDeviceGetMaxClockInfo", i, 1),
             "samples": defaultdict(list), "throttle": 0, "processes": {}, "nvlinks": [], "nvlink_version": None,
+            "xids": [],
         }
         for link in range(MAX_NVLINKS):
             state = self._try("nvmlDeviceGetNvLinkState", i, link)
@@ -162,6 +169,15 @@ class GpuCollector(Collector):
         d["ecc_start"] = self._ecc(i)
         d["nvlink_start"] = self._nvlink_counters(i) if d["nvlinks"] else None
         return d
+
+    def _drain_xids(self) -> None:
+        try:
+            events = self.nvml.xid_events([d["index"] for d in self.devices])
+        except self.nvml.pynvml.NVMLError:
+            return
+        for index, xid in events:
+            if 0 <= index < len(self.devices):
+                self.devices[index]["xids"].append(xid)
 
     def _ecc(self, i: int) -> int | None:
         return self._try("nvmlDeviceGetTotalEccErrors", i, 1, 0)  # uncorrected, volatile (since driver load)
@@ -188,6 +204,8 @@ class GpuCollector(Collector):
                      "throttle_reasons": [n for bit, n in THROTTLE_NAMES.items() if d["throttle"] & bit]}
             if d["nvlink_version"] is not None:
                 attrs["nvlink_version"] = d["nvlink_version"]
+            if d["xids"]:
+                attrs["xid_codes"] = sorted(set(d["xids"]))
             gen, width = metrics.get("pcie_link_gen_min"), metrics.get("pcie_link_width_min")
             if gen is not None and width is not None and d["gen_max"] and d["width_max"]:
                 # an idle GPU lowers its link generation to save power; that is not a fault
@@ -245,6 +263,7 @@ class GpuCollector(Collector):
         m["throttle_power"] = int(bool(d["throttle"] & POWER))
         if d["ecc_start"] is not None and d.get("ecc_end") is not None and d["ecc_end"] >= d["ecc_start"]:
             m["ecc_errors_total"] = d["ecc_end"] - d["ecc_start"]
+        m["xid_errors_total"] = len(d["xids"])
         if d["nvlinks"]:
             m["nvlink_links_up"] = len(d["nvlinks"])
             m.update(self._nvlink_rates(d))

@@ -6,6 +6,7 @@ arguments), the list of successive answers in the shapes nvidia-ml-py returns (s
 objects with the same field names, lists of structs, ints, strings). An answer
 ``{"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}`` raises that NVML error; a call that the recording
 does not hold raises NVML_ERROR_NOT_SUPPORTED, as a driver does for a feature a device lacks.
+XID critical-error events are recorded under ``"xid_events"``: per drain, [device index, XID] pairs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class LiveNvml:
         except self.pynvml.NVMLError as e:
             raise NvmlUnavailable(unavailable_reason(e)) from e
         self._handles: dict[int, Any] = {}
+        self._events: Any = None
 
     def system(self, fn: str) -> Any:
         return getattr(self.pynvml, fn)()
@@ -58,8 +60,28 @@ class LiveNvml:
     def common_ancestor(self, a: int, b: int) -> int:
         return self.pynvml.nvmlDeviceGetTopologyCommonAncestor(self._handle(a), self._handle(b))
 
+    def xid_events(self, indices: list[int]) -> list[tuple[int, int]]:
+        """(device index, XID) of the critical errors since the last call; registers on first use."""
+        p = self.pynvml
+        if self._events is None:
+            self._events = p.nvmlEventSetCreate()
+            for i in indices:
+                try:
+                    p.nvmlDeviceRegisterEvents(self._handle(i), p.nvmlEventTypeXidCriticalError, self._events)
+                except p.NVMLError:
+                    pass  # not supported on this GPU (e.g. MIG instances, some vGPUs)
+        out = []
+        while True:
+            try:
+                data = p.nvmlEventSetWait_v2(self._events, 0)
+            except p.NVMLError:  # NVML_ERROR_TIMEOUT: nothing pending
+                return out
+            out.append((p.nvmlDeviceGetIndex(data.device), data.eventData))
+
     def close(self) -> None:
         try:
+            if self._events is not None:
+                self.pynvml.nvmlEventSetFree(self._events)
             self.pynvml.nvmlShutdown()
         except self.pynvml.NVMLError:
             pass
@@ -93,6 +115,13 @@ class RecordedNvml:
 
     def common_ancestor(self, a: int, b: int) -> int:
         return self.call("nvmlDeviceGetTopologyCommonAncestor", a, f"gpu{b}")
+
+    def xid_events(self, indices: list[int]) -> list[tuple[int, int]]:
+        """Recorded under "xid_events": per drain, a list of [device index, XID]."""
+        try:
+            return [tuple(e) for e in self._answer(self.recording, ("xid_events",), "xid_events")]
+        except self.pynvml.NVMLError:
+            return []
 
     def close(self) -> None:
         pass

@@ -69,6 +69,8 @@ def test_hgx_h100_devices(hgx_sysfs):
     assert g.entity("gpu:n1:0000:52:00.0").metrics["throttle_power"] == 1
     slow = g.entity("gpu:n1:0000:61:00.0")  # the rank that waits: lower SM and HBM activity
     assert slow.metrics["util_pct"] < 60 and slow.metrics["nvlink_tx_bytes_per_s"] < 100e9
+    assert slow.metrics["xid_errors_total"] == 1 and slow.attrs["xid_codes"] == [74]  # an NVLink error
+    assert m["xid_errors_total"] == 0 and "xid_codes" not in g0.attrs
 
 
 def test_hgx_h100_edges(hgx_sysfs):
