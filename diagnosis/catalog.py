@@ -42,7 +42,7 @@ class Threshold:
     def describe(self) -> str:
         sign = ">" if self.direction == "above" else "<"
         unit = "" if self.unit in ("", "ratio") else f" {self.unit}"
-        parts = [f"{lv} {sign} {_num(v)}{unit}" for lv, v in self.levels().items()]
+        parts = [f"{lv} {sign} {number(v)}{unit}" for lv, v in self.levels().items()]
         return ", ".join(parts)
 
 
@@ -175,5 +175,8 @@ def catalog() -> dict[str, Pattern]:
     return _CATALOG
 
 
-def _num(value: float) -> str:
-    return f"{value:g}"
+def number(value: float) -> str:
+    """A threshold as people write it: 65536 not 65536.0 nor 6.5536e+04, 0.8 not 0.80000001."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.6g}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis.catalog import Levels
+from diagnosis.catalog import Levels, number
 from diagnosis.models import Evidence
 
 MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
@@ -52,7 +52,7 @@ def _threshold(levels: Levels | None, severity: str | None) -> Any:
         return None
     sign = ">" if levels.direction == "above" else "<"
     limit = levels.limit(severity)
-    return None if limit is None else f"{sign} {limit:g}"
+    return None if limit is None else f"{sign} {number(limit)}"
 
 
 def short(eid: str) -> str:

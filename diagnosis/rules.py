@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
 from diagnosis.scope import Scope, num
 from topology import Entity
@@ -60,7 +60,7 @@ def clear_text(a: Assessment, what: str, metric: str) -> str:
     word = "highest" if a.levels.direction == "above" else "lowest"
     sign = ">" if a.levels.direction == "above" else "<"
     return (f"{len(a.measured)} {what} measured; {word} {metric} {ev.fmt(ext[1], a.levels.unit)} "
-            f"({ev.name_of(ext[0])}), none {sign} {a.levels.limit():g} {a.levels.unit}".rstrip())
+            f"({ev.name_of(ext[0])}), none {sign} {number(a.levels.limit())} {a.levels.unit}".rstrip())
 
 
 def hit_evidence(a: Assessment, metric: str, note: Callable[[Entity, float], str | None] | None = None,
@@ -90,7 +90,7 @@ def metric_check(scope: Scope, entities: list[Entity], levels: Levels, metric: s
     names = ", ".join(ev.name_of(e) for e, _, _ in a.hits[:4]) + (" ..." if len(a.hits) > 4 else "")
     first = a.hits[0]
     text = sentence.format(n=len(a.hits), names=names, worst=ev.fmt(first[1], levels.unit),
-                           limit=f"{levels.limit(first[2]):g} {levels.unit}".rstrip())
+                           limit=f"{number(levels.limit(first[2]))} {levels.unit}".rstrip())
     return finding(a.severity or "warning", text, hit_evidence(a, metric, extra=extra),
                    subjects=[e.id for e, _, _ in a.hits])
 

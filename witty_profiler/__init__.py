@@ -7,7 +7,10 @@ is a thin function over the `collectors`, `topology`, `converters` and `diagnosi
 
 from topology import Graph, dump_graph, load_graph as load
 from collectors.engine import run_window as collect
+from diagnosis import diagnose
+from diagnosis.compare import compare
+from diagnosis.report import report
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "__version__", "dump_graph", "load"]
+__all__ = ["Graph", "__version__", "compare", "diagnose", "dump_graph", "load", "report"]

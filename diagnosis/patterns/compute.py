@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.rules import (assess, busy_candidates, clear_text, hit_evidence, metric_check, metric_of, needs_workload,
                              workload_devices)
 from diagnosis.scope import Scope, num, parse_cpulist
@@ -45,7 +45,7 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
         (("runqueue_wait_pct", "%"), ("voluntary_ctxt_switches_per_s", "1/s")) if num(e, m) is not None])
     first = a.hits[0]
     text = (f"{len(a.hits)} workload process(es) that should be busy use little CPU: {ev.name_of(first[0])} "
-            f"at {ev.fmt(first[1], '%')} of one core (threshold < {levels.limit(first[2]):g} %).")
+            f"at {ev.fmt(first[1], '%')} of one core (threshold < {number(levels.limit(first[2]))} %).")
     severity = a.severity or "warning"
     if explained:
         # The process is idle because it waits for its input: the root cause is upstream.
@@ -123,12 +123,12 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
         busy = [c for c in cpus if (levels.severity(num(c, "cpu_util_pct")))]
         if busy:
             items.append(ev.statistic([c.id for c in busy], "cpus_over_threshold", len(busy), unit="CPUs",
-                                      note=f"{len(busy)} of {len(cpus)} CPUs above {levels.limit():g} %"))
+                                      note=f"{len(busy)} of {len(cpus)} CPUs above {number(levels.limit())} %"))
         return finding(worst(*severities) or "warning", "CPUs are saturated: " + "; ".join(parts) + ".", items,
                        subjects=subjects)
     top = max((num(h, "cpu_util_pct") or 0.0 for h in hosts), default=None)
     where = f"host CPU use {ev.fmt(top, '%')}" if top is not None else f"{len(cpus)} CPUs measured"
-    return clear(f"{where}, none > {levels.limit():g} %")
+    return clear(f"{where}, none > {number(levels.limit())} %")
 
 
 def _cpu_number(cpu: Entity) -> int | None:
@@ -183,7 +183,7 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
                 note="used by") for e in scope.in_edges(d.id, "uses_device")][:4])
     first = a.hits[0]
     text = (f"{len(a.hits)} accelerator(s) in use are mostly idle: {ev.name_of(first[0])} busy "
-            f"{ev.fmt(first[1], '%')} (threshold < {levels.limit(first[2]):g} %).")
+            f"{ev.fmt(first[1], '%')} (threshold < {number(levels.limit(first[2]))} %).")
     if explained:
         text += f" They wait for input from the host: see {', '.join(explained)}."
     return finding(a.severity or "warning", text, items, subjects=[d.id for d, _, _ in a.hits], related=explained)
@@ -230,15 +230,15 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
         if (llc is not None and llc > t["llc_miss_pct"]) or (ipc is not None and ipc < t["ipc"]):
             hits.append((entity, value, sev))
     if not hits:
-        return clear(f"{len(with_pmu)} subjects with PMU counters; none busy > {levels.limit():g} % with "
-                     f"LLC misses > {t['llc_miss_pct']:g} % or IPC < {t['ipc']:g}")
+        return clear(f"{len(with_pmu)} subjects with PMU counters; none busy > {number(levels.limit())} % with "
+                     f"LLC misses > {number(t['llc_miss_pct'])} % or IPC < {number(t['ipc'])}")
     items = []
     for entity, value, sev in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.entity(entity.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(entity)))
         for m, limit, sign in (("llc_miss_pct", t["llc_miss_pct"], ">"), ("ipc", t["ipc"], "<")):
             if num(entity, m) is not None:
                 items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio")
-                             .model_copy(update={"threshold": f"{sign} {limit:g}"}))
+                             .model_copy(update={"threshold": f"{sign} {number(limit)}"}))
     return finding(worst(*(s for _, _, s in hits)) or "warning",
                    f"{len(hits)} busy subject(s) spend their cycles stalled: {ev.name_of(hits[0][0])} "
                    f"at {ev.fmt(hits[0][1], '%')} CPU with poor cache behaviour or IPC.",
@@ -316,8 +316,8 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no per-thread CPU use of multi-threaded workload processes", "process",
                                            "thread"))
     if not hits:
-        return clear(f"{measured} multi-threaded workload processes measured; no thread > {levels.limit():g} % "
-                     f"while its siblings average < {t['siblings_cpu_util_pct']:g} %")
+        return clear(f"{measured} multi-threaded workload processes measured; no thread > {number(levels.limit())} % "
+                     f"while its siblings average < {number(t['siblings_cpu_util_pct'])} %")
     hits.sort(key=lambda h: (h[5] != "critical", -h[2], h[1].id))
     items = []
     for process, hot, value, siblings, n, sev in hits[:ev.MAX_SUBJECTS]:
@@ -325,7 +325,7 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
                                note=f"{ev.name_of(hot)} of {ev.name_of(process)}"))
         items.append(ev.statistic([th.id for th in scope.threads_of(process) if th.id != hot.id], "cpu_util_pct",
                                   siblings, unit="%", note=f"mean of its {n} sibling threads")
-                     .model_copy(update={"threshold": f"< {t['siblings_cpu_util_pct']:g}"}))
+                     .model_copy(update={"threshold": f"< {number(t['siblings_cpu_util_pct'])}"}))
     process, hot, value, siblings, n, _ = hits[0]
     return finding(worst(*(h[5] for h in hits)) or "warning",
                    f"A serial bottleneck: {ev.name_of(hot)} of {ev.name_of(process)} keeps one core "
@@ -371,7 +371,7 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
             hits.append((d, reasons, ratio, sev))
     if not hits:
         return clear(f"{len(measured)} accelerators measured; none clock-throttled below "
-                     f"{levels.limit():g} % of its maximum clock")
+                     f"{number(levels.limit())} % of its maximum clock")
     items = []
     for d, reasons, ratio, sev in hits[:ev.MAX_SUBJECTS]:
         for m in ("throttle_thermal", "throttle_power"):

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
 from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload
 from diagnosis.scope import Scope, host_of, num, parse_cpulist
@@ -44,7 +44,7 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
         parts = [f"{len(active)} active tasks measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
                                                              f"runnable time" if top is not None else "")]
         parts += [f"PSI cpu {ev.fmt(num(h, 'psi_cpu_some_pct'), '%')}" for h in hosts]
-        return clear("; ".join(parts) + f"; none over {wait.limit():g} % / {per_slice.limit():g} us per slice")
+        return clear("; ".join(parts) + f"; none over {number(wait.limit())} % / {number(per_slice.limit())} us per slice")
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "runqueue_wait_pct") or 0.0), h[0].id))
     items: list[Evidence] = []
     for task, sev in hits[:ev.MAX_SUBJECTS]:
@@ -272,7 +272,7 @@ def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing(f"{len(groups)} worker groups, but no comparable work measure (CPU or "
                                            f"device utilisation over the window) for all members", "process", "gpu"))
     if not hits:
-        return clear(f"{measured} worker groups compared; none differs by more than {levels.limit():g} %")
+        return clear(f"{measured} worker groups compared; none differs by more than {number(levels.limit())} %")
     hits.sort(key=lambda h: (h[4] != "critical", -h[3], h[0][0].id))
     items: list[Evidence] = []
     for group, metric, values, imbalance, sev in hits[:ev.MAX_SUBJECTS]:
@@ -352,18 +352,18 @@ def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not measured:
         return not_evaluated(scope.missing("no runnable-thread counts of the workload's processes", "process"))
     if not hits:
-        return clear(f"runnable threads of the workload per allowed CPU at most {levels.limit():g}")
+        return clear(f"runnable threads of the workload per allowed CPU at most {number(levels.limit())}")
     items: list[Evidence] = []
     for host, known, total, n_cpus, ratio, sev in hits:
         items.append(ev.statistic([p.id for p, _ in known], "runnable_per_cpu", ratio, levels=levels, severity=sev,
-                                  note=f"{total:g} runnable threads on {n_cpus} allowed CPUs"))
+                                  note=f"{number(total)} runnable threads on {n_cpus} allowed CPUs"))
         for p, r in sorted(known, key=lambda x: (-(x[1] or 0), x[0].id))[:4]:
             items.append(ev.entity(p.id, "runnable_threads", r, unit="threads", note=ev.name_of(p)))
             if num(p, "num_threads") is not None:
                 items.append(ev.entity(p.id, "num_threads", num(p, "num_threads"), unit="threads"))
     host, _, total, n_cpus, ratio, _ = hits[0]
     return finding(worst(*(h[5] for h in hits)) or "warning",
-                   f"The workload keeps {total:g} threads runnable on {n_cpus} CPUs ({ratio:.1f} per CPU): threads "
+                   f"The workload keeps {number(total)} threads runnable on {n_cpus} CPUs ({ratio:.1f} per CPU): threads "
                    f"preempt each other instead of working.", items, subjects=[p.id for h in hits for p, _ in h[1]])
 
 

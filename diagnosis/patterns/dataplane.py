@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
 from diagnosis.rules import busy_candidates, host_or_scope_processes, metric_check, needs_workload, workload_devices
 from diagnosis.scope import IPC_EDGES, Scope, num
@@ -71,8 +71,8 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not linked:
         return clear(f"{len(consumers)} consumer(s) in scope; none is fed by IPC or loader workers in this graph")
     if not hits:
-        return clear(f"{linked} consumer(s) with producers; none waits (CPU < {levels.limit():g} %) while a producer "
-                     f"is busy (> {t['producer_cpu_util_pct']:g} %) and its accelerator idle")
+        return clear(f"{linked} consumer(s) with producers; none waits (CPU < {number(levels.limit())} %) while a producer "
+                     f"is busy (> {number(t['producer_cpu_util_pct'])} %) and its accelerator idle")
     hits.sort(key=lambda h: (h[4] != "critical", h[1], h[0].id))
     items: list[Evidence] = []
     for consumer, value, busy, devices, sev in hits[:ev.MAX_SUBJECTS]:
@@ -91,10 +91,10 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
                                      note=f"{edge.type}: {ev.name_of(producer)} -> {ev.name_of(consumer)}"))
             items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%",
                                    note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None else ""))
-                         .model_copy(update={"threshold": f"> {t['producer_cpu_util_pct']:g}"}))
+                         .model_copy(update={"threshold": f"> {number(t['producer_cpu_util_pct'])}"}))
         for device, util in devices:
             items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer")
-                         .model_copy(update={"threshold": f"< {t['device_idle_pct']:g}"}))
+                         .model_copy(update={"threshold": f"< {number(t['device_idle_pct'])}"}))
     consumer, value, busy, devices, _ = hits[0]
     text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
             f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} at "
@@ -162,7 +162,7 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         hits.append((consumer, workers, mean, sev, starving))
     if not hits:
         return clear(f"{sum(len(w) for _, w in groups)} loader/producer workers measured; none saturated "
-                     f"(mean > {levels.limit():g} % of a core)")
+                     f"(mean > {number(levels.limit())} % of a core)")
     hits.sort(key=lambda h: (h[3] != "critical", -h[2], h[0].id if h[0] else ""))
     items: list[Evidence] = []
     for consumer, workers, mean, sev, starving in hits[:ev.MAX_SUBJECTS]:
@@ -271,8 +271,8 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev and (num(e, "queued_bytes") or 0.0) >= t["min_queued_bytes"]:
             hits.append((e, growth, sev))
     if not hits:
-        return clear(f"{len(measured)} IPC queues measured; none grows faster than {levels.limit():g} bytes/s "
-                     f"with >= {t['min_queued_bytes']:g} bytes queued")
+        return clear(f"{len(measured)} IPC queues measured; none grows faster than {number(levels.limit())} bytes/s "
+                     f"with >= {number(t['min_queued_bytes'])} bytes queued")
     hits.sort(key=lambda h: (h[2] != "critical", -h[1], h[0].id))
     items = []
     for e, growth, sev in hits[:ev.MAX_SUBJECTS]:

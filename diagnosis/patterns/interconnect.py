@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
 from diagnosis.placement import Placement, expected_remote_pct, placement_of
 from diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
@@ -48,7 +48,7 @@ def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
                                            "process", "numa"))
     if not hits:
         return clear(f"{measured} workload processes with NUMA placement; none with more than "
-                     f"{levels.limit():g} % of its memory accesses expected remote")
+                     f"{number(levels.limit())} % of its memory accesses expected remote")
     hits.sort(key=lambda h: (h[3] != "critical", -h[1], h[0].id))
     items: list[Evidence] = []
     for process, remote, p, sev in hits[:ev.MAX_SUBJECTS]:
@@ -137,8 +137,8 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing(f"cannot place the accelerator users: {why}", "process", "numa"))
     if not hits:
         return clear(f"{measured} process/device pairs checked; each runs and allocates mostly on its device's "
-                     f"NUMA node (remote run time <= {run_levels.limit():g} %, remote pages <= "
-                     f"{page_levels.limit():g} %)")
+                     f"NUMA node (remote run time <= {number(run_levels.limit())} %, remote pages <= "
+                     f"{number(page_levels.limit())} %)")
     hits.sort(key=lambda h: (h[10] != "critical", h[0].id, h[2].id))
     items: list[Evidence] = []
     for process, use, device, dnode, dnode_id, p, remote_run, inferred, remote_pages, distances, sev \
@@ -161,7 +161,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
                                            f"{', '.join(map(str, p.allowed_nodes))}"))
         if remote_run is not None:
             note = ("inferred from the allowed CPUs: none is on the device's node" if inferred
-                    else "run time by NUMA node: " + ", ".join(f"{n}: {v:g} %" for n, v in _dist(p.runtime).items()))
+                    else "run time by NUMA node: " + ", ".join(f"{n}: {number(v)} %" for n, v in _dist(p.runtime).items()))
             items.append(ev.statistic(p.runtime_ids or [process.id], "remote_runtime_pct", remote_run,
                                       levels=run_levels, severity=run_levels.severity(remote_run), note=note))
         if remote_pages is not None:
@@ -290,11 +290,11 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     items = []
     for device, capacity, (speed, top, width, wmax), sev in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.entity(device.id, "link_capacity_pct", capacity, levels=levels, severity=sev,
-                               note=f"{ev.name_of(device)}: x{width:g} at {speed:g} GT/s of x{wmax:g} at {top:g} GT/s"))
+                               note=f"{ev.name_of(device)}: x{number(width)} at {number(speed)} GT/s of x{number(wmax)} at {number(top)} GT/s"))
     device, capacity, (speed, top, width, wmax), _ = hits[0]
     return finding(worst(*(h[3] for h in hits)) or "warning",
-                   f"{len(hits)} PCIe link(s) trained below their maximum: {ev.name_of(device)} runs x{width:g} at "
-                   f"{speed:g} GT/s instead of x{wmax:g} at {top:g} GT/s ({ev.fmt(capacity, '%')} of its bandwidth).",
+                   f"{len(hits)} PCIe link(s) trained below their maximum: {ev.name_of(device)} runs x{number(width)} at "
+                   f"{number(speed)} GT/s instead of x{number(wmax)} at {number(top)} GT/s ({ev.fmt(capacity, '%')} of its bandwidth).",
                    items, subjects=[h[0].id for h in hits])
 
 

@@ -6,7 +6,7 @@ import ipaddress
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.rules import assess, clear_text, hit_evidence, metric_check
 from diagnosis.scope import Scope, num
 from topology import Entity
@@ -64,7 +64,7 @@ def _congestion(scope: Scope, t: dict[str, Any]) -> Verdict:
     busy = [c for c in conns if _inter_node(scope, c) and _bytes(c) >= t["min_bytes"]]
     if not busy:
         return clear(f"{len(conns)} TCP connections seen; none to another node carried >= "
-                     f"{t['min_bytes']:g} bytes in the window")
+                     f"{number(t['min_bytes'])} bytes in the window")
     return metric_check(scope, busy, t["rtt_us"], "rtt_us", "inter-node connections with traffic",
                         ("tcp", "net"), "{n} inter-node connection(s) see high round-trip times: {names}, RTT "
                         "{worst} (threshold > {limit}).",
@@ -98,7 +98,7 @@ def _retransmission(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no TCP retransmit rate of the host", "net", "tcp", "host"))
     active = [h for h in hosts if (num(h, "tcp_out_segs_per_s") or 0.0) >= t["min_segments_per_s"]]
     if not active:
-        return clear(f"too little TCP traffic to judge: under {t['min_segments_per_s']:g} segments/s sent")
+        return clear(f"too little TCP traffic to judge: under {number(t['min_segments_per_s'])} segments/s sent")
     return metric_check(scope, active, t["tcp_retrans_pct"], "tcp_retrans_pct", "hosts", ("net",),
                         "TCP retransmits {worst} of its segments on {names} (threshold > {limit}).",
                         extra=lambda h: [ev.entity(h.id, m, num(h, m), unit="1/s") for m in

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.rules import host_or_scope_processes, metric_check
 from diagnosis.scope import Scope, num
 
@@ -97,8 +97,8 @@ def _checkpoint_stall(scope: Scope, t: dict[str, Any]) -> Verdict:
     window = scope.meta.duration_s
     hit = any(levels.severity(num(p, "write_burst_s")) for p in measured)
     if not hit and window is not None and window <= (levels.limit() or 0):
-        return not_evaluated(f"the window of {window:g} s is too short to see a write burst longer than "
-                             f"{levels.limit():g} s; collect for longer (e.g. --duration 60)")
+        return not_evaluated(f"the window of {number(window)} s is too short to see a write burst longer than "
+                             f"{number(levels.limit())} s; collect for longer (e.g. --duration 60)")
     return metric_check(scope, measured, levels, "write_burst_s", "processes with write activity", ("process",),
                         "{n} process(es) wrote without pause for a long time: {names}, {worst} "
                         "(threshold > {limit}).",

@@ -1,0 +1,67 @@
+"""`witty-profiler diagnose [GRAPH]`: the seven-layer diagnosis of a graph file, or of a live
+window collected first when no GRAPH is given."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from diagnosis import diagnose, layer_number
+from diagnosis.report import report
+from diagnosis.thresholds import load_thresholds
+from topology import Graph, load_graph
+from witty_profiler.output import write_output
+
+
+def graph_from_args(args: argparse.Namespace) -> Graph:
+    """Load GRAPH, or collect a live window (--duration, --interval, --pid) when none is given."""
+    if args.graph:
+        return load_graph(args.graph)
+    from witty_profiler import collect  # imported here: loading a file must not need the collectors
+    from witty_profiler.commands.collect import _progress
+    quiet = getattr(args, "quiet", False)
+    return collect(duration_s=args.duration, interval_s=args.interval, pids=args.pid or None,
+                   progress=None if quiet else _progress(sys.stderr))
+
+
+def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
+    """Validate --layer and --thresholds before anything is collected."""
+    layer = layer_number(args.layer)
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    if args.graph is None:
+        from collectors.engine import validate_window
+        validate_window(args.duration, args.interval)
+    return layer, thresholds
+
+
+def run(args: argparse.Namespace) -> int:
+    layer, thresholds = check_options(args)
+    graph = graph_from_args(args)
+    result = diagnose(graph, pids=args.pid or None, layer=layer, thresholds=thresholds)
+    write_output(report(result, graph, args.format), args.output)
+    return 0
+
+
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", nargs="?", metavar="GRAPH",
+                   help="graph file (native v1 or legacy witty-profiler JSON); without it, collect a live window first")
+    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="live window length (default 10 s)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="live sampling interval (default 1 s)")
+    p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
+                   help="the workload: these processes and their descendants (default: recognised AI processes)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds (see "
+                   "witty-profiler patterns --thresholds-markdown)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diagnose", help="seven-layer bottleneck diagnosis of a graph (or of a live window)",
+                       description="Evaluates every pattern of the catalog: each ends as a finding (P0/P1/P2, with "
+                                   "evidence and recommendations), clear, or not evaluated with the reason.")
+    add_source_options(p)
+    p.add_argument("--layer", metavar="NAME", help="only this layer: compute, memory, interconnect, network, storage, "
+                   "control, dataplane (or 1-7)")
+    p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown report (default) or JSON")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default stdout)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no collection progress on stderr")
+    p.set_defaults(handler=run)
