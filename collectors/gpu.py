@@ -116,8 +116,10 @@ class GpuCollector(Collector):
             if reasons is not None:
                 d["throttle"] |= reasons
             for p in self._try("nvmlDeviceGetComputeRunningProcesses", i) or []:
-                used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else 0
-                d["processes"][p.pid] = max(d["processes"].get(p.pid, 0), used)
+                # None where NVML may not tell (no permission to see another container's usage)
+                used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None
+                old = d["processes"].get(p.pid)
+                d["processes"][p.pid] = used if old is None else max(old, used or 0)
 
     def finish(self) -> Graph:
         if self.failed is None and not self.devices:
