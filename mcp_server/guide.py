@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from mcp_server.schemas import GraphSummary
 
@@ -51,12 +51,33 @@ def summary_text(out: GraphSummary) -> str:
 
 
 def pattern_catalog() -> str:
-    from diagnosis import catalog_markdown  # type: ignore[attr-defined]
-    return catalog_markdown()
+    from diagnosis.docs import patterns_markdown
+    return patterns_markdown()
 
 
-def thresholds_text(path: str | None) -> str:
-    if path:
-        return Path(path).read_text(encoding="utf-8")
-    from diagnosis import default_thresholds_toml  # type: ignore[attr-defined]
-    return default_thresholds_toml()
+def thresholds_toml(overrides: dict[str, Any] | None, source: str | None) -> str:
+    """Every pattern's thresholds and parameters in force, as a TOML file that --thresholds accepts."""
+    from diagnosis import catalog
+    from diagnosis.thresholds import effective
+    lines = [f"# Thresholds in force: the defaults{' with the overrides of ' + source if source else ''}.",
+             "# A levelled threshold fires at the highest level its value crosses, strictly (above: value > level;",
+             "# below: value < level): critical -> P0, warning -> P1, notice -> P2. Copy a table into a file and",
+             "# pass it as thresholds= (match_patterns) or witty-mcp --thresholds FILE to change it.", ""]
+    for pattern in catalog().values():
+        values = effective(pattern, overrides)
+        if not values:
+            continue
+        lines.append(f'["{pattern.id}"]')
+        for t in pattern.thresholds:
+            levels = values[t.name].values
+            inline = ", ".join(f"{lv} = {_toml_number(levels[lv])}" for lv in ("notice", "warning", "critical")
+                               if lv in levels)
+            lines.append(f"{t.name} = {{ {inline} }}  # {t.unit}, {t.direction}: {t.help}")
+        for prm in pattern.params:
+            lines.append(f"{prm.name} = {_toml_number(values[prm.name])}  # {prm.unit}: {prm.help}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

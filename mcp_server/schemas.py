@@ -21,8 +21,8 @@ _MAX_TOKENS_HELP = ("token budget of this answer (default 8000); longer content 
 GraphId = Field(description="id from collect, load_graph or list_graphs", min_length=1, max_length=96)
 
 
-def _max_tokens() -> Any:
-    return Field(default=8000, ge=200, le=200_000, description=_MAX_TOKENS_HELP)
+def _max_tokens(least: int = 200) -> Any:
+    return Field(default=8000, ge=least, le=200_000, description=_MAX_TOKENS_HELP)
 
 
 class _In(BaseModel):
@@ -93,7 +93,7 @@ class MatchPatternsInput(_In):
                                    "workloads recognised in the graph")
     thresholds: str | None = Field(default=None, description="threshold overrides: TOML text, or the path of a "
                                    "TOML file; default: the thresholds in force (resource witty://thresholds)")
-    max_tokens: int = _max_tokens()
+    max_tokens: int = _max_tokens(1500)
 
 
 class GenerateReportInput(_In):
@@ -204,8 +204,8 @@ class Evidence(_Out):
     kind: str
     ids: list[str] = []
     metric: str | None = None
-    value: Scalar | list[Scalar] = None
-    threshold: Scalar | list[Scalar] = None
+    value: Scalar | list[Any] | dict[str, Any] = None
+    threshold: Scalar | list[Any] | dict[str, Any] = None
     unit: str | None = None
     note: str | None = None
 

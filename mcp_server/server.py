@@ -212,7 +212,7 @@ def _add_resources(server: MCPServer, w: WittyTools) -> None:
     @server.resource("witty://thresholds", name="thresholds", mime_type="application/toml",
                      description="the pattern thresholds in force on this server, as TOML")
     def thresholds() -> str:
-        return guide.thresholds_text(w.thresholds_path)
+        return guide.thresholds_toml(w.thresholds(), w.thresholds_path)
 
 
 def _add_prompt(server: MCPServer) -> None:

@@ -208,31 +208,25 @@ class WittyTools:
         return out, view.text + (f"\n[{out.note}]" if out.note else "")
 
     # -- diagnosis ------------------------------------------------------------------------
-    def _thresholds(self, given: str | None) -> dict[str, Any] | None:
-        text, name = None, None
-        if given is None and self.thresholds_path:
-            given = self.thresholds_path
+    def thresholds(self, given: str | None = None) -> dict[str, Any] | None:
+        """Validated overrides from TOML text or a TOML file path; default: the server's --thresholds file."""
+        from diagnosis import load_thresholds
+        from diagnosis.thresholds import validate
+        given = given if given is not None else self.thresholds_path
         if given is None:
             return None
         if "\n" in given or "=" in given:
-            text, name = given, "thresholds"
-        else:
-            path = Path(given).expanduser()
-            path = path if path.is_absolute() else self.workdir / path
             try:
-                text, name = path.read_text(encoding="utf-8"), str(path)
-            except OSError as exc:
-                raise InputError(f"thresholds file {path}: cannot read it ({exc.strerror}); give a TOML file "
-                                 f"path or TOML text") from None
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"{name}: not valid TOML ({exc}); see resource witty://thresholds for the "
-                             f"format") from None
+                return validate(tomllib.loads(given), "thresholds")
+            except tomllib.TOMLDecodeError as exc:
+                raise InputError(f"thresholds: not valid TOML ({exc}); resource witty://thresholds shows the "
+                                 f"format") from None
+        path = Path(given).expanduser()
+        return load_thresholds(path if path.is_absolute() else self.workdir / path)
 
     def diagnosis(self, graph_id: str, pids: list[int] | None = None, layer: str | None = None,
                   thresholds: str | None = None) -> Any:
-        table = self._thresholds(thresholds)
+        table = self.thresholds(thresholds)
         key = (graph_id, tuple(pids or ()), layer, compact_json(table))
         with self._lock:
             if key in self._diagnoses:
@@ -284,7 +278,7 @@ class WittyTools:
 
     def compare_graphs(self, inp: s.CompareGraphsInput) -> tuple[s.Comparison, str]:
         before, after = self.store.get(inp.before_id), self.store.get(inp.after_id)
-        result = _library("compare")(before, after, thresholds=self._thresholds(inp.thresholds))
+        result = _library("compare")(before, after, thresholds=self.thresholds(inp.thresholds))
         markdown = result.markdown() if callable(getattr(result, "markdown", None)) else str(result.markdown)
         data = result.to_dict()
         text, tokens, truncated = cut_text(markdown, inp.max_tokens - 100)
@@ -314,36 +308,75 @@ def _plain(value: Any) -> Any:
 
 
 def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatches, str]:
-    """Findings within the budget: first shorten evidence id lists, then fold clear coverage rows into
-    counts, then leave out the lowest-priority findings; each step is named in the note."""
+    """Findings within the budget. Cheapest losses first: repeated text, then detail of what is fine
+    or unknown, then evidence beyond the first items, and only at the end whole findings (lowest
+    priority first). Every step taken is named in the note."""
     def text() -> str:
         return compact_json(out.model_dump(mode="json", exclude_none=True))
 
-    budget = max_tokens - 100
-    steps: list[str] = []
-    if count_tokens(text()) > budget:
-        cut = 0
-        for finding in out.findings:
-            for ev in finding.evidence:
-                if len(ev.ids) > 5:
-                    cut += len(ev.ids) - 5
-                    ev.note = f"{(ev.note + '; ') if ev.note else ''}{len(ev.ids) - 5} more ids left out"
-                    ev.ids = ev.ids[:5]
-        if cut:
-            steps.append(f"{cut} evidence ids left out (query_graph lists them)")
-    if count_tokens(text()) > budget:
+    def finding_reasons() -> str | None:
+        rows = [c for c in out.coverage if c.status == "finding" and c.reason != "see findings"]
+        for c in rows:
+            c.reason = "see findings"
+        return None  # repeats the findings: nothing is lost
+
+    def top_lines() -> str | None:
+        return None if out.summary.pop("top", None) is None else None
+
+    def short_reasons() -> str | None:
+        rows = [c for c in out.coverage if c.status == "not_evaluated" and c.reason and len(c.reason) > 100]
+        for c in rows:
+            c.reason = c.reason.split(" (")[0][:100]
+        return f"{len(rows)} not_evaluated reasons shortened" if rows else None
+
+    def fold_clear() -> str | None:
         clear = [c for c in out.coverage if c.status == "clear"]
         out.coverage = [c for c in out.coverage if c.status != "clear"]
-        out.summary = {**out.summary, "clear_patterns": sorted(c.pattern for c in clear)}
-        steps.append(f"{len(clear)} clear coverage rows folded into summary.clear_patterns")
-    dropped = 0
-    while count_tokens(text()) > budget and len(out.findings) > 1:
-        out.findings.pop()
-        dropped += 1
-    if dropped:
-        steps.append(f"{dropped} lowest-priority findings left out (match_patterns with layer=... or a larger "
-                     f"max_tokens shows them; generate_report has them all)")
+        out.summary["clear_patterns"] = sorted(c.pattern for c in clear)
+        return f"{len(clear)} clear coverage rows folded into summary.clear_patterns" if clear else None
+
+    def fold_unknown() -> str | None:
+        rows = [c for c in out.coverage if c.status == "not_evaluated"]
+        out.coverage = [c for c in out.coverage if c.status != "not_evaluated"]
+        out.summary["not_evaluated_patterns"] = sorted(c.pattern for c in rows)
+        return f"{len(rows)} not_evaluated rows folded into summary.not_evaluated_patterns" if rows else None
+
+    def trim_ids(keep: int = 5) -> str | None:
+        cut = 0
+        for ev in (ev for f in out.findings for ev in f.evidence if len(ev.ids) > keep):
+            cut += len(ev.ids) - keep
+            ev.note = f"{(ev.note + '; ') if ev.note else ''}{len(ev.ids) - keep} more ids left out"
+            ev.ids = ev.ids[:keep]
+        return f"{cut} evidence ids left out" if cut else None
+
+    def trim_evidence(keep: int) -> Callable[[], str | None]:
+        def step() -> str | None:
+            cut = 0
+            for f in out.findings:
+                if len(f.evidence) > keep:
+                    cut += len(f.evidence) - keep
+                    f.evidence = f.evidence[:keep]
+                    f.recommendations = f.recommendations[:max(keep, 2)]
+            return f"{cut} evidence items beyond the first {keep} of each finding left out" if cut else None
+        return step
+
+    def drop_findings() -> str | None:
+        dropped = 0
+        while len(out.findings) > 1 and count_tokens(text()) > budget:
+            out.findings.pop()
+            dropped += 1
+        return f"{dropped} lowest-priority findings left out" if dropped else None
+
+    budget = max_tokens - 150
+    steps: list[str] = []
+    for step in (finding_reasons, top_lines, short_reasons, fold_clear, trim_ids, trim_evidence(6), fold_unknown,
+                 trim_evidence(3), drop_findings, trim_evidence(1)):
+        if count_tokens(text()) <= budget:
+            break
+        if (said := step()) is not None:
+            steps.append(said)
     if steps:
         out.truncated = True
-        out.note = "; ".join(steps)
+        out.note = ("; ".join(steps) + ". generate_report has everything; match_patterns with layer=... or a "
+                    "larger max_tokens shows more, query_graph around=<id> the entities")
     return out, text()

@@ -5,12 +5,14 @@ the prompt."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import mcp
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from diagnosis.thresholds import validate
 from mcp_server.budget import count_tokens
 from mcp_server.server import build_server
 from mcp_server.store import GraphStore
@@ -154,6 +156,9 @@ async def test_failures_are_one_sentence_and_the_server_goes_on(state: Path, wor
             ("generate_report", "outside the server's working directory"): {"graph_id": gid,
                                                                              "output_path": "/tmp/r.md"},
             ("match_patterns", "unknown graph id"): {"graph_id": "nope"},
+            ("match_patterns", "unknown pattern id"): {"graph_id": gid, "thresholds": "[nope.x]\nlimit = 1"},
+            ("match_patterns", "not valid TOML"): {"graph_id": gid, "thresholds": "[compute.cpu_saturation\nx = 1"},
+            ("match_patterns", "no such thresholds file"): {"graph_id": gid, "thresholds": "missing.toml"},
         }
         for (tool, expected), arguments in failures.items():
             message = await call_error(client, tool, **arguments)
@@ -197,6 +202,10 @@ async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path
             await client.read_resource("witty://graphs/nope/summary")
         with pytest.raises(MCPError, match="unknown layer"):
             await client.read_resource(f"witty://graphs/{gid}/views/gpu")
+
+        in_force = tomllib.loads((await client.read_resource("witty://thresholds")).contents[0].text)
+        assert validate(in_force) and "interconnect.device_numa_mismatch" in (
+            await client.read_resource("witty://patterns")).contents[0].text
 
         prompts = {p.name: p for p in (await client.list_prompts()).prompts}
         assert {a.name: a.required for a in prompts["diagnose_bottlenecks"].arguments} == {"symptom": True,
