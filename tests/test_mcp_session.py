@@ -98,6 +98,13 @@ async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path,
         ids = {i for f in mismatch for ev in f["evidence"] for i in ev["ids"]}
         assert any("npu:local:" in i for i in ids) and any("process:local:" in i for i in ids)
 
+        same = await call(client, "compare_graphs", before_id=loaded["graph_id"], after_id=loaded["graph_id"])
+        persisting = {c["pattern"] for c in same["comparison"]["persisting"]}
+        assert "interconnect.device_numa_mismatch" in persisting and not same["comparison"]["resolved"]
+        assert "Persisting" in same["text"]
+        assert "unknown graph id" in await call_error(client, "compare_graphs", before_id=loaded["graph_id"],
+                                                      after_id="later")
+
 
 async def test_stdio_server_lists_loads_fails_and_goes_on(tmp_path: Path) -> None:
     exe = shutil.which("witty-mcp")
