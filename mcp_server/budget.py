@@ -16,10 +16,6 @@ from typing import Any
 
 from topology.errors import InputError
 
-DEFAULT_MAX_TOKENS = 8000
-MAX_TOKENS_CAP = 200_000
-
-
 def count_tokens(text: str) -> int:
     try:
         from witty_profiler import count_tokens as count

@@ -7,9 +7,11 @@ server runs the SDK points file descriptor 1 at stderr, so a stray print cannot 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import sys
+from typing import Any
 
 from topology.errors import InputError
 
@@ -28,6 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default $WITTY_STATE_DIR, else $XDG_STATE_HOME/witty-profiler, else ~/.local/state/witty-profiler)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
+
+
+def serve_http(server: Any, host: str, port: int, log_level: str) -> None:
+    """Streamable HTTP under /mcp, with uvicorn's access log on stderr like every other log line."""
+    import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    uvicorn.run(server.streamable_http_app(host=host), host=host, port=port, log_level=log_level.lower(),
+                log_config=log_config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.host not in ("127.0.0.1", "localhost", "::1"):
                 logging.getLogger("witty-mcp").warning(
                     "listening on %s: anyone who can reach it can read this host's processes", args.host)
-            server.run("streamable-http", host=args.host, port=args.port)
+            serve_http(server, args.host, args.port, args.log_level)
     except KeyboardInterrupt:
         return 130
     except InputError as exc:

@@ -12,7 +12,6 @@ same file loaded twice is one graph), a live capture ``live-<host>-<UTC start>``
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import threading
@@ -25,9 +24,6 @@ from pydantic import BaseModel
 
 from topology import Graph, dump_graph, load_graph
 from topology.errors import InputError
-
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,95}$")
-
 
 def state_dir() -> Path:
     if os.environ.get("WITTY_STATE_DIR"):
@@ -175,11 +171,3 @@ class GraphStore:
         """Newest first."""
         with self._lock:
             return sorted(self._records.values(), key=lambda r: (r.created_at, r.graph_id), reverse=True)
-
-    @staticmethod
-    def valid_id(graph_id: str) -> bool:
-        return bool(_ID.match(graph_id))
-
-
-def record_json(record: GraphRecord) -> str:
-    return json.dumps(record.model_dump(mode="json"), sort_keys=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import heapq
-import os
 import threading
 import tomllib
 from collections import OrderedDict
@@ -321,7 +320,8 @@ def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatch
         return None  # repeats the findings: nothing is lost
 
     def top_lines() -> str | None:
-        return None if out.summary.pop("top", None) is None else None
+        out.summary.pop("top", None)
+        return None  # one line per finding, repeating them: nothing is lost
 
     def short_reasons() -> str | None:
         rows = [c for c in out.coverage if c.status == "not_evaluated" and c.reason and len(c.reason) > 100]

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
@@ -136,3 +139,32 @@ def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
                           timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "no such file" in done.stderr
+
+
+async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -> None:
+    exe = shutil.which("witty-mcp")
+    if exe is None:
+        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([exe, "--transport", "streamable-http", "--port", str(port), "--log-level", "INFO"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "state")})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+                await anyio.sleep(0.2)
+        async with mcp.Client(f"http://127.0.0.1:{port}/mcp") as client:
+            assert len((await client.list_tools()).tools) == 9
+            assert "unknown graph id" in await call_error(client, "graph_summary", graph_id="none")
+            assert (await call(client, "list_graphs"))["total"] == 0
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=30)
+    assert out == "" and "POST /mcp" in err
