@@ -171,7 +171,8 @@ def test_evals_file_has_at_least_eight_cases_with_value_level_assertions():
     assert len({c["id"] for c in CASES}) == len({c["name"] for c in CASES}) == len(CASES)
     runner = skill.load_eval_runner(SKILL)
     known = {"finding", "finding_evidence", "no_finding", "coverage", "coverage_complete", "findings_in_layer",
-             "md_matches", "md_not_matches", "md_layer_sections", "view_tokens_at_most", "view_matches"}
+             "md_matches", "md_not_matches", "md_layer_sections", "view_tokens_at_most", "view_matches",
+             "compare_change"}
     for case in CASES:
         assert case["prompt"] and case["expected_output"] and case["assertions"]
         assert {a["type"] for a in case["assertions"]} <= known

@@ -82,6 +82,22 @@ def _cpu_cgroup(name: str) -> tuple[Path, str]:
     return folder, "cgroup.procs"
 
 
+def lift_quota(pid: int) -> None:
+    """The fix of the cgroup_quota scenario: remove the CPU quota of PID's cgroup."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            Path(f"/sys/fs/cgroup/cpu{path}/cpu.cfs_quota_us").write_text("-1\n")
+            return
+        if controllers == "" and Path(f"/sys/fs/cgroup{path}/cpu.max").exists():
+            Path(f"/sys/fs/cgroup{path}/cpu.max").write_text("max\n")
+            return
+    raise ScenarioUnavailable(f"pid {pid} has no CPU cgroup to lift the quota of")
+
+
+FIXES = {"lift_quota": lift_quota}
+
+
 @contextmanager
 def run(spec: dict) -> Iterator[dict[str, list[int]]]:
     """Start the scenario SPEC ({"kind": ...}); yields {role: [pids]}; stops everything after."""

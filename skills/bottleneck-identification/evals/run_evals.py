@@ -146,6 +146,15 @@ def check(a: dict[str, Any], report: dict[str, Any] | None, md: str | None, ctx:
                        if (r["status"] == "finding") != bool(_findings(report, r["pattern"])))
         ok = not (dupes or missing or wrong)
         return ok, "every pattern has one row" if ok else f"missing {missing}, twice {dupes}, status mismatch {wrong}"
+    if kind == "compare_change":  # a comparison: {resolved|new|persisting: [{pattern, deltas}]}
+        change = next((c for c in report.get(a["list"], []) if c["pattern"] == a["pattern"]), None)
+        if change is None:
+            return False, f"{a['pattern']} is not in {a['list']} (resolved {[c['pattern'] for c in report.get('resolved', [])]})"
+        for metric, limit in a.get("after_at_most", {}).items():
+            after = [d["after"] for d in change.get("deltas", []) if d["metric"] == metric]
+            if not after or after[0] is None or after[0] > limit:
+                return False, f"{metric} after the fix is {after[0] if after else 'missing'}, expected <= {limit}"
+        return True, f"{a['pattern']} {a['list']}"
     if kind == "findings_in_layer":
         other = sorted({f["pattern"] for f in report.get("findings", []) if f["layer"] != a["layer"]})
         return not other, f"findings outside layer {a['layer']}: {other}" if other else "all in layer"
@@ -170,24 +179,36 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
             raise FileNotFoundError(f"input {source['graph']} not found (see evals.json 'inputs'; use --inputs DIR)")
         graph = wp.load(path)
     else:
-        with _scenarios().run(source["scenario"]) as roles:
+        scenarios = _scenarios()
+        with scenarios.run(source["scenario"]) as roles:
             ctx["roles"] = roles
             scope = [pid for role in source.get("scope", roles) for pid in roles[role]]
-            graph = wp.collect(duration_s=source.get("duration_s", 4.0), interval_s=source.get("interval_s", 0.5),
-                               pids=scope)
+            window = {"duration_s": source.get("duration_s", 4.0), "interval_s": source.get("interval_s", 0.5)}
+            graph = wp.collect(pids=scope, **window)
+            if "fix" in source:  # before/after: apply the fix to the running workload, collect again
+                for pid in roles[source["fix"]["role"]]:
+                    scenarios.FIXES[source["fix"]["action"]](pid)
+                before, graph = graph, wp.collect(pids=scope, **window)
     ctx["host"] = (graph.meta.hosts or ["local"])[0]
     run = case.get("run", {})
     pids = [pid for role in run.get("pids", []) for pid in ctx["roles"].get(role, [])] or None
     ctx["layer"] = next((n for n, name, _ in ctx["layers"] if name == run.get("layer")), None)
-    diagnosis = wp.diagnose(graph, pids=pids, layer=run.get("layer"))
-    report_json, report_md = json.loads(wp.report(diagnosis, graph, format="json")), wp.report(diagnosis, graph, format="md")
+    if "fix" in source:
+        comparison = wp.compare(before, graph, pids=pids)
+        report_json, report_md = comparison.to_dict(), comparison.markdown()
+    else:
+        diagnosis = wp.diagnose(graph, pids=pids, layer=run.get("layer"))
+        report_json = json.loads(wp.report(diagnosis, graph, format="json"))
+        report_md = wp.report(diagnosis, graph, format="md")
     if "view" in run:
         view = wp.convert(graph, layer=run["view"]["layer"], max_tokens=run["view"].get("max_tokens"))
         ctx["view"] = {"text": view.text, "tokens": view.tokens}
     if keep:
         folder = keep / case["name"]
         folder.mkdir(parents=True, exist_ok=True)
-        wp.dump_graph(graph, folder / "graph.json")
+        wp.dump_graph(graph, folder / ("after.json" if "fix" in source else "graph.json"))
+        if "fix" in source:
+            wp.dump_graph(before, folder / "before.json")
         (folder / "report.json").write_text(json.dumps(report_json, indent=2, sort_keys=True) + "\n")
         (folder / "report.md").write_text(report_md)
         (folder / "context.json").write_text(json.dumps({k: ctx[k] for k in ("roles", "host", "layer")}, indent=2) + "\n")
