@@ -168,12 +168,13 @@ class WittyTools:
         total_rows = total_entities + total_edges
         if offset > total_rows:
             raise InputError("cursor points past the end of the results: drop cursor to start again")
-        page, _ = take_page(rows, offset, inp.limit, inp.max_tokens - 300,
-                            lambda r: compact_json(r.model_dump(mode="json")))
+        budget = inp.max_tokens - 300
+        page, used = take_page(rows, offset, inp.limit, budget, lambda r: compact_json(r.model_dump(mode="json")))
+        dumped = [r.model_dump(mode="json") for r in page]
+        clipped = _clip(dumped[0], budget) if used > budget else []
         out = s.QueryPage(graph_id=inp.graph_id, kind=kind, total_entities=total_entities, total_edges=total_edges,
-                          offset=offset,
-                          entities=[s.EntityRow(**r.model_dump(mode="json")) for r in page if isinstance(r, Entity)],
-                          edges=[s.EdgeRow(**r.model_dump(mode="json")) for r in page if isinstance(r, Edge)])
+                          offset=offset, entities=[s.EntityRow(**d) for d in dumped if "source" not in d],
+                          edges=[s.EdgeRow(**d) for d in dumped if "source" in d])
         end = offset + len(page)
         if end < total_rows:
             out.next_cursor = make_cursor(end, key)
@@ -182,6 +183,9 @@ class WittyTools:
                         f"with the same arguments and cursor=next_cursor, or narrow it with where")
         elif not total_rows:
             out.note = "nothing matched; check the names with graph_summary (entities_by_type) or loosen where"
+        if clipped:
+            out.note = (f"{', '.join(clipped)} of {dumped[0]['id']} left out to fit max_tokens={inp.max_tokens}; "
+                        f"raise max_tokens to see them" + (f". {out.note}" if out.note else ""))
         return out, compact_json(out.model_dump(mode="json", exclude_none=True))
 
     def _ranked(self, graph: Graph, inp: s.QueryGraphInput, n: int) -> tuple[list[Entity], int]:
@@ -289,6 +293,19 @@ class WittyTools:
             out.note = ("comparison cut to fit max_tokens" if truncated else "structured comparison left out to fit "
                         "max_tokens") + "; raise max_tokens to see all of it"
         return out, text + (f"\n[{out.note}]" if out.note else "")
+
+
+def _clip(row: dict[str, Any], budget: int) -> list[str]:
+    """Replace the largest attribute values of a row that alone exceeds the budget by a marker saying how
+    much was left out, until it fits; returns the names of the fields cut."""
+    cut: list[str] = []
+    sizes = sorted(((len(compact_json(v)), k) for k, v in row.get("attrs", {}).items()), reverse=True)
+    for size, key in sizes:
+        if count_tokens(compact_json(row)) <= budget:
+            break
+        row["attrs"][key] = f"<{size} characters left out>"
+        cut.append(f"attrs.{key}")
+    return cut
 
 
 def _plain(value: Any) -> Any:

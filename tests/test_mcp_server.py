@@ -222,3 +222,20 @@ def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_fil
     from mcp_server.schemas import LoadGraphInput
     out, text = tools.load_graph(LoadGraphInput(path=str(graph_file)))
     assert json.loads(text)["graph_id"] == out.graph_id
+
+
+async def test_a_row_larger_than_the_budget_is_clipped_and_says_so(state: Path, workdir: Path) -> None:
+    graph = load_graph(host_process_graph(workdir / "host.json"))
+    big = graph.entities("process")[0]
+    big.attrs["maps"] = [f"/usr/lib/x86_64-linux-gnu/lib{i}.so" for i in range(2000)]  # a long attribute
+    from topology import dump_graph
+    dump_graph(graph, workdir / "host.json")
+    async with mcp.Client(server_for(state, workdir)) as client:
+        gid = (await call(client, "load_graph", path="host.json"))["graph_id"]
+        result = await client.call_tool("query_graph", {"graph_id": gid, "where": [f"id={big.id}"],
+                                                        "max_tokens": 1000})
+        page = result.structured_content
+        assert count_tokens(result.content[0].text) <= 1000
+        assert page["entities"][0]["attrs"]["maps"].startswith("<") and "attrs.maps" in page["note"]
+        whole = await call(client, "query_graph", graph_id=gid, where=[f"id={big.id}"], max_tokens=60000)
+        assert len(whole["entities"][0]["attrs"]["maps"]) == 2000
