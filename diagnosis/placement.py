@@ -27,7 +27,7 @@ class Placement:
 
     def share(self, values: dict[int, float], node: int) -> float | None:
         total = sum(values.values())
-        return None if total <= 0 else values.get(node, 0.0) / total * 100
+        return None if total <= 0 else values.get(node, 0.0) * 100 / total
 
     def remote_share(self, values: dict[int, float], node: int) -> float | None:
         local = self.share(values, node)
@@ -114,5 +114,6 @@ def expected_remote_pct(p: Placement) -> float | None:
     run_total, page_total = sum(p.runtime.values()), sum(p.pages.values())
     if run_total <= 0 or page_total <= 0:
         return None
-    return sum(run / run_total * (page_total - p.pages.get(node, 0.0)) / page_total * 100
+    # multiply before dividing: 30 % stays 30.0, not 30.000000000000004
+    return sum(run * (page_total - p.pages.get(node, 0.0)) * 100 / (run_total * page_total)
                for node, run in p.runtime.items())

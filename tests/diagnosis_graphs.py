@@ -93,3 +93,47 @@ def cgroup(g: Graph, path: str, version: str = "v1", members: tuple[int, ...] = 
 def two_numa_host(g: Graph) -> None:
     numa(g, 0, "0-3", {0: 10, 1: 21})
     numa(g, 1, "4-7", {0: 21, 1: 10})
+
+
+# -- threshold cases: at, just below and just above each level ---------------------------------------
+def threshold_cases(layer: int) -> list:
+    import pytest
+
+    from diagnosis.catalog import catalog
+    cases = []
+    for p in catalog().values():
+        if p.layer != layer:
+            continue
+        for t in p.thresholds:
+            for level, limit in t.levels().items():
+                cases.append(pytest.param(p.id, t.name, level, limit, t.direction, id=f"{p.id}.{t.name}.{level}"))
+    return cases
+
+
+def _eps(limit: float) -> float:
+    return max(abs(limit) * 1e-3, 1e-3)
+
+
+def assert_threshold(build, pattern: str, level: str, limit: float, direction: str, **kwargs: Any) -> None:
+    """`build(value)` makes a graph where `value` is the measure the threshold is compared with.
+    Just past the level the pattern fires at that level and cites the level in its evidence; at the
+    level and just before it, it does not reach that level."""
+    from diagnosis import diagnose
+    from diagnosis.catalog import LEVELS, number
+    step = _eps(limit)
+    past, before = (limit + step, limit - step) if direction == "above" else (limit - step, limit + step)
+    d = diagnose(build(past), **kwargs)
+    f = d.finding(pattern)
+    assert f is not None, f"{pattern} did not fire at {past} (level {level} {limit}): {d.status(pattern)} " \
+                          f"{[c.reason for c in d.coverage if c.pattern == pattern]}"
+    assert f.severity == level, (pattern, past, f.severity)
+    sign = ">" if direction == "above" else "<"
+    assert any(e.threshold == f"{sign} {number(limit)}" for e in f.evidence), [e.threshold for e in f.evidence]
+    lower = [lv for lv in LEVELS[LEVELS.index(level) + 1:]]
+    for value in (limit, before):
+        d = diagnose(build(value), **kwargs)
+        f = d.finding(pattern)
+        if f is not None:
+            assert f.severity in lower, (pattern, value, f.severity)
+        else:
+            assert d.status(pattern) == "clear", (pattern, value, d.coverage)

@@ -15,7 +15,7 @@ from diagnosis.report import report
 from topology import Graph, dumps_graph, load_graph, loads_graph
 from topology.vocabulary import metric_info
 
-from diagnosis_graphs import H, allocates_on, device, host, new_graph, process, runs_on, thread, two_numa_host, uses
+from diagnosis_graphs import allocates_on, device, host, new_graph, process, runs_on, thread, two_numa_host, uses
 
 DESIGN = Path(__file__).resolve().parents[1].parent / "shared" / "DESIGN.md"
 WORKERS = (1895087, 1895088, 1895089, 1895090)

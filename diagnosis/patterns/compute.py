@@ -365,7 +365,7 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
         if not reasons:
             continue
         clock, top = num(d, "sm_clock_mhz"), num(d, "sm_clock_max_mhz")
-        ratio = clock / top * 100 if clock is not None and top else None
+        ratio = clock * 100 / top if clock is not None and top else None
         sev = levels.severity(ratio) if ratio is not None else "warning"
         if sev:
             hits.append((d, reasons, ratio, sev))

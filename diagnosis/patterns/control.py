@@ -264,7 +264,7 @@ def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
         if top < t["min_work_pct"]:
             continue
         measured += 1
-        imbalance = (top - low) / top * 100
+        imbalance = (top - low) * 100 / top
         sev = levels.severity(imbalance)
         if sev:
             hits.append((group, metric, values, imbalance, sev))

@@ -207,7 +207,7 @@ def _bubble(e: Entity, metric: str, min_busy: float) -> float | None:
         peak = num(e, f"{metric}_max")
     if mean is None or peak is None or peak < min_busy or peak <= 0:
         return None
-    return max(0.0, (peak - mean) / peak * 100)
+    return max(0.0, (peak - mean) * 100 / peak)
 
 
 def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:

@@ -277,7 +277,7 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
         if width >= wmax and speed < top and (util is None or util < t["min_util_pct"]):
             idle_skipped += 1  # idle devices lower their link speed to save power; only width loss counts then
             continue
-        capacity = speed * width / (top * wmax) * 100
+        capacity = speed * width * 100 / (top * wmax)
         sev = levels.severity(capacity)
         if sev:
             hits.append((device, capacity, link, sev))

@@ -167,7 +167,7 @@ def _device_mem_pct(e: Entity) -> float | None:
     if pct is not None:
         return pct
     used, total = num(e, "memory_used_bytes"), num(e, "memory_total_bytes")
-    return used / total * 100 if used is not None and total else None
+    return used * 100 / total if used is not None and total else None
 
 
 def _accelerator_memory_full(scope: Scope, t: dict[str, Any]) -> Verdict:

@@ -1,0 +1,159 @@
+"""Layer 1 patterns on hand-built graphs: at, just below and just above every threshold, and the
+cases where they must not fire or cannot be evaluated."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis import diagnose
+from diagnosis.catalog import catalog
+
+from diagnosis_graphs import (assert_threshold, device, host, ipc, new_graph, process, thread, threshold_cases,
+                              uses)
+
+
+def starvation(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=v, runqueue_wait_pct=1.0)
+    return g
+
+
+def saturation(v):
+    g = new_graph()
+    host(g, cpu_util_pct=v)
+    return g
+
+
+def idle_device(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=100.0)
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=v))
+    return g
+
+
+def compute_bound(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=v, ipc=0.5)
+    return g
+
+
+def low_ipc(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=80.0, ipc=v)
+    return g
+
+
+def hot_thread(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=v)
+    thread(g, 10, 10, cpu_util_pct=v)
+    thread(g, 10, 11, cpu_util_pct=2.0)
+    thread(g, 10, 12, cpu_util_pct=4.0)
+    return g
+
+
+def throttled(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=100.0)
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=90.0, throttle_thermal=1, throttle_power=0,
+                       sm_clock_mhz=v * 20, sm_clock_max_mhz=2000.0))
+    return g
+
+
+BUILDERS = {
+    ("compute.cpu_starvation", "cpu_util_pct"): starvation,
+    ("compute.cpu_saturation", "cpu_util_pct"): saturation,
+    ("compute.accelerator_idle", "util_pct"): idle_device,
+    ("compute.compute_bound", "cpu_util_pct"): compute_bound,
+    ("compute.low_ipc", "ipc"): low_ipc,
+    ("compute.hot_thread", "thread_cpu_util_pct"): hot_thread,
+    ("compute.accelerator_throttling", "clock_pct"): throttled,
+}
+
+
+def test_every_threshold_of_the_layer_has_a_builder():
+    assert {(p.id, t.name) for p in catalog().values() if p.layer == 1 for t in p.thresholds} == set(BUILDERS)
+
+
+@pytest.mark.parametrize("pattern, name, level, limit, direction", threshold_cases(1))
+def test_threshold(pattern, name, level, limit, direction):
+    assert_threshold(BUILDERS[(pattern, name)], pattern, level, limit, direction)
+
+
+def test_saturation_of_the_workloads_own_cpus():
+    g = new_graph()
+    host(g, cpu_util_pct=50.0)
+    for n in range(4):
+        g.entity_of("cpu", f"cpu:h1:{n}", {"cpu": n}, {"cpu_util_pct": 99.0 if n < 2 else 1.0})
+    process(g, 10, "train", cpu_util_pct=100.0, attrs={"cpus_allowed": "0-1"})
+    f = diagnose(g).finding("compute.cpu_saturation")
+    assert f.severity == "critical" and "the workload's 2 CPUs" in f.description
+    assert {"cpu:h1:0", "cpu:h1:1"} <= set(f.subjects) and "host:h1" not in f.subjects
+
+
+def test_hot_thread_needs_idle_siblings():
+    g = hot_thread(99.0)
+    g.entity("thread:h1:10:11").metrics["cpu_util_pct"] = 90.0  # siblings busy: parallel, not serial
+    assert diagnose(g).status("compute.hot_thread") == "clear"
+
+
+def test_throttle_flag_without_clocks_is_a_warning():
+    g = new_graph()
+    process(g, 10, "train")
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, throttle_power=1))
+    f = diagnose(g).finding("compute.accelerator_throttling")
+    assert f.severity == "warning" and "power" in f.description
+
+
+def test_pmu_patterns_not_evaluated_without_counters():
+    d = diagnose(starvation(50.0))
+    for pid in ("compute.compute_bound", "compute.low_ipc"):
+        row = next(c for c in d.coverage if c.pattern == pid)
+        assert row.status == "not_evaluated" and "PMU" in row.reason
+
+
+def test_accelerator_patterns_say_why_no_device():
+    g = new_graph(collectors={"process": "ok", "gpu": "unavailable"})
+    g.meta.collectors["gpu"].reason = "NVML library not found"
+    process(g, 10, "train", cpu_util_pct=50.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "compute.accelerator_idle")
+    assert row.status == "not_evaluated" and "NVML library not found" in row.reason
+
+
+def test_idle_accelerator_points_to_the_data_plane_and_starvation_is_lowered():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_pct=1.0, voluntary_ctxt_switches_per_s=200.0)
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=8.0))
+    for pid in (11, 12):
+        process(g, pid, "pt_data_worker", ppid=10, role="loader", cpu_util_pct=99.0)
+    d = diagnose(g)
+    data = d.finding("dataplane.data_loading_bottleneck")
+    assert data is not None and data.severity == "critical"
+    idle = d.finding("compute.accelerator_idle")
+    assert "dataplane.data_loading_bottleneck" in idle.related and "wait for input" in idle.description
+    starving = d.finding("compute.cpu_starvation")
+    assert starving.severity == "notice" and "dataplane.data_loading_bottleneck" in starving.related
+    # without the busy loaders the same idle device is only a compute finding
+    g.entity("process:h1:11").metrics["cpu_util_pct"] = 1.0
+    g.entity("process:h1:12").metrics["cpu_util_pct"] = 1.0
+    d = diagnose(g)
+    assert d.finding("dataplane.data_loading_bottleneck") is None
+    assert d.finding("compute.accelerator_idle").related == []
+    assert d.finding("compute.cpu_starvation").severity == "critical"
+
+
+def test_loader_and_launcher_are_not_expected_to_be_busy():
+    g = new_graph()
+    process(g, 10, "torchrun", role="launcher", cpu_util_pct=0.1)
+    process(g, 11, "worker", ppid=10, role="loader", cpu_util_pct=0.1)
+    assert diagnose(g).status("compute.cpu_starvation") == "clear"
+
+
+def test_named_pid_is_expected_to_be_busy():
+    g = new_graph()
+    process(g, 10, "app", ai=False, role=None, cpu_util_pct=3.0)
+    process(g, 20, "writer", ai=False, role=None, cpu_util_pct=90.0)
+    ipc(g, "pipe", 20, 10)
+    d = diagnose(g, pids=[10])
+    assert d.finding("compute.cpu_starvation").severity == "notice"
+    assert d.finding("dataplane.data_loading_bottleneck").severity == "critical"

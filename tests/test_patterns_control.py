@@ -1,0 +1,115 @@
+"""Layer 6 patterns on hand-built graphs: at, just below and just above every threshold."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis import diagnose
+from diagnosis.catalog import catalog
+
+from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, process, thread, threshold_cases, uses
+
+
+def task_metric(name, **others):
+    def build(v):
+        g = new_graph()
+        process(g, 10, "train", cpu_util_pct=60.0, **{name: v, **others})
+        return g
+    return build
+
+
+def psi(v):
+    g = new_graph()
+    host(g, psi_cpu_some_pct=v)
+    process(g, 1, "init", ai=False, role=None, cpu_util_pct=0.0, runqueue_wait_pct=0.0)
+    return g
+
+
+def throttling(name, **others):
+    def build(v):
+        g = new_graph()
+        process(g, 10, "train", cpu_util_pct=90.0)
+        cgroup(g, "/jobs/train", members=(10,), cpu_quota_cores=0.5, **{name: v, **others})
+        return g
+    return build
+
+
+def futex(v):
+    g = new_graph()
+    process(g, 10, "train")
+    thread(g, 10, 11, futex_wait_pct=v)
+    return g
+
+
+def imbalance(v):
+    g = new_graph()
+    process(g, 1, "launcher", role="launcher")
+    process(g, 10, "worker", ppid=1, cpu_util_pct=100.0)
+    process(g, 11, "worker", ppid=1, cpu_util_pct=100.0 - v)
+    return g
+
+
+def oversubscription(v):
+    g = new_graph()
+    process(g, 10, "train", runnable_threads=v * 4, num_threads=64, attrs={"cpus_allowed": "0-3"})
+    return g
+
+
+BUILDERS = {
+    ("control.scheduling_latency", "runqueue_wait_pct"): task_metric("runqueue_wait_pct"),
+    ("control.scheduling_latency", "runqueue_wait_per_slice_us"): task_metric("runqueue_wait_per_slice_us",
+                                                                              runqueue_wait_pct=1.0),
+    ("control.scheduling_latency", "psi_cpu_some_pct"): psi,
+    ("control.cpu_throttling", "throttled_periods_pct"): throttling("throttled_periods_pct", throttled_ms_per_s=1.0),
+    ("control.cpu_throttling", "throttled_ms_per_s"): throttling("throttled_ms_per_s", throttled_periods_pct=1.0),
+    ("control.lock_contention", "futex_wait_pct"): futex,
+    ("control.load_imbalance", "imbalance_pct"): imbalance,
+    ("control.thread_oversubscription", "runnable_per_cpu"): oversubscription,
+}
+
+
+def test_every_threshold_of_the_layer_has_a_builder():
+    assert {(p.id, t.name) for p in catalog().values() if p.layer == 6 for t in p.thresholds} == set(BUILDERS)
+
+
+@pytest.mark.parametrize("pattern, name, level, limit, direction", threshold_cases(6))
+def test_threshold(pattern, name, level, limit, direction):
+    assert_threshold(BUILDERS[(pattern, name)], pattern, level, limit, direction)
+
+
+def test_idle_tasks_with_a_long_wait_share_are_ignored():
+    g = task_metric("runqueue_wait_pct")(90.0)
+    g.entity("process:h1:10").metrics["cpu_util_pct"] = 0.5  # one wakeup that waited: noise
+    assert diagnose(g).status("control.scheduling_latency") == "clear"
+
+
+def test_psi_is_evidence_but_not_the_verdict_when_a_workload_is_named():
+    g = task_metric("runqueue_wait_pct")(60.0)
+    host(g, psi_cpu_some_pct=70.0)
+    f = diagnose(g).finding("control.scheduling_latency")
+    assert f.severity == "critical" and any(e.metric == "psi_cpu_some_pct" for e in f.evidence)
+    g.entity("process:h1:10").metrics["runqueue_wait_pct"] = 1.0
+    assert diagnose(g).status("control.scheduling_latency") == "clear"
+
+
+def test_a_quota_on_an_ancestor_cgroup_counts():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=50.0)
+    cgroup(g, "/kubepods/pod1/ctr", version="v2", members=(10,), throttled_periods_pct=0.0)
+    cgroup(g, "/kubepods/pod1", version="v2", throttled_periods_pct=70.0)
+    cgroup(g, "/other", version="v2", throttled_periods_pct=90.0)
+    f = diagnose(g).finding("control.cpu_throttling")
+    assert f.subjects == ["cgroup:h1:v2:/kubepods/pod1"]
+
+
+def test_imbalance_uses_device_work_when_every_worker_has_it():
+    g = imbalance(0.0)
+    uses(g, 10, device(g, "npu", "0000:c1:00.0", 0, util_pct=90.0))
+    uses(g, 11, device(g, "npu", "0000:c2:00.0", 1, util_pct=50.0))
+    f = diagnose(g).finding("control.load_imbalance")
+    assert f.severity == "warning" and "util_pct" in f.description
+
+
+def test_eBPF_patterns_say_what_they_need():
+    row = next(c for c in diagnose(imbalance(0.0)).coverage if c.pattern == "control.lock_contention")
+    assert row.status == "not_evaluated" and "eBPF" in row.reason

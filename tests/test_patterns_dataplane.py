@@ -1,0 +1,124 @@
+"""Layer 7 patterns on hand-built graphs: at, just below and just above every threshold, and the
+producer/consumer reasoning."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis import diagnose
+from diagnosis.catalog import catalog
+
+from diagnosis_graphs import assert_threshold, device, ipc, new_graph, process, threshold_cases, uses
+
+
+def waiting_consumer(v, kind="pipe"):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=v, runqueue_wait_pct=2.0, voluntary_ctxt_switches_per_s=40.0)
+    process(g, 20, "reader", ai=False, role=None, cpu_util_pct=99.0)
+    ipc(g, kind, 20, 10, bytes_per_s=4096.0)
+    return g
+
+
+def loaders(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_pct=1.0)
+    for pid in (11, 12):
+        process(g, pid, "pt_data_worker", ppid=10, role="loader", cpu_util_pct=v)
+    return g
+
+
+def bubble(v):
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=100.0)
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=100.0 - v, util_pct_p95=100.0))
+    return g
+
+
+def backlog(v):
+    g = new_graph()
+    process(g, 10, "train")
+    process(g, 11, "stage2", ppid=10, role=None)
+    ipc(g, "unix_socket", 10, 11, queued_bytes=8e6, queued_bytes_growth_per_s=v)
+    return g
+
+
+BUILDERS = {
+    ("dataplane.data_loading_bottleneck", "consumer_cpu_util_pct"): waiting_consumer,
+    ("dataplane.preprocessing_bottleneck", "loader_cpu_util_pct"): loaders,
+    ("dataplane.pipeline_bubble", "bubble_pct"): bubble,
+    ("dataplane.ipc_backlog", "queued_bytes_growth_per_s"): backlog,
+}
+
+
+def test_every_threshold_of_the_layer_has_a_builder():
+    assert {(p.id, t.name) for p in catalog().values() if p.layer == 7 for t in p.thresholds} == set(BUILDERS)
+
+
+@pytest.mark.parametrize("pattern, name, level, limit, direction", threshold_cases(7))
+def test_threshold(pattern, name, level, limit, direction):
+    assert_threshold(BUILDERS[(pattern, name)], pattern, level, limit, direction)
+
+
+def test_data_loading_evidence_links_consumer_edge_and_producer():
+    f = diagnose(waiting_consumer(3.0)).finding("dataplane.data_loading_bottleneck")
+    assert f.subjects == ["process:h1:10"]
+    kinds = [(e.kind, e.metric, e.ids[0]) for e in f.evidence]
+    assert ("entity", "cpu_util_pct", "process:h1:10") in kinds
+    assert ("edge", "bytes_per_s", "pipe|process:h1:20|process:h1:10") in kinds
+    assert ("entity", "cpu_util_pct", "process:h1:20") in kinds
+    assert "waits for its input" in f.description
+
+
+@pytest.mark.parametrize("kind", ["unix_socket", "tcp", "shm"])
+def test_other_ipc_kinds_link_producers_in_either_direction(kind):
+    g = waiting_consumer(3.0, kind)
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck") is not None
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=3.0)
+    process(g, 20, "peer", ai=False, role=None, cpu_util_pct=99.0)
+    ipc(g, kind, 10, 20)
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck") is not None
+
+
+def test_a_pipe_out_of_the_consumer_is_not_its_input():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=3.0)
+    process(g, 20, "sink", ai=False, role=None, cpu_util_pct=99.0)
+    ipc(g, "pipe", 10, 20)
+    assert diagnose(g).status("dataplane.data_loading_bottleneck") == "clear"
+
+
+def test_not_a_data_loading_bottleneck_when_the_consumer_is_starved_or_its_device_busy():
+    g = waiting_consumer(3.0)
+    g.entity("process:h1:10").metrics["runqueue_wait_pct"] = 80.0  # waits for a CPU, not for input
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck") is None
+    g = waiting_consumer(3.0)
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=95.0))
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck") is None
+
+
+def test_an_idle_device_makes_the_waiting_critical():
+    g = waiting_consumer(40.0)
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck").severity == "warning"
+    uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=5.0))
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck").severity == "critical"
+
+
+def test_saturated_loaders_of_a_consumer_that_keeps_up_are_a_notice():
+    g = loaders(99.0)
+    g.entity("process:h1:10").metrics["cpu_util_pct"] = 95.0
+    f = diagnose(g).finding("dataplane.preprocessing_bottleneck")
+    assert f.severity == "notice" and "keeps up" in f.description
+
+
+def test_pipeline_bubble_needs_samples():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=50.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.pipeline_bubble")
+    assert row.status == "not_evaluated" and "samples" in row.reason
+
+
+def test_small_queues_are_not_a_backlog():
+    g = backlog(5e6)
+    next(e for e in g.edges("unix_socket")).metrics["queued_bytes"] = 100
+    assert diagnose(g).status("dataplane.ipc_backlog") == "clear"
