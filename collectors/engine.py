@@ -86,13 +86,14 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     if pids:
         ctx.pids = scope_with_descendants(pids, str(ctx.proc))
     instances = [REGISTRY[n](ctx) for n in sorted(names, key=lambda n: (getattr(REGISTRY[n], "order", 50), n))]
-    spent = {c.name: 0.0 for c in instances}
+    spent = {c.name: 0.0 for c in instances}  # wall seconds inside the collector's calls
+    cpu = {c.name: 0.0 for c in instances}  # CPU seconds (user + system, reads included) of those calls
     failed: set[str] = set()
 
     def call(c: Collector, phase: str) -> Any:
         if c.name in failed:
             return None
-        t = time.perf_counter()
+        t, t_cpu = time.perf_counter(), time.thread_time()
         try:
             return getattr(c, phase)()
         except Exception as exc:  # noqa: BLE001 - a collector never stops the round
@@ -101,6 +102,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
             return None
         finally:
             spent[c.name] += time.perf_counter() - t
+            cpu[c.name] += time.thread_time() - t_cpu
 
     halt = stop or threading.Event()
     restore = _catch_sigint(halt)
@@ -126,11 +128,13 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
         if not halt.is_set():
             halt.wait(max(0.0, t0 + duration_s - time.monotonic()))
         actual = time.monotonic() - t0
-        graph = Graph()
+        graph: Graph | None = None
         for c in instances:
             fragment = call(c, "finish")
             if isinstance(fragment, Graph):
-                graph.merge(fragment)
+                # the first fragment is taken as it is: merging copies every entity
+                graph = fragment if graph is None else graph.merge(fragment)
+        graph = graph if graph is not None else Graph()
     finally:
         restore()
     _report(progress, actual, duration_s, "finished early" if halt.is_set() else "finished")
@@ -138,6 +142,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     for c in instances:
         status = c.status.model_copy()
         status.duration_s = round(spent[c.name], 4)
+        status.cpu_s = round(cpu[c.name], 4)  # the collector's own overhead on this host
         if status.privileges is None:
             status.privileges = "root" if ctx.is_root else f"uid {os.geteuid()} (not root)"
         statuses[c.name] = status

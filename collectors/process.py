@@ -14,19 +14,23 @@ the window so far. Kernel threads appear only when they used at least 1 % of a c
 
 from __future__ import annotations
 
+import gc
+import heapq
 import os
 import time
 from datetime import datetime, timezone
+from contextlib import contextmanager
+from functools import lru_cache
 
 from collectors.base import Collector, register
 from collectors.numa import cpu_to_node
 from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
-                               parse_cmdline, parse_environ, parse_maps_libraries, parse_numa_maps,
-                               parse_cpulist, read_text)
+                               parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
+                               parse_stat, read_text)
 from collectors.sampling import Series, ratio_metrics, window_metrics
 from collectors.tasks import ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat, read_status
-from topology import Graph
-from topology.ids import entity_id, numa_id, process_id, thread_id
+from topology import Edge, Entity, Graph
+from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
 from topology.workload import classify_process
 
@@ -34,6 +38,40 @@ TOP_CONSUMERS = 20
 KERNEL_THREAD_MIN_PCT = 1.0
 MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
 TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
+
+@contextmanager
+def _no_gc():
+    """Pause the cyclic garbage collector while thousands of short-lived containers are made:
+    none of them form cycles (reference counting frees them), and full collections walking the
+    collector's state cost more than the work itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_redact = lru_cache(maxsize=4096)(redact_cmdline)  # forked workers share one command line
+
+
+def _entity(g: Graph, kind: str, eid: str, attrs: dict, metrics: dict) -> None:
+    """Add an entity this module built from parsed numbers: skips pydantic validation, which
+    would cost more than reading the process (there may be thousands)."""
+    g.add_entity(Entity.model_construct(id=eid, type=kind, attrs=attrs, metrics=metrics))
+
+
+def _node(g: Graph, host: str, node: int) -> None:
+    """A bare NUMA node entity, so that runs_on/allocates_on never dangle without the numa collector."""
+    nid = numa_id(host, node)
+    if nid not in g:
+        _entity(g, "numa_node", nid, {"node": node}, {})
+
+
+def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = None) -> None:
+    g.add_edge(Edge.model_construct(id=edge_id(kind, source, target), type=kind, source=source, target=target,
+                                    attrs={}, metrics=metrics or {}))
 
 
 @register
@@ -60,22 +98,36 @@ class ProcessCollector(Collector):
             self._endpoint(p, t)
 
     def sample(self) -> None:
+        with _no_gc():
+            self._sample()
+
+    def _sample(self) -> None:
+        """The hot path: one stat per process, split once, a few appends (see tasks.observe_fields)."""
         t = time.monotonic()
+        proc, procs, node_of = self.proc, self.procs, self.node_of
         seen = set()
-        for pid in list_pids(self.proc):
-            st = read_stat(f"{self.proc}/{pid}/stat")
-            if st is None:
+        try:
+            names = os.listdir(proc)
+        except OSError:
+            names = []
+        for name in names:
+            if not name.isdigit():
                 continue
+            text = read_text(f"{proc}/{name}/stat", small=True)
+            if not text:
+                continue
+            pid = int(name)
             seen.add(pid)
-            p = self.procs.get(pid)
-            if p is None or p.starttime != st.starttime:  # new, or the pid was reused
-                p = self._first_sight(pid, t, st)
+            fields = text[text.rfind(")") + 2:].split(None, 38)
+            p = procs.get(pid)
+            if p is None or p.starttime != int(fields[19]):  # new, or the pid was reused
+                p = self._first_sight(pid, t, parse_stat(text))
                 if p is not None:
                     self._classify(p)
                     self._endpoint(p, t)
                 continue
-            p.observe_stat(t, st, self.node_of.get(st.processor))
-        for pid, p in self.procs.items():
+            p.observe_fields(t, fields, node_of)
+        for pid, p in procs.items():
             if pid not in seen:
                 p.gone = True
         self._update_scope(t)
@@ -94,7 +146,8 @@ class ProcessCollector(Collector):
                 self._numa_pages(p)
         self.ctx.cache["scope_pids"] = sorted(pid for pid, p in self.procs.items() if p.in_scope)
         self._report_unreadable()
-        return self._graph()
+        with _no_gc():
+            return self._graph()
 
     # -- reading ------------------------------------------------------------------------------
     def _first_sight(self, pid: int, t: float, st=None) -> ProcState | None:
@@ -125,9 +178,17 @@ class ProcessCollector(Collector):
             p.io_last = (t, io)
             if p.io_first is None:
                 p.io_first = p.io_last
-        # scope threads had their stat and schedstat read by the sample just before the end
-        scope_sampled = end and p.in_scope
-        self._threads(p, t, stat=p.in_scope and not scope_sampled, schedstat=not scope_sampled, status=True)
+        if p.in_scope:
+            # at the end, the sample just before read the threads' stat and schedstat
+            self._threads(p, t, stat=not end, schedstat=not end, status=True)
+        elif p.num_threads == 1 and not p.kernel:
+            # outside the scope threads are not read one by one; a single-threaded process's
+            # main-thread schedstat and status are the whole process's
+            sched = read_schedstat(f"{self.proc}/{p.pid}/schedstat")
+            if sched is not None:
+                p.sched_last = (t, sched)
+                if p.sched_first is None:
+                    p.sched_first = p.sched_last
 
     def _threads(self, p: ProcState, t: float, stat: bool, schedstat: bool, status: bool) -> None:
         base = f"{self.proc}/{p.pid}/task"
@@ -159,7 +220,12 @@ class ProcessCollector(Collector):
         p.extra["class"] = {}  # guards against a cycle from pid reuse
         parent = self.procs.get(p.ppid)
         parent_class = self._classify(parent) if parent is not None and parent is not p else None
-        p.extra["class"] = classify_process(p.name, p.cmdline or "", parent=parent_class)
+        # forked workers repeat their parent's name and command line: classify each combination once
+        key = (p.name, p.cmdline or "", tuple(sorted(parent_class.items())) if parent_class else None)
+        cache = self.ctx.cache.setdefault("process_classes", {})
+        if key not in cache:
+            cache[key] = classify_process(p.name, p.cmdline or "", parent=parent_class)
+        p.extra["class"] = dict(cache[key])
         return p.extra["class"]
 
     def _update_scope(self, t: float) -> None:
@@ -167,10 +233,8 @@ class ProcessCollector(Collector):
             wanted = {pid for pid in self.procs if pid in self.requested}
         else:
             wanted = {pid for pid, p in self.procs.items() if p.extra.get("class", {}).get("ai")}
-            busy = sorted((p for p in self.procs.values() if not p.kernel and len(p.cpu_ticks) >= 2),
-                          key=lambda p: (-(p.cpu_ticks.delta() or 0), p.pid))
-            wanted |= {p.pid for p in busy[:TOP_CONSUMERS] if (p.cpu_ticks.delta() or 0) > 0}
-        # descendants, by following ppid until nothing changes
+        # descendants of the roots (not of the top consumers: a busy shell or container runtime
+        # would otherwise pull in half the host), by following ppid until nothing changes
         children: dict[int, list[int]] = {}
         for pid, p in self.procs.items():
             children.setdefault(p.ppid, []).append(pid)
@@ -180,6 +244,10 @@ class ProcessCollector(Collector):
                 if child not in wanted:
                     wanted.add(child)
                     stack.append(child)
+        if self.requested is None:
+            busy = heapq.nsmallest(TOP_CONSUMERS, ((-p.cpu_ticks_delta(), pid) for pid, p in self.procs.items()
+                                                   if not p.kernel and len(p.times) >= 2))
+            wanted |= {pid for neg_ticks, pid in busy if neg_ticks < 0}
         for pid in wanted:
             p = self.procs[pid]
             if not p.in_scope and not p.gone:
@@ -242,7 +310,7 @@ class ProcessCollector(Collector):
                 continue
             emitted.add(pid)
             pid_id = process_id(host, pid)
-            g.entity_of("process", pid_id, self._process_attrs(p), metrics)
+            _entity(g, "process", pid_id, self._process_attrs(p), metrics)
             self._numa_edges(g, pid_id, p)
             self._container_edge(g, pid_id, p)
             if p.in_scope:
@@ -251,13 +319,13 @@ class ProcessCollector(Collector):
         for pid in sorted(emitted):
             ppid = self.procs[pid].ppid
             if ppid in emitted:
-                g.edge_of("parent_of", process_id(host, ppid), process_id(host, pid))
+                _edge(g, "parent_of", process_id(host, ppid), process_id(host, pid))
         return g
 
     def _process_attrs(self, p: ProcState) -> dict:
         status = p.status_last[1] if p.status_last else {}
         attrs: dict = {"pid": p.pid, "ppid": p.ppid, "name": p.name, "state": p.state,
-                       "cmdline": redact_cmdline(p.cmdline or ""), "in_scope": p.in_scope}
+                       "cmdline": _redact(p.cmdline or ""), "in_scope": p.in_scope}
         if self.btime is not None:
             attrs["started_at"] = _iso(self.btime + p.starttime / CLK_TCK)
         if p.started_in_window:
@@ -288,14 +356,14 @@ class ProcessCollector(Collector):
         runtime = _runtime_by_node(p)
         total = sum(runtime.values())
         for node, ns in sorted(runtime.items()):
-            g.entity_of("numa_node", numa_id(host, node), {"node": node})
-            g.edge_of("runs_on", pid_id, numa_id(host, node), metrics={
+            _node(g, host, node)
+            _edge(g, "runs_on", pid_id, numa_id(host, node), metrics={
                 "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
         pages = p.extra.get("numa_pages") or {}
         all_pages = sum(pages.values())
         for node, count in sorted(pages.items()):
-            g.entity_of("numa_node", numa_id(host, node), {"node": node})
-            g.edge_of("allocates_on", pid_id, numa_id(host, node), metrics={
+            _node(g, host, node)
+            _edge(g, "allocates_on", pid_id, numa_id(host, node), metrics={
                 "pages": count, "page_share_pct": round(count / all_pages * 100, 2) if all_pages else 0.0})
         if pages:
             metrics = g.entity(pid_id).metrics
@@ -311,7 +379,7 @@ class ProcessCollector(Collector):
             if found:
                 cid = entity_id("container", self.ctx.host, found["id"])
                 g.entity_of("container", cid, {k: v for k, v in found.items() if k != "id"} | {"container_id": found["id"]})
-                g.edge_of("in_container", pid_id, cid)
+                _edge(g, "in_container", pid_id, cid)
                 return
 
     def _thread(self, g: Graph, pid_id: str, p: ProcState, th: ThreadState) -> None:
@@ -330,32 +398,35 @@ class ProcessCollector(Collector):
         metrics.update(window_metrics("cpu_user_pct", th.user_ticks, scale=TICK_PCT, digits=2))
         metrics.update(window_metrics("cpu_system_pct", th.system_ticks, scale=TICK_PCT, digits=2))
         metrics.update(_thread_runqueue(th))
-        metrics.update(_ctx_switch_rates([th]))
+        metrics.update(_ctx_switch_rates([(th.status_first, th.status_last)]))
         if th.cpus_allowed:
             metrics["cpus_allowed_count"] = len(parse_cpulist(th.cpus_allowed))
-        g.entity_of("thread", tid_id, attrs, metrics)
-        g.edge_of("has_thread", pid_id, tid_id)
+        _entity(g, "thread", tid_id, attrs, metrics)
+        _edge(g, "has_thread", pid_id, tid_id)
         total = sum(th.node_ns.values())
         for node, ns in sorted(th.node_ns.items()):
-            g.entity_of("numa_node", numa_id(host, node), {"node": node})
-            g.edge_of("runs_on", tid_id, numa_id(host, node), metrics={
+            _node(g, host, node)
+            _edge(g, "runs_on", tid_id, numa_id(host, node), metrics={
                 "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
 
 
 # -- window arithmetic -------------------------------------------------------------------------------
 def _process_metrics(p: ProcState) -> dict:
     m: dict = {}
-    m.update(window_metrics("cpu_util_pct", p.cpu_ticks, scale=TICK_PCT, digits=2))
-    m.update(window_metrics("cpu_user_pct", p.user_ticks, scale=TICK_PCT, digits=2))
-    m.update(window_metrics("cpu_system_pct", p.system_ticks, scale=TICK_PCT, digits=2))
-    m.update(window_metrics("major_faults_per_s", p.majflt, digits=2))
+    m.update(window_metrics("cpu_util_pct", p.series("cpu"), scale=TICK_PCT, digits=2))
+    m.update(window_metrics("cpu_user_pct", p.series("utime"), scale=TICK_PCT, digits=2))
+    m.update(window_metrics("cpu_system_pct", p.series("stime"), scale=TICK_PCT, digits=2))
+    m.update(window_metrics("major_faults_per_s", p.series("majflt"), digits=2))
     m["rss_bytes"] = p.rss_pages * PAGE_SIZE
     m["num_threads"] = p.num_threads
     status = p.status_last[1] if p.status_last else {}
     if "Cpus_allowed_list" in status:
         m["cpus_allowed_count"] = len(parse_cpulist(status["Cpus_allowed_list"]))
     m.update(_process_runqueue(p))
-    m.update(_ctx_switch_rates(p.threads.values()))
+    if p.in_scope:
+        m.update(_ctx_switch_rates([(th.status_first, th.status_last) for th in p.threads.values()]))
+    elif p.num_threads == 1:
+        m.update(_ctx_switch_rates([(p.status_first, p.status_last)]))
     if p.io_first and p.io_last and p.io_last[0] > p.io_first[0]:
         span = p.io_last[0] - p.io_first[0]
         for key, name in (("read_bytes", "read_bytes_per_s"), ("write_bytes", "write_bytes_per_s")):
@@ -389,7 +460,13 @@ def _thread_runqueue(th: ThreadState) -> dict:
 
 
 def _process_runqueue(p: ProcState) -> dict:
-    """Sum over the threads seen at both ends (a thread that exited mid-window is not counted)."""
+    """Sum over the threads seen at both ends (a thread that exited mid-window is not counted);
+    outside the scope, only for a single-threaded process (its main thread's schedstat)."""
+    if not p.in_scope:
+        if p.sched_first is None or p.sched_last is None or p.sched_last[0] <= p.sched_first[0]:
+            return {}
+        (t0, a), (t1, b) = p.sched_first, p.sched_last
+        return _runqueue(b[0] - a[0], b[1] - a[1], b[2] - a[2], t1 - t0)
     run = wait = slices = 0
     counted = False
     for th in p.threads.values():
@@ -402,17 +479,17 @@ def _process_runqueue(p: ProcState) -> dict:
     return _runqueue(run, wait, slices, span) if counted else {}
 
 
-def _ctx_switch_rates(threads) -> dict:
-    """Sum of each thread's context-switch rate between its first and last status read."""
+def _ctx_switch_rates(pairs) -> dict:
+    """Sum over tasks of each one's context-switch rate between its first and last status read."""
     rates = {"voluntary_ctxt_switches": 0.0, "nonvoluntary_ctxt_switches": 0.0}
     counted = False
-    for th in threads:
-        if not th.status_first or not th.status_last or th.status_last[0] <= th.status_first[0]:
+    for first, last in pairs:
+        if not first or not last or last[0] <= first[0]:
             continue
-        span = th.status_last[0] - th.status_first[0]
+        span = last[0] - first[0]
         for key in rates:
             try:
-                delta = int(th.status_last[1][key]) - int(th.status_first[1][key])
+                delta = int(last[1][key]) - int(first[1][key])
             except (KeyError, ValueError):
                 continue
             if delta >= 0:

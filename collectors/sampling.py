@@ -45,13 +45,8 @@ class Series:
         return d / span
 
     def interval_rates(self) -> list[float]:
-        out = []
-        for i in range(1, len(self.values)):
-            dt = self.times[i] - self.times[i - 1]
-            dv = self.values[i] - self.values[i - 1]
-            if dt > 0 and dv >= 0:
-                out.append(dv / dt)
-        return out
+        t, v = self.times, self.values
+        return [(v1 - v0) / (t1 - t0) for t0, t1, v0, v1 in zip(t, t[1:], v, v[1:]) if t1 > t0 and v1 >= v0]
 
 
 def p95(values: list[float]) -> float | None:
@@ -76,6 +71,9 @@ def window_stats(name: str, overall: float | None, per_interval: list[float], di
 
 def window_metrics(name: str, series: Series, scale: float = 1.0, digits: int = 3) -> dict[str, float]:
     """Rate of one counter over the window, scaled (e.g. ticks/s -> % of one core)."""
+    values = series.values
+    if len(values) >= 3 and values[0] == values[-1] and series.span() > 0:
+        return {name: 0.0, f"{name}_p95": 0.0, f"{name}_max": 0.0}  # an idle counter: most are
     rate = series.rate()
     return window_stats(name, None if rate is None else rate * scale,
                         [r * scale for r in series.interval_rates()], digits)

@@ -56,10 +56,13 @@ class ThreadState:
 
 
 class ProcState:
-    __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "cpu_ticks", "user_ticks", "system_ticks",
-                 "majflt", "first_t", "last_t", "state", "rss_pages", "num_threads", "cpus", "node_ticks",
-                 "started_in_window", "gone", "in_scope", "threads", "cmdline", "cgroups", "status_first",
-                 "status_last", "io_first", "io_last", "extra", "first_state")
+    """A process. Its stat is read every interval, so its counters are kept as plain parallel
+    lists (one time list) rather than Series: appending is the hot path of every sample."""
+
+    __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
+                 "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
+                 "threads", "cmdline", "cgroups", "status_first", "status_last", "io_first", "io_last", "extra",
+                 "first_state", "sched_first", "sched_last")
 
     def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
         self.pid = pid
@@ -67,15 +70,17 @@ class ProcState:
         self.name = st.comm
         self.ppid = st.ppid
         self.kernel = st.kernel_thread
-        self.cpu_ticks, self.user_ticks, self.system_ticks, self.majflt = Series(), Series(), Series(), Series()
-        self.first_t = self.last_t = 0.0
+        self.first_state = st.state
+        self.times: list[float] = []
+        self.utime: list[int] = []
+        self.stime: list[int] = []
+        self.majflt: list[int] = []
         self.state, self.rss_pages, self.num_threads = "", 0, 0
         self.cpus: set[int] = set()
         self.node_ticks: dict[int, int] = {}
         self.started_in_window = started_in_window
         self.gone = False
         self.in_scope = False
-        self.first_state = st.state
         self.threads: dict[int, ThreadState] = {}
         self.cmdline: str | None = None
         self.cgroups: dict[str, str] | None = None
@@ -83,6 +88,8 @@ class ProcState:
         self.status_last: tuple[float, dict[str, str]] | None = None
         self.io_first: tuple[float, dict[str, int]] | None = None  # (time, io counters)
         self.io_last: tuple[float, dict[str, int]] | None = None
+        self.sched_first: tuple[float, tuple[int, int, int]] | None = None  # main thread's schedstat
+        self.sched_last: tuple[float, tuple[int, int, int]] | None = None
         self.extra: dict = {}  # expensive reads: libraries, env, numa pages, classification
 
     @property
@@ -90,20 +97,52 @@ class ProcState:
         """Gone from /proc, or a zombie now (exited, not yet reaped by its parent) that was not one before."""
         return self.gone or (self.state == "Z" and self.first_state != "Z")
 
-    def observe_stat(self, t: float, st: Stat, node: int | None) -> None:
-        if not self.cpu_ticks.values:
-            self.first_t = t
-        elif node is not None:
-            delta = st.utime + st.stime - self.cpu_ticks.values[-1]
+    @property
+    def first_t(self) -> float:
+        return self.times[0]
+
+    @property
+    def last_t(self) -> float:
+        return self.times[-1]
+
+    def cpu_ticks_delta(self) -> int:
+        return self.utime[-1] + self.stime[-1] - self.utime[0] - self.stime[0] if self.times else 0
+
+    def series(self, name: str) -> Series:
+        """One counter as a Series: utime, stime, cpu (utime + stime) or majflt."""
+        s = Series()
+        values = ([u + k for u, k in zip(self.utime, self.stime)] if name == "cpu" else getattr(self, name))
+        s.times, s.values = self.times, values  # read-only use: no copy
+        return s
+
+    def observe_fields(self, t: float, f: list[str], node_of: dict[int, int]) -> None:
+        """observe_stat on the split fields of /proc/PID/stat after the command name (f[0] = state),
+        without building a Stat: this runs for every process every interval."""
+        utime, stime = int(f[11]), int(f[12])
+        processor = int(f[36])
+        node = node_of.get(processor)
+        if node is not None and self.times:
+            delta = utime + stime - self.utime[-1] - self.stime[-1]
             if delta > 0:
                 self.node_ticks[node] = self.node_ticks.get(node, 0) + delta
-        self.last_t = t
+        self.times.append(t)
+        self.utime.append(utime)
+        self.stime.append(stime)
+        self.majflt.append(int(f[9]))
+        self.state, self.rss_pages, self.num_threads = f[0], int(f[21]), int(f[17])
+        self.cpus.add(processor)
+
+    def observe_stat(self, t: float, st: Stat, node: int | None) -> None:
+        if node is not None and self.times:
+            delta = st.utime + st.stime - self.utime[-1] - self.stime[-1]
+            if delta > 0:
+                self.node_ticks[node] = self.node_ticks.get(node, 0) + delta
+        self.times.append(t)
+        self.utime.append(st.utime)
+        self.stime.append(st.stime)
+        self.majflt.append(st.majflt)
         self.state, self.rss_pages, self.num_threads = st.state, st.rss, st.num_threads
         self.cpus.add(st.processor)
-        self.cpu_ticks.add(t, st.utime + st.stime)
-        self.user_ticks.add(t, st.utime)
-        self.system_ticks.add(t, st.stime)
-        self.majflt.add(t, st.majflt)
 
 
 def list_pids(proc: str) -> list[int]:
@@ -121,20 +160,20 @@ def list_tids(proc: str, pid: int) -> list[int]:
 
 
 def read_stat(path: str) -> Stat | None:
-    text = read_text(path)
+    text = read_text(path, small=True)
     return parse_stat(text) if text else None
 
 
 def read_status(path: str) -> dict[str, str] | None:
-    text = read_text(path)
+    text = read_text(path, small=True)
     return parse_status(text) if text else None
 
 
 def read_io(proc: str, pid: int) -> dict[str, int] | None:
-    text = read_text(f"{proc}/{pid}/io")
+    text = read_text(f"{proc}/{pid}/io", small=True)
     return parse_kv_numbers(text) if text else None
 
 
 def read_schedstat(path: str) -> tuple[int, int, int] | None:
-    text = read_text(path)
+    text = read_text(path, small=True)
     return parse_schedstat(text) if text else None

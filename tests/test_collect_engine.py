@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from collectors.base import REGISTRY, Collector, register
-from collectors.engine import run_window
+from collectors.engine import discover, run_window
 from topology import load_graph, loads_graph
 from topology.errors import InputError
 
@@ -181,6 +181,7 @@ def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     ai = subprocess.Popen([PY, "-c", "import time; time.sleep(30)", "vllm", "serve", "model"])
     try:
         time.sleep(0.3)
+        discover()  # import the collector modules while their files are still readable
         pid = os.fork()
         if pid == 0:
             _collect_as_nobody(out)
@@ -194,7 +195,8 @@ def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     proc = g.meta.collectors["process"]
     assert proc.status == "partial" and "needs root or the same user" in proc.reason
     assert proc.privileges == "uid 65534 (not root)"
-    assert all(c.status in ("ok", "partial", "unavailable") for c in g.meta.collectors.values()), g.meta.collectors
+    mine = ("process", "cpu", "memory", "pressure", "numa", "cgroup")
+    assert all(g.meta.collectors[n].status in ("ok", "partial") for n in mine), g.meta.collectors
     host = g.meta.hosts[0]
     init = g.entity(f"process:{host}:1")
     assert init is not None and "cpu_util_pct" in init.metrics and "read_bytes_per_s" not in init.metrics
