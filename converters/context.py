@@ -1,0 +1,279 @@
+"""What the views ask of a graph, computed once per graph: edge indexes, the workload, NUMA
+geometry, and the diagnosis findings (when the diagnosis package is there).
+
+Graph.edges(type) sorts every edge on each call; a view asks dozens of such questions, so the
+indexes are built here in one pass and shared by all the views of one render (`all` = eight).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from functools import cached_property
+from typing import Any
+
+from topology import Edge, Entity, Graph
+
+# the diagnosis' layer numbers (diagnosis.LAYERS) by the name of their view
+LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
+                 "dataplane": 7}
+_ROLE_ORDER = {"trainer": 0, "inference": 0, "launcher": 2, "loader": 1}
+
+
+def cpu_list(value: Any) -> list[int]:
+    """'0-3,8,10-11' (or a list of ints) -> [0, 1, 2, 3, 8, 10, 11]."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, (list, tuple, set)):
+        return sorted(int(v) for v in value)
+    out: list[int] = []
+    for part in str(value).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def compact_list(values: list[int] | set[int]) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8'."""
+    vals = sorted(set(values))
+    if not vals:
+        return "-"
+    parts, start, prev = [], vals[0], vals[0]
+    for v in vals[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(parts)
+
+
+class GraphContext:
+    def __init__(self, graph: Graph, ref: str = "GRAPH", diagnosis: Any = None) -> None:
+        self.graph = graph
+        self.ref = ref
+        self._diagnosis = diagnosis
+        self._blocks: dict[str, list[Any]] = {}
+        self.by_type: dict[str, list[Edge]] = defaultdict(list)
+        self.out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        self.inc: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        for edge in sorted(graph._edges.values(), key=lambda e: e.id):
+            self.by_type[edge.type].append(edge)
+            self.out[edge.source][edge.type].append(edge)
+            self.inc[edge.target][edge.type].append(edge)
+
+    # -- plain access ---------------------------------------------------------------------
+    def entities(self, kind: str) -> list[Entity]:
+        return self.graph.entities(kind)
+
+    def entity(self, eid: str) -> Entity | None:
+        return self.graph.entity(eid)
+
+    def edges(self, kind: str) -> list[Edge]:
+        return self.by_type.get(kind, [])
+
+    def out_edges(self, eid: str, kind: str) -> list[Edge]:
+        return self.out.get(eid, {}).get(kind, [])
+
+    def in_edges(self, eid: str, kind: str) -> list[Edge]:
+        return self.inc.get(eid, {}).get(kind, [])
+
+    def query(self, *args: str) -> str:
+        """The command line that lists something the view left out."""
+        return " ".join(["witty-profiler query", self.ref, *args])
+
+    # -- hosts ----------------------------------------------------------------------------
+    @cached_property
+    def hosts(self) -> list[Entity]:
+        return self.entities("host")
+
+    # -- workload -------------------------------------------------------------------------
+    @cached_property
+    def workload(self) -> list[Entity]:
+        """The AI processes (attrs ai=true): main roles first, then by CPU, then by pid."""
+        procs = [p for p in self.entities("process") if p.attrs.get("ai")]
+        return sorted(procs, key=lambda p: (_ROLE_ORDER.get(p.attrs.get("role"), 3), -cpu_of(p),
+                                            p.attrs.get("pid") or 0, p.id))
+
+    @cached_property
+    def workload_ids(self) -> set[str]:
+        return {p.id for p in self.workload}
+
+    def pid_of(self, entity: Entity) -> int | None:
+        pid = entity.attrs.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    @cached_property
+    def workload_threads(self) -> set[str]:
+        return {e.target for pid in self.workload_ids for e in self.out_edges(pid, "has_thread")}
+
+    def in_workload(self, entity: Entity) -> bool:
+        """A process of the workload, or a thread of one."""
+        if entity.id in self.workload_ids:
+            return True
+        if entity.type == "thread":
+            return entity.id in self.workload_threads or self.process_of_id(entity.id) in self.workload_ids
+        return False
+
+    def blocks(self, layer: str) -> list[Any]:
+        """The blocks of a layer view, built once per context (ranking 100k threads is not free).
+        Cited ids that no table of the view can show are named on a line of their own."""
+        if layer not in self._blocks:
+            from converters.render import Lines, Table
+            from converters.views import module
+            blocks = module(layer).blocks(self)
+            cited = self.cited(layer)
+            shown: set[str] = set()  # cited ids already shown by a pinned row of an earlier table
+            covered: set[str] = set()
+            for block in blocks:
+                if isinstance(block, Table) and cited:
+                    _pin_once(block, cited, shown)
+                    for item in block.items:
+                        covered.update(block.covers(item))
+            missing = sorted(i for i in cited - covered if "|" not in i)
+            if missing:
+                at = next((k + 1 for k, b in enumerate(blocks) if isinstance(b, Lines) and b.lines
+                           and b.lines[0].startswith("findings:")), len(blocks))
+                blocks.insert(at, Lines([f"also cited: {', '.join(missing)}"], essential=True))
+            self._blocks[layer] = blocks
+        return self._blocks[layer]
+
+    def process_of_id(self, eid: str) -> str:
+        """The process id of a thread id (thread:<host>:<pid>:<tid>), else ''."""
+        parts = eid.split(":")
+        return f"process:{parts[1]}:{parts[2]}" if parts[0] == "thread" and len(parts) >= 4 else ""
+
+    def process_of(self, thread: Entity) -> str:
+        edges = self.in_edges(thread.id, "has_thread")
+        return edges[0].source if edges else self.process_of_id(thread.id)
+
+    # -- NUMA geometry --------------------------------------------------------------------
+    @cached_property
+    def numa_nodes(self) -> list[Entity]:
+        return sorted(self.entities("numa_node"), key=lambda n: (n.id.split(":")[1], _node_no(n)))
+
+    @cached_property
+    def cpu_to_node(self) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for node in self.numa_nodes:
+            host = node.id.split(":")[1]
+            for cpu in cpu_list(node.attrs.get("cpus")):
+                out[(host, cpu)] = _node_no(node)
+        return out
+
+    def nodes_of_cpus(self, host: str, cpus: Any) -> list[int]:
+        found = {self.cpu_to_node.get((host, c)) for c in cpu_list(cpus)}
+        return sorted(n for n in found if n is not None)
+
+    def device_node(self, device: Entity) -> int | None:
+        node = device.attrs.get("numa_node")
+        if isinstance(node, int) and node >= 0:
+            return node
+        for edge in self.out_edges(device.id, "local_to"):
+            target = self.entity(edge.target)
+            if target is not None:
+                return _node_no(target)
+        return None
+
+    def devices_of(self, process: Entity) -> list[Entity]:
+        return [d for e in self.out_edges(process.id, "uses_device") if (d := self.entity(e.target))]
+
+    @cached_property
+    def accelerators(self) -> list[Entity]:
+        return self.entities("gpu") + self.entities("npu")
+
+    # -- diagnosis ------------------------------------------------------------------------
+    @cached_property
+    def diagnosis(self) -> tuple[Any, str | None]:
+        """(Diagnosis or None, why not). Imported lazily: the converters work without it."""
+        if self._diagnosis is not None:
+            return self._diagnosis, None
+        key = (self.graph.entity_count(), self.graph.edge_count())
+        cached = _DIAGNOSES.get(self.graph)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            from diagnosis import diagnose
+        except ImportError:
+            return None, "diagnosis not available in this installation"
+        try:
+            result: tuple[Any, str | None] = (diagnose(self.graph), None)
+        except Exception as exc:  # noqa: BLE001 - a view must not die with the diagnosis; it says why
+            result = (None, f"diagnosis failed: {type(exc).__name__}: {exc}")
+        _DIAGNOSES[self.graph] = (key, result)
+        return result
+
+    def findings(self, layer: str | None = None) -> list[Any]:
+        diag, _ = self.diagnosis
+        if diag is None:
+            return []
+        return [f for f in diag.findings if layer is None or f.layer == LAYER_NUMBERS.get(layer)]
+
+    def cited(self, layer: str) -> set[str]:
+        """Entity and edge ids that the findings of a layer cite, with the two ends of every
+        cited edge: the rows that show an edge are its source's and its target's."""
+        raw = {i for f in self.findings(layer) for ev in f.evidence for i in (ev.ids or [])}
+        ends = set()
+        for i in raw:
+            if "|" in i:
+                edge = self.graph.edge(i)
+                if edge is not None:
+                    ends.update((edge.source, edge.target))
+                else:
+                    kind, *rest = i.split("|")
+                    ends.update(rest[:2])
+        return raw | ends
+
+
+def _pin_once(table: Any, cited: set[str], shown: set[str]) -> None:
+    """Pin the rows of `table` that show a cited id no earlier table pinned; the rest of the
+    cited rows keep their place at the top of the ranking, unpinned."""
+    head = list(table.items[: table.pinned])
+    keep, free = [], []
+    for item in head:
+        ids = set(table.covers(item)) & cited
+        (keep if ids - shown else free).append(item)
+        if ids - shown:
+            shown.update(ids)
+    if len(keep) != len(head):
+        table.items = keep + free + list(table.items[table.pinned:])
+        table.pinned = len(keep)
+
+
+def _node_no(node: Entity) -> int:
+    n = node.attrs.get("node")
+    if isinstance(n, int):
+        return n
+    try:
+        return int(node.id.rsplit(":", 1)[1])
+    except ValueError:
+        return -1
+
+
+def cpu_of(entity: Entity) -> float:
+    v = entity.metrics.get("cpu_util_pct")
+    return float(v) if isinstance(v, (int, float)) else -1.0
+
+
+_DIAGNOSES: "weakref.WeakKeyDictionary[Graph, tuple[tuple[int, int], tuple[Any, str | None]]]" = \
+    weakref.WeakKeyDictionary()
+_CONTEXTS: "weakref.WeakKeyDictionary[Graph, tuple[tuple[int, int, str, int], GraphContext]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def context_for(graph: Graph, ref: str = "GRAPH", diagnosis: Any = None) -> GraphContext:
+    """One context per graph and reference, rebuilt when the graph has grown."""
+    key = (graph.entity_count(), graph.edge_count(), ref, id(diagnosis))
+    cached = _CONTEXTS.get(graph)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    ctx = GraphContext(graph, ref, diagnosis)
+    _CONTEXTS[graph] = (key, ctx)
+    return ctx

@@ -1,0 +1,301 @@
+"""What every view shares: numbers with their units, aligned tables, and fitting into a budget.
+
+A view is a list of blocks: `Lines` (a legend, a host line, findings) and `Table`s whose items
+are ranked, most relevant first. `fit` renders the blocks into at most `max_tokens` tokens
+(cl100k_base) without ever cutting a line: it keeps the pinned rows (cited by findings) first,
+then hands out rows to the tables in turn, weighted, and folds the rest of each table into one
+line that says how many were left out and the exact command that lists them. Rows are formatted
+and counted lazily, so a table of 100,000 threads costs only the rows that are shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from converters.tokens import count_tokens
+
+MIN_TOKENS = 200  # below this a view cannot say what it left out; the API refuses smaller budgets
+
+
+# -- numbers with units -----------------------------------------------------------------------
+def num(value: Any, digits: int = 3) -> str:
+    """A plain number, short: 3 significant digits, no float noise; ints exact."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        if abs(value) >= 10 ** digits:
+            return str(round(value))
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def pct(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}%" if abs(value) < 100 else f"{value:.0f}%"
+
+
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def size(value: Any, per_s: bool = False) -> str:
+    """Bytes in binary units (1 KiB = 1024 B), 3 significant digits."""
+    if value is None:
+        return "-"
+    value = float(value)
+    step = 0
+    while abs(value) >= 1024 and step < len(_BINARY) - 1:
+        value /= 1024
+        step += 1
+    text = str(int(value)) if step == 0 else num(value)
+    return f"{text}{_BINARY[step]}" + ("/s" if per_s else "")
+
+
+def rate(value: Any, unit: str = "/s") -> str:
+    """Events per second: 1.2k/s, 3.4M/s."""
+    if value is None:
+        return "-"
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{num(value / factor)}{suffix}{unit}"
+    return f"{num(value)}{unit}"
+
+
+def duration_ns(value: Any) -> str:
+    if value is None:
+        return "-"
+    for factor, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if abs(value) >= factor:
+            return f"{num(value / factor)}{unit}"
+    return f"{num(value)}ns"
+
+
+def duration_us(value: Any) -> str:
+    return "-" if value is None else duration_ns(value * 1e3)
+
+
+def duration_ms(value: Any) -> str:
+    return "-" if value is None else duration_ns(value * 1e6)
+
+
+# -- blocks -----------------------------------------------------------------------------------
+@dataclass
+class Lines:
+    lines: list[str]
+    essential: bool = False  # kept on budgets so tight that the optional blocks go
+
+
+@dataclass
+class Column:
+    header: str
+    cell: Callable[[Any], Any]  # item -> text ('' / None / '-' = nothing to show)
+    left: bool = False  # text columns align left, numbers right
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[Column]
+    items: Sequence[Any]  # ranked, most relevant first
+    noun: str  # what a row is, plural ("threads")
+    more: str  # the exact command that lists what is left out
+    pinned: int = 0  # the first `pinned` items are cited by findings and shown before anything else
+    weight: float = 1.0  # share of the budget relative to the other tables
+    covers: Callable[[Any], tuple[str, ...]] = lambda item: (item.id,)  # ids a row shows
+    label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: its first id)
+    _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)
+
+    def cells(self, i: int) -> list[str]:
+        if i not in self._cells:
+            out = []
+            for col in self.columns:
+                value = col.cell(self.items[i])
+                out.append("-" if value in (None, "") else str(value))
+            self._cells[i] = out
+        return self._cells[i]
+
+
+Block = Lines | Table
+
+
+def _cited_rest(table: Table, shown: int) -> str:
+    """The cited rows a budget left out, named compactly so that no citation is lost."""
+    rest = [table.label(table.items[i]) if table.label else table.covers(table.items[i])[0]
+            for i in range(shown, table.pinned)]
+    return f" (cited: {', '.join(rest)})" if rest else ""
+
+
+def render_table(table: Table, shown: int) -> list[str]:
+    total = len(table.items)
+    if total == 0:
+        return []
+    if shown == 0:
+        return [f"{table.title}: {total} {table.noun} left out{_cited_rest(table, 0)}: {table.more}"]
+    rows = [table.cells(i) for i in range(shown)]
+    keep = [c for c in range(len(table.columns)) if any(r[c] != "-" for r in rows)] or [0]
+    title = f"{table.title} ({total})" if shown == total else f"{table.title} ({shown} of {total})"
+    out = [title]
+    grid = [[table.columns[c].header for c in keep]] + [[r[c] for c in keep] for r in rows]
+    widths = [max(len(g[k]) for g in grid) for k in range(len(keep))]
+    for g in grid:
+        cells = [(v.ljust(w) if table.columns[keep[k]].left else v.rjust(w)) for k, (v, w) in
+                 enumerate(zip(g, widths))]
+        out.append("  ".join(cells).rstrip())
+    if shown < total:
+        out.append(f"… +{total - shown} more {table.noun}{_cited_rest(table, shown)}: {table.more}")
+    return out
+
+
+def _render(blocks: list[Block], shown: list[int], dropped: set[int]) -> str:
+    out: list[str] = []
+    for i, block in enumerate(blocks):
+        if i in dropped:
+            continue
+        lines = block.lines if isinstance(block, Lines) else render_table(block, shown[i])
+        out.extend(lines)
+    return "\n".join(out) + "\n" if out else ""
+
+
+@dataclass
+class Fitted:
+    text: str
+    tokens: int
+    truncated: bool
+    omitted: dict[str, int]
+
+
+def _with_header(header: Callable[[int], str], body: str) -> tuple[str, int]:
+    """Prefix the header line, which states the token count of the whole text (itself included)."""
+    n = count_tokens(body) + count_tokens(header(0)) + 1
+    for _ in range(5):
+        text = header(n) + "\n" + body
+        real = count_tokens(text)
+        if real == n:
+            break
+        n = real
+    return text, count_tokens(text)
+
+
+def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | None) -> Fitted:
+    """Render `blocks` under `header` into at most `max_tokens` tokens (None = everything)."""
+    tables = [i for i, b in enumerate(blocks) if isinstance(b, Table)]
+    shown = [len(b.items) if isinstance(b, Table) else 0 for b in blocks]
+    dropped: set[int] = set()
+    if max_tokens is not None:
+        shown = [min(b.pinned, len(b.items)) if isinstance(b, Table) else 0 for b in blocks]
+        budget = max_tokens - count_tokens(header(max_tokens)) - 1
+        base = count_tokens(_render(blocks, shown, dropped))
+        # too tight even for titles and pinned rows: shed optional blocks, then pins, then whole tables
+        for shed in _shedding(blocks, shown, dropped):
+            if base <= budget:
+                break
+            shed()
+            base = count_tokens(_render(blocks, shown, dropped))
+        pins = [blocks[i].pinned if isinstance(blocks[i], Table) else 0 for i in range(len(blocks))]
+        if any(shown[i] < pins[i] for i in tables):  # pins were shed: cited rows still go first
+            base = count_tokens(_render(blocks, shown, dropped))
+            _hand_out(blocks, tables, shown, dropped, budget - base, pins)
+        base = count_tokens(_render(blocks, shown, dropped))
+        _hand_out(blocks, tables, shown, dropped, budget - base)
+        _trim(blocks, tables, shown, dropped, budget)
+        _top_up(blocks, tables, shown, dropped, budget, pins)
+    text, tokens = _with_header(header, _render(blocks, shown, dropped))
+    omitted = {blocks[i].noun: len(blocks[i].items) - shown[i] for i in tables
+               if shown[i] < len(blocks[i].items) or i in dropped}
+    lines = sum(len(blocks[i].lines) for i in dropped if isinstance(blocks[i], Lines))
+    if lines:
+        omitted["lines"] = lines  # a legend or notes shed for room
+    omitted = {k: v for k, v in omitted.items() if v}
+    truncated = bool(omitted)
+    return Fitted(text, tokens, truncated, omitted)
+
+
+def _shedding(blocks: list[Block], shown: list[int], dropped: set[int]):
+    """Ways to make a view smaller, least harmful first (each a callable)."""
+    for i, b in enumerate(blocks):
+        if isinstance(b, Lines) and not b.essential:
+            yield lambda i=i: dropped.add(i)
+    for i, b in reversed(list(enumerate(blocks))):
+        if isinstance(b, Table) and shown[i]:
+            yield lambda i=i: shown.__setitem__(i, 0)
+    for i, b in reversed(list(enumerate(blocks))):
+        if i not in dropped:
+            yield lambda i=i: dropped.add(i)
+
+
+def _hand_out(blocks: list[Block], tables: list[int], shown: list[int], dropped: set[int], room: int,
+              limits: list[int] | None = None) -> None:
+    """Give rows to the tables in turn (by weight) while their estimated cost fits in `room`
+    (and, with `limits`, up to that many rows per table)."""
+    cap = limits or [len(b.items) if isinstance(b, Table) else 0 for b in blocks]
+    open_ = [i for i in tables if i not in dropped and shown[i] < min(cap[i], len(blocks[i].items))]
+    while open_ and room > 0:
+        i = min(open_, key=lambda k: (shown[k] / blocks[k].weight, k))
+        table: Table = blocks[i]  # type: ignore[assignment]
+        cost = _row_cost(table.cells(shown[i]))
+        if shown[i] + 1 == len(table.items):
+            cost -= count_tokens(f"… +1 more {table.noun}: {table.more}")  # the fold line goes away
+        if shown[i] == 0:
+            cells = table.cells(0)
+            cost += _row_cost([c.header for c, v in zip(table.columns, cells) if v != "-"])
+        if cost > room:
+            open_.remove(i)
+            continue
+        shown[i] += 1
+        room -= cost
+        if shown[i] >= min(cap[i], len(table.items)):
+            open_.remove(i)
+
+
+def _top_up(blocks: list[Block], tables: list[int], shown: list[int], dropped: set[int], budget: int,
+            pins: list[int], tries: int = 12) -> None:
+    """Estimates err on the safe side: try the next rows for real while they fit (cited rows first)."""
+    for _ in range(tries):
+        open_ = [i for i in tables if i not in dropped and shown[i] < len(blocks[i].items)]
+        if not open_:
+            return
+        i = min(open_, key=lambda k: (shown[k] >= pins[k], shown[k] / blocks[k].weight, k))
+        shown[i] += 1
+        if count_tokens(_render(blocks, shown, dropped)) > budget:
+            shown[i] -= 1
+            return
+
+
+def _row_cost(cells: list[str]) -> int:
+    """Estimated tokens of one aligned row: its cells, plus a little for the padding between them."""
+    shown = [c for c in cells if c != "-"]
+    return count_tokens(" ".join(shown)) + math.ceil(len(shown) / 2) + 1
+
+
+def _trim(blocks: list[Block], tables: list[int], shown: list[int], dropped: set[int], budget: int) -> None:
+    """Estimates are close but padding is not free: take back rows until the real count fits."""
+    while True:
+        over = count_tokens(_render(blocks, shown, dropped)) - budget
+        if over <= 0:
+            return
+        floor = {i: blocks[i].pinned for i in tables}
+        if not any(shown[i] > floor[i] for i in tables):
+            floor = {i: 0 for i in tables}  # the pinned rows themselves do not fit
+        candidates = [i for i in tables if shown[i] > floor[i]]
+        if not candidates:
+            live = [i for i in range(len(blocks)) if i not in dropped]
+            if len(live) <= 1:
+                return  # nothing left to take back: the minimum budget guarantees we never get here
+            dropped.add(live[-1])
+            continue
+        saved = 0
+        while saved < over and candidates:
+            i = max(candidates, key=lambda k: (shown[k] / blocks[k].weight, k))
+            shown[i] -= 1
+            saved += _row_cost(blocks[i].cells(shown[i]))
+            if shown[i] <= floor[i]:
+                candidates.remove(i)

@@ -1,0 +1,169 @@
+"""Pieces several layer views use: the findings block, ranking with pinned citations, common columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
+from converters.render import Column, Lines, num, pct
+from topology import Entity
+
+LEGEND = ("legend: ids work as `witty-profiler query {ref} --around ID`; process/thread cpu% is % of one core; "
+          "sizes in KiB/MiB/GiB (1024); '-' = not measured")
+
+
+# the collectors whose absence leaves a hole in a layer's view (live and legacy names)
+LAYER_COLLECTORS = {
+    "compute": ("cpu", "host", "process", "gpu", "npu", "pmu"),
+    "memory": ("memory", "host", "numa", "process", "pressure", "gpu", "npu", "cgroup"),
+    "interconnect": ("numa", "pci", "gpu", "npu", "process"),
+    "network": ("network", "sockets", "rdma"),
+    "storage": ("storage", "pressure"),
+    "control": ("process", "cgroup", "pressure", "ebpf"),
+    "dataplane": ("ipc", "process", "sockets"),
+}
+
+
+def legend(ctx: GraphContext, *extra: str) -> Lines:
+    return Lines([LEGEND.format(ref=ctx.ref), *extra])
+
+
+def coverage(ctx: GraphContext, layer: str) -> Lines:
+    """The collectors of this layer that did not fully run, and why: a blank table is then explained."""
+    lines = []
+    for name, status in sorted(ctx.graph.meta.collectors.items()):
+        base = name.split(":")[-1].split("@")[0]  # host-qualified names after a merge
+        if status.status != "ok" and base in LAYER_COLLECTORS[layer]:
+            lines.append(f"not measured: {name} {status.status}{' - ' + short(status.reason) if status.reason else ''}")
+    return Lines(lines)
+
+
+def short(text: str, limit: int = 80) -> str:
+    """The first clause of a long reason: the whole of it is one `witty-profiler info` away."""
+    text = text.split(":")[0] if len(text) > limit else text
+    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
+
+
+def has_any(e: Any, names: Iterable[str]) -> bool:
+    return any(e.metrics.get(n) is not None for n in names)
+
+
+def rank(items: Iterable[Any], key: Callable[[Any], Any], cited: set[str], ctx: GraphContext,
+         ident: Callable[[Any], str] = lambda x: x.id,
+         workload: Callable[[Any], bool] | None = None) -> tuple[list[Any], int]:
+    """Cited items first (pinned), then workload items, then by `key` (ascending: negate for 'top')."""
+    is_workload = workload or ctx.in_workload
+    ranked = sorted(items, key=lambda x: (ident(x) not in cited, not is_workload(x), key(x), ident(x)))
+    pinned = sum(1 for x in ranked if ident(x) in cited)
+    return ranked, pinned
+
+
+def neg(value: Any) -> float:
+    """Sort key for 'highest first' that puts missing values last."""
+    return -float(value) if isinstance(value, (int, float)) else float("inf")
+
+
+def metric(name: str) -> Callable[[Any], Any]:
+    return lambda x: x.metrics.get(name)
+
+
+def findings_block(ctx: GraphContext, layer: str) -> list[Lines]:
+    """What the diagnosis found in this layer (essential), then what it could not evaluate.
+
+    Per finding: one line per metric with the observed values and the threshold. The entities
+    and relations a finding cites are rows of the tables below, pinned first; ids no table can
+    show are named on an `also cited` line."""
+    diag, why = ctx.diagnosis
+    if diag is None:
+        return [Lines([f"findings: {why}"], essential=True)]
+    found = ctx.findings(layer)
+    rows = [r for r in getattr(diag, "coverage", []) if getattr(r, "layer", None) == LAYER_NUMBERS[layer]]
+    clear = sum(1 for r in rows if r.status == "clear")
+    skipped = [r for r in rows if r.status == "not_evaluated"]
+    lines = [f"findings: {len(found)} · clear {clear} · not evaluated {len(skipped)}"]
+    for f in found:
+        lines.append(f"[{f.priority}] {f.pattern}: {f.title}")
+        lines.extend("  " + line for line in evidence_lines(f.evidence))
+    return [Lines(lines, essential=True),
+            Lines([f"not evaluated: {r.pattern} ({short(r.reason, 70)})" for r in skipped])]
+
+
+def evidence_lines(evidence: list[Any]) -> list[str]:
+    """One line per measured metric: `metric (> threshold): value id; value id...` (long runs shrink
+    to their range). Relations and settings (a device used, a node, allowed CPUs, pages or run
+    time per node) are the rows of the tables below: they are named on one line, with the edges
+    counted by type."""
+    by_metric: dict[str, list[Any]] = {}
+    for ev in evidence:
+        by_metric.setdefault(ev.metric or ev.kind, []).append(ev)
+    out, shown_below, edges = [], [], []
+    for name, items in by_metric.items():
+        edges += [i for ev in items for i in (ev.ids or []) if "|" in i]
+        numbers = [ev.value for ev in items if isinstance(ev.value, (int, float)) and not isinstance(ev.value, bool)]
+        if len(numbers) < len(items) or all(ev.kind == "edge" for ev in items):  # a relation: its rows show it
+            shown_below.append(name)
+            continue
+        thresholds = sorted({_value(ev.threshold, ev.unit) for ev in items if ev.threshold is not None})
+        head = name + (f" ({' / '.join(thresholds)})" if thresholds else "")
+        if len(items) > 4:
+            values = f"{_value(min(numbers), items[0].unit)}..{_value(max(numbers), items[0].unit)} ({len(items)} values)"
+        else:
+            values = "; ".join(_value(ev.value, ev.unit) + _named(ev.ids or []) for ev in items)
+        out.append(f"{head}: {values}")
+    if shown_below or edges:
+        kinds = " ".join(sorted({i.split("|", 1)[0] for i in edges}))
+        out.append(f"in the rows below: {', '.join(shown_below) or 'relations'}" + (f" (edges {kinds})" if kinds else ""))
+    return out
+
+
+def _value(value: Any, unit: str | None) -> str:
+    unit = unit or ""
+    sep = "" if unit in ("%", "") else " "
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else str(value)
+    return f"{num(value)}{sep}{unit}"
+
+
+def _named(ids: list[str]) -> str:
+    ents = [i for i in ids if "|" not in i]
+    if not ents:
+        return ""
+    return " " + (ents[0] if len(ents) == 1 else f"{ents[0]} +{len(ents) - 1}")
+
+
+def edge_ends(edge: Any) -> tuple[str, ...]:
+    """What a row of an edge table shows: the edge and both its ends."""
+    return (edge.id, edge.source, edge.target)
+
+
+def edge_label(edge: Any) -> str:
+    return f"{edge.source}->{edge.target}"
+
+
+# -- common columns ---------------------------------------------------------------------------
+ID = Column("id", lambda e: e.id, left=True)
+NAME = Column("name", lambda e: (e.attrs.get("name") or "")[:24], left=True)
+
+
+def role_cell(e: Entity) -> str:
+    role = e.attrs.get("role")
+    if not role:
+        return ""
+    rank_ = e.attrs.get("rank")
+    return f"{role}{'' if rank_ is None else f'#{rank_}'}"
+
+
+ROLE = Column("role", role_cell, left=True)
+CPU = Column("cpu%", lambda e: pct(e.metrics.get("cpu_util_pct")))
+
+
+def allowed_cell(e: Entity) -> str:
+    cpus = e.attrs.get("cpus_allowed")
+    if cpus is None:
+        n = e.metrics.get("cpus_allowed_count")
+        return f"{num(n)} cpus" if n is not None else ""
+    return compact_list(cpu_list(cpus)) if not isinstance(cpus, str) else cpus
+
+
+ALLOWED = Column("allowed_cpus", allowed_cell, left=True)

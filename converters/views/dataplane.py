@@ -1,0 +1,88 @@
+"""Layer 7, data plane: how data moves between the processes of the pipeline, and its loaders."""
+
+from __future__ import annotations
+
+from converters.context import GraphContext
+from converters.render import Block, Column, Table, num, pct, size
+from converters.views.common import coverage, edge_ends, edge_label, has_any, CPU, ID, NAME, findings_block, legend, neg, rank
+
+LAYER = "dataplane"
+NUMBER = 7
+TITLE = "data plane (layer 7)"
+
+IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue", "ipc")
+
+
+def _volume(e) -> float | None:
+    m = e.metrics
+    for name in ("bytes_per_s", "bytes_total", "bytes_sent_total", "queued_bytes"):
+        if m.get(name) is not None:
+            v = float(m[name])
+            if name == "bytes_sent_total" and m.get("bytes_received_total") is not None:
+                v += float(m["bytes_received_total"])
+            return v
+    return None
+
+
+def _volume_cell(e) -> str:
+    m = e.metrics
+    parts = []
+    if m.get("bytes_per_s") is not None:
+        parts.append(size(m["bytes_per_s"], per_s=True))
+    if m.get("bytes_total") is not None:
+        parts.append(size(m["bytes_total"]))
+    if m.get("bytes_sent_total") is not None or m.get("bytes_received_total") is not None:
+        parts.append(f"{size(m.get('bytes_sent_total'))} sent/{size(m.get('bytes_received_total'))} recv")
+    return " ".join(parts)
+
+
+def _queue_cell(e) -> str:
+    m = e.metrics
+    if m.get("queued_bytes") is None and m.get("queued_bytes_growth_per_s") is None:
+        return ""
+    text = size(m.get("queued_bytes"))
+    if m.get("queued_bytes_growth_per_s") is not None:
+        text += f" ({'+' if m['queued_bytes_growth_per_s'] >= 0 else ''}{size(m['queued_bytes_growth_per_s'], True)})"
+    return text
+
+
+def blocks(ctx: GraphContext) -> list[Block]:
+    cited = ctx.cited(LAYER)
+    out: list[Block] = [legend(ctx, "ipc: source -> target (writer -> reader, client -> server where known); "
+                                    "channels = pipes/sockets folded into the edge; queued = backlog at the end"),
+                        *findings_block(ctx, LAYER),
+                        coverage(ctx, LAYER)]
+    ipc = [e for kind in IPC_EDGES for e in ctx.edges(kind)]
+    ipc, pinned = rank(ipc, lambda e: neg(_volume(e)), cited, ctx,
+                       workload=lambda e: e.source in ctx.workload_ids or e.target in ctx.workload_ids)
+    names = {p.id: p.attrs.get("name") or "" for p in ctx.entities("process")}
+    out.append(Table("IPC between processes, workload first, then by volume", [
+        Column("source", lambda e: e.source, left=True),
+        Column("target", lambda e: e.target, left=True),
+        Column("names", lambda e: f"{names.get(e.source, '?')}->{names.get(e.target, '?')}", left=True),
+        Column("via", lambda e: e.type, left=True),
+        Column("channels", lambda e: num(e.metrics.get("channels"))),
+        Column("volume", _volume_cell, left=True),
+        Column("queued", _queue_cell, left=True),
+    ], ipc, "ipc edges", ctx.query("--neighbours PROCESS_ID --edge-type pipe"), pinned, weight=2.0,
+        covers=edge_ends, label=edge_label))
+    loaders = [p for p in ctx.entities("process") if p.attrs.get("role") == "loader" or p.id in cited]
+    loaders, pinned = rank(loaders, lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
+    out.append(Table("loader workers, busiest first", [
+        ID, NAME, Column("parent", lambda p: f"process:{p.id.split(':')[1]}:{p.attrs['ppid']}"
+                         if p.attrs.get("ppid") is not None else "", left=True), CPU,
+        Column("rq_wait%", lambda p: pct(p.metrics.get("runqueue_wait_pct"))),
+        Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),
+        Column("threads", lambda p: num(p.metrics.get("num_threads"))),
+    ], loaders, "loaders", ctx.query("--type process --where role=loader -n 200"), pinned))
+    shm = ctx.entities("shared_memory")
+    shm, pinned = rank(shm, lambda s: -len(ctx.in_edges(s.id, "uses_shm")), cited, ctx,
+                       workload=lambda s: any(e.source in ctx.workload_ids for e in ctx.in_edges(s.id, "uses_shm")))
+    out.append(Table("shared memory objects", [
+        ID, Column("size", lambda s: size(s.attrs.get("size_bytes") or s.metrics.get("size_bytes"))),
+        Column("users", lambda s: len(ctx.in_edges(s.id, "uses_shm")) or ""),
+    ], shm, "shared memory objects", ctx.query("--type shared_memory -n 200"), pinned, weight=0.5))
+    return out
+
+
+

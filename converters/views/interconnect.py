@@ -1,0 +1,219 @@
+"""Layer 3, interconnect: NUMA geometry and placement, device locality, PCIe and device links.
+
+The placement table is the heart of it: for each workload process its device, the device's
+NUMA node, where it may run (allowed CPUs -> nodes), where it ran and where its pages are, so a
+reader sees a process on node 7 feeding an NPU on node 6 without opening anything else.
+"""
+
+from __future__ import annotations
+
+from converters.context import GraphContext, compact_list
+from converters.render import Block, Column, Lines, Table, num, pct
+from converters.views.common import coverage, edge_ends, edge_label, edge_label, has_any, ALLOWED, ID, findings_block, legend, neg, rank
+from converters.views.memory import pages_cell
+
+LAYER = "interconnect"
+NUMBER = 3
+TITLE = "interconnect (layer 3)"
+
+
+def _host(e) -> str:
+    return e.id.split(":")[1]
+
+
+def _allowed_nodes(ctx: GraphContext, e) -> list[int]:
+    cpus = e.attrs.get("cpus_allowed")
+    nodes = ctx.nodes_of_cpus(_host(e), cpus) if cpus is not None else []
+    if not nodes:
+        nodes = sorted({_node_no(ctx, x.target) for x in ctx.out_edges(e.id, "allowed_on")} - {None})
+    return nodes
+
+
+def _node_no(ctx: GraphContext, eid: str) -> int | None:
+    node = ctx.entity(eid)
+    if node is None:
+        return None
+    n = node.attrs.get("node")
+    return n if isinstance(n, int) else None
+
+
+def _ran_on(ctx: GraphContext, e) -> str:
+    """Nodes a process (its runs_on edges, else its threads') ran on, with the share of CPU time."""
+    shares: dict[int, float] = {}
+    edges = ctx.out_edges(e.id, "runs_on")
+    if not edges:
+        edges = [x for t in ctx.out_edges(e.id, "has_thread") for x in ctx.out_edges(t.target, "runs_on")]
+    direct = bool(ctx.out_edges(e.id, "runs_on"))
+    for x in edges:
+        node = _node_no(ctx, x.target)
+        if node is not None:  # a process's own share where it has one, else its threads' CPU time
+            weight = x.metrics.get("runtime_share_pct") if direct else x.metrics.get("runtime_ns_total")
+            shares[node] = shares.get(node, 0.0) + float(weight or 0)
+    total = sum(shares.values())
+    if not shares:
+        return ""
+    if not total:
+        return ",".join(str(n) for n in sorted(shares))
+    return " ".join(f"{n}:{100 * v / total:.0f}%" for n, v in sorted(shares.items(), key=lambda kv: -kv[1])
+                    if 100 * v / total >= 0.5) or "-"
+
+
+def _pages_on(e, nodes: list[int]) -> float | None:
+    pages = e.attrs.get("numa_pages")
+    if not isinstance(pages, dict) or not pages or not nodes:
+        return None
+    total = sum(v for v in pages.values() if isinstance(v, (int, float)))
+    on = sum(v for k, v in pages.items() if str(k) in {str(n) for n in nodes} and isinstance(v, (int, float)))
+    return 100.0 * on / total if total else None
+
+
+def _dev_nodes(ctx: GraphContext, p) -> list[int]:
+    return sorted({n for d in ctx.devices_of(p) if (n := ctx.device_node(d)) is not None})
+
+
+def _placement_flag(ctx: GraphContext, p) -> str:
+    dev = _dev_nodes(ctx, p)
+    if not dev:
+        return ""
+    allowed = _allowed_nodes(ctx, p)
+    flags = []
+    if allowed and not set(allowed) & set(dev):
+        flags.append("cpus")
+    share = _pages_on(p, dev)
+    if share is not None and share < 50:
+        flags.append("pages")
+    return "OFF-NODE:" + "+".join(flags) if flags else "ok"
+
+
+def blocks(ctx: GraphContext) -> list[Block]:
+    cited = ctx.cited(LAYER)
+    out: list[Block] = [legend(ctx, "distance: SLIT, 10 = local; pages_by_node = node:pages (4 KiB), most first; "
+                                    "ran_on = node:share of CPU time; dev_node = the device's NUMA node; "
+                                    "OFF-NODE: cpus = no allowed CPU on dev_node, pages = under half the pages on it"),
+                        *findings_block(ctx, LAYER),
+                        coverage(ctx, LAYER)]
+    nodes = ctx.numa_nodes
+    numbers = [n.attrs.get("node", i) for i, n in enumerate(nodes)][:32]
+    ranked_nodes, pinned = rank(nodes, lambda n: 0, cited, ctx, workload=lambda n: True)
+    out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
+        n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
+        Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(n, numbers), left=True)],
+        ranked_nodes, "numa nodes", ctx.query("--type numa_node -n 100"), pinned, weight=3.0))
+    users = [p for p in ctx.entities("process") if p.id in ctx.workload_ids or ctx.out_edges(p.id, "uses_device")
+             or p.id in cited]
+    users, pinned = rank(users, lambda p: (not ctx.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
+                         cited, ctx)
+    out.append(Table("workload placement: device, cpus, pages", [
+        ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True),
+        Column("dev_node", lambda p: ",".join(map(str, _dev_nodes(ctx, p)))),
+        ALLOWED, Column("allowed_nodes", lambda p: compact_list(_allowed_nodes(ctx, p)), left=True),
+        Column("placement", lambda p: _placement_flag(ctx, p), left=True),
+        Column("pages_by_node", lambda p: pages_cell(p, top=3), left=True),
+    ], users, "processes", ctx.query("--type process --where ai=true -n 200"), pinned, weight=2.0,
+        covers=lambda p: (p.id, *(d.id for d in ctx.devices_of(p)))))
+    devices, pinned = rank(ctx.accelerators + ctx.entities("nic") + ctx.entities("rdma_port"),
+                           lambda d: (d.type not in ("gpu", "npu"), d.id), cited, ctx,
+                           workload=lambda d: any(e.source in ctx.workload_ids
+                                                  for e in ctx.in_edges(d.id, "uses_device")))
+    out.append(Table("devices and their NUMA node", [
+        ID, Column("idx", lambda d: num(d.attrs.get("index"))),
+        Column("node", lambda d: num(ctx.device_node(d))),
+        Column("local_cpus", lambda d: d.attrs.get("cpu_affinity") or d.attrs.get("local_cpus"), left=True),
+        Column("pcie", lambda d: _link(ctx, d), left=True),
+        Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
+        Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
+        Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
+    ], devices, "devices", ctx.query("--type npu -n 100"), pinned, weight=1.5))
+    degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
+    degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
+    out.append(Table("PCIe links below their maximum", [
+        ID, Column("class", lambda p: p.attrs.get("class"), left=True),
+        Column("node", lambda p: num(p.attrs.get("numa_node"))),
+        Column("link", lambda p: _link_text(p.metrics), left=True),
+    ], degraded, "pci devices", ctx.query("--type pci_device -n 500"), pinned, weight=0.5))
+    links = ctx.edges("device_link") + ctx.edges("near_nic")
+    links, pinned = rank(links, lambda e: e.attrs.get("link_type") or "", cited, ctx, workload=lambda e: False)
+    out.append(Table("device links", [
+        Column("source", lambda e: e.source, left=True), Column("target", lambda e: e.target, left=True),
+        Column("type", lambda e: e.type, left=True), Column("link", lambda e: e.attrs.get("link_type"), left=True),
+        Column("util%", lambda e: pct(e.metrics.get("nvlink_util_pct"))),
+    ], links, "links", ctx.query("--neighbours DEVICE_ID --edge-type device_link"), pinned, weight=0.5,
+        covers=edge_ends, label=edge_label))
+    threads = [t for t in ctx.entities("thread") if t.id in cited or (
+        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.out_edges(t.id, "runs_on")))]
+    groups: dict[str, list] = {}
+    for t in sorted(threads, key=lambda t: neg(_runtime(t))):
+        groups.setdefault(ctx.process_of(t), []).append(t)
+    procs = [(pid, ts) for pid, ts in groups.items()]
+    procs, pinned = rank(procs, lambda g: neg(sum(_runtime(t) or 0 for t in g[1])), cited, ctx,
+                         ident=lambda g: g[0], workload=lambda g: g[0] in ctx.workload_ids)
+    procs.sort(key=lambda g: not any(t.id in cited for t in g[1]))  # stable: cited threads' processes first
+    pinned = sum(1 for g in procs if any(t.id in cited for t in g[1]) or g[0] in cited)
+    out.append(Table("threads by process: tid->node it ran on", [
+        Column("process", lambda g: g[0], left=True),
+        Column("threads", lambda g: _tids(g[1]), left=True),
+    ], procs, "processes", ctx.query("--type thread -n 500"), pinned,
+        covers=lambda g: (g[0], *(t.id for t in g[1])), label=lambda g: f"{g[0]} {_tids(g[1])}"))
+    if not nodes and not users:
+        out.append(Lines(["no NUMA or placement data in this graph"]))
+    return out
+
+
+def _tids(threads: list) -> str:
+    return " ".join(f"{t.attrs.get('tid', t.id.rsplit(':', 1)[1])}->{_thread_ran_on(t) or '-'}" for t in threads)
+
+
+def _runtime(t) -> float | None:
+    per_node = t.attrs.get("numa_runtime_ns")
+    if isinstance(per_node, dict) and per_node:
+        return float(sum(v for v in per_node.values() if isinstance(v, (int, float))))
+    return None
+
+
+def _thread_ran_on(t) -> str:
+    """'7' when a thread ran on one node only, else '7:60%,3:40%'."""
+    per_node = t.attrs.get("numa_runtime_ns")
+    if not isinstance(per_node, dict) or not per_node:
+        return ""
+    total = sum(v for v in per_node.values() if isinstance(v, (int, float)))
+    if not total:
+        return ""
+    shares = [(k, 100 * v / total) for k, v in sorted(per_node.items(), key=lambda kv: -kv[1])
+              if 100 * v / total >= 0.5]
+    if len(shares) == 1:
+        return str(shares[0][0])
+    return ",".join(f"{k}:{s:.0f}%" for k, s in shares)
+
+
+def _distances(node, numbers: list[int]) -> str:
+    dist = node.attrs.get("distances") or {}
+    return " ".join(num(dist.get(str(k), dist.get(k))) for k in numbers)
+
+
+def _degraded(m: dict) -> bool:
+    width, wmax = m.get("link_width"), m.get("link_width_max")
+    speed, smax = m.get("link_speed_gts"), m.get("link_speed_max_gts")
+    return bool((width and wmax and width < wmax) or (speed and smax and speed < smax))
+
+
+def _link_text(m: dict) -> str:
+    speed, smax = m.get("link_speed_gts"), m.get("link_speed_max_gts")
+    width, wmax = m.get("link_width"), m.get("link_width_max")
+    if speed is None and width is None:
+        gen, width = m.get("pcie_link_gen"), m.get("pcie_link_width")
+        if gen is None and width is None:
+            return ""
+        return f"gen{num(gen)}/{num(m.get('pcie_link_gen_max'))} x{num(width)}/{num(m.get('pcie_link_width_max'))}"
+    return f"{num(speed)}/{num(smax)}GT/s x{num(width)}/{num(wmax)}"
+
+
+def _link(ctx: GraphContext, d) -> str:
+    text = _link_text(d.metrics)
+    if text:
+        return text
+    for e in ctx.out_edges(d.id, "pci_function"):
+        pci = ctx.entity(e.target)
+        if pci is not None:
+            return _link_text(pci.metrics)
+    return ""
+

@@ -1,0 +1,52 @@
+"""Layer 5, storage: does the workload wait for disks, and which disks and processes are busy?"""
+
+from __future__ import annotations
+
+from converters.context import GraphContext
+from converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
+from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
+
+LAYER = "storage"
+NUMBER = 5
+TITLE = "storage (layer 5)"
+
+
+def _io(e) -> float | None:
+    r, w = e.metrics.get("read_bytes_per_s"), e.metrics.get("write_bytes_per_s")
+    if r is None and w is None:
+        return None
+    return (r or 0) + (w or 0)
+
+
+def blocks(ctx: GraphContext) -> list[Block]:
+    cited = ctx.cited(LAYER)
+    out: list[Block] = [legend(ctx, "util% = share of the window with I/O in flight; await = mean time per I/O"),
+                        *findings_block(ctx, LAYER),
+                        coverage(ctx, LAYER)]
+    hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
+    out.append(Table("host", [
+        ID, Column("iowait%", lambda h: pct(h.metrics.get("cpu_iowait_pct"))),
+        Column("psi_io_some%", lambda h: pct(h.metrics.get("psi_io_some_pct"))),
+        Column("psi_io_full%", lambda h: pct(h.metrics.get("psi_io_full_pct"))),
+        Column("read", lambda h: size(h.metrics.get("read_bytes_per_s"), per_s=True)),
+        Column("write", lambda h: size(h.metrics.get("write_bytes_per_s"), per_s=True)),
+    ], hosts, "hosts", ctx.query("--type host"), pinned, weight=0.5))
+    disks, pinned = rank(ctx.entities("block_device"), lambda d: (neg(d.metrics.get("disk_util_pct")), neg(_io(d))),
+                         cited, ctx, workload=lambda d: False)
+    out.append(Table("disks, busiest first", [
+        ID, Column("util%", lambda d: pct(d.metrics.get("disk_util_pct"))),
+        Column("await", lambda d: duration_ms(d.metrics.get("await_ms"))),
+        Column("read", lambda d: size(d.metrics.get("read_bytes_per_s"), per_s=True)),
+        Column("write", lambda d: size(d.metrics.get("write_bytes_per_s"), per_s=True)),
+        Column("r_iops", lambda d: rate(d.metrics.get("read_iops"))),
+        Column("w_iops", lambda d: rate(d.metrics.get("write_iops"))),
+    ], disks, "disks", ctx.query("--type block_device --top disk_util_pct -n 100"), pinned))
+    procs = [p for p in ctx.entities("process") if _io(p) is not None or p.id in cited]
+    procs, pinned = rank(procs, lambda p: neg(_io(p)), cited, ctx)
+    out.append(Table("processes doing I/O, workload first", [
+        ID, NAME, ROLE, Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),
+        Column("write", lambda p: size(p.metrics.get("write_bytes_per_s"), per_s=True)),
+        Column("write_burst", lambda p: f"{num(p.metrics['write_burst_s'])}s"
+               if p.metrics.get("write_burst_s") is not None else ""),
+    ], procs, "processes", ctx.query("--type process --top write_bytes_per_s -n 200"), pinned, weight=1.5))
+    return out

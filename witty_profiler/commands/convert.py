@@ -1,0 +1,30 @@
+"""`witty-profiler convert GRAPH --layer L [--max-tokens N]`: a compact text view for an assistant."""
+
+from __future__ import annotations
+
+import argparse
+
+from converters import LAYER_VIEWS, render_view
+from converters.view import check_request
+from topology import load_graph
+from witty_profiler.output import write_output
+
+
+def run(args: argparse.Namespace) -> int:
+    check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast
+    view = render_view(load_graph(args.graph), args.layer, args.max_tokens, ref=args.graph)
+    write_output(view.text, args.output)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="compact per-layer text view of a graph, under a token budget",
+                       description="Render a graph (native or legacy) as compact text for a language model. The "
+                                   "token count (cl100k_base) is in each view's header line; with --max-tokens the "
+                                   "view always fits, and says what it left out and how to list it.")
+    p.add_argument("graph", metavar="GRAPH")
+    p.add_argument("--layer", default="summary", choices=LAYER_VIEWS, help="view to render (default: summary)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="token budget (at least 200; default: no limit, "
+                                                                "the summary stays under 500)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout ('-' = stdout)")
+    p.set_defaults(handler=run)
