@@ -27,7 +27,7 @@ from collectors.numa import cpu_to_node
 from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
                                parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
                                parse_stat, read_text)
-from collectors.sampling import Series, ratio_metrics, window_metrics
+from collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
 from collectors.tasks import ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat, read_status
 from topology import Edge, Entity, Graph
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
@@ -134,6 +134,10 @@ class ProcessCollector(Collector):
         for p in self.procs.values():
             if p.in_scope and not p.gone:
                 self._threads(p, t, stat=True, schedstat=True, status=False)
+                if not p.kernel and p.io_read.values:  # per interval in scope: write bursts, p95/max
+                    io = read_io(self.proc, p.pid)
+                    if io is not None:
+                        p.observe_io(t, io)
 
     def finish(self) -> Graph:
         self.sample()
@@ -170,14 +174,14 @@ class ProcessCollector(Collector):
             p.status_last = (t, status)
             if p.status_first is None:
                 p.status_first = p.status_last
-        io = read_io(self.proc, p.pid)
+        # a scope process's io was read by the sample just before the end: a second read a few
+        # ms later would turn any write in between into a huge per-interval rate
+        io = read_io(self.proc, p.pid) if not (end and p.in_scope) else None
         if io is None:
-            if not p.kernel and status is not None:
+            if not p.kernel and status is not None and not (end and p.in_scope):
                 self._unreadable("io", p.pid)
         else:
-            p.io_last = (t, io)
-            if p.io_first is None:
-                p.io_first = p.io_last
+            p.observe_io(t, io)
         if p.in_scope:
             # at the end, the sample just before read the threads' stat and schedstat
             self._threads(p, t, stat=not end, schedstat=not end, status=True)
@@ -427,12 +431,10 @@ def _process_metrics(p: ProcState) -> dict:
         m.update(_ctx_switch_rates([(th.status_first, th.status_last) for th in p.threads.values()]))
     elif p.num_threads == 1:
         m.update(_ctx_switch_rates([(p.status_first, p.status_last)]))
-    if p.io_first and p.io_last and p.io_last[0] > p.io_first[0]:
-        span = p.io_last[0] - p.io_first[0]
-        for key, name in (("read_bytes", "read_bytes_per_s"), ("write_bytes", "write_bytes_per_s")):
-            delta = p.io_last[1].get(key, 0) - p.io_first[1].get(key, 0)
-            if delta >= 0:
-                m[name] = round(delta / span, 1)
+    m.update(window_metrics("read_bytes_per_s", p.io_read, digits=1))
+    m.update(window_metrics("write_bytes_per_s", p.io_write, digits=1))
+    if p.in_scope and len(p.io_write) >= 2:
+        m["write_burst_s"] = round(longest_busy_run(p.io_write), 3)
     if p.in_scope:
         m["runnable_threads"] = sum(1 for th in p.threads.values() if th.state == "R")
     return m

@@ -106,6 +106,17 @@ def ratio_metrics(name: str, num: Series, den: Series, scale: float = 100.0, dig
     return window_stats(name, _ratio(dn, dd), per, digits)
 
 
+def longest_busy_run(series: Series) -> float:
+    """Seconds of the longest run of consecutive intervals in which the counter grew (e.g. a
+    process kept writing: a checkpoint burst)."""
+    best = run = 0.0
+    t, v = series.times, series.values
+    for t0, t1, v0, v1 in zip(t, t[1:], v, v[1:]):
+        run = run + (t1 - t0) if v1 > v0 else 0.0
+        best = max(best, run)
+    return best
+
+
 class SeriesTable:
     """Many named series, created on first use: table[key].add(t, v)."""
 

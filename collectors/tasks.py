@@ -61,7 +61,7 @@ class ProcState:
 
     __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
                  "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
-                 "threads", "cmdline", "cgroups", "status_first", "status_last", "io_first", "io_last", "extra",
+                 "threads", "cmdline", "cgroups", "status_first", "status_last", "io_read", "io_write", "extra",
                  "first_state", "sched_first", "sched_last")
 
     def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
@@ -86,8 +86,8 @@ class ProcState:
         self.cgroups: dict[str, str] | None = None
         self.status_first: tuple[float, dict[str, str]] | None = None  # (time, status)
         self.status_last: tuple[float, dict[str, str]] | None = None
-        self.io_first: tuple[float, dict[str, int]] | None = None  # (time, io counters)
-        self.io_last: tuple[float, dict[str, int]] | None = None
+        # storage bytes from /proc/PID/io: at both ends for every process, every interval in scope
+        self.io_read, self.io_write = Series(), Series()
         self.sched_first: tuple[float, tuple[int, int, int]] | None = None  # main thread's schedstat
         self.sched_last: tuple[float, tuple[int, int, int]] | None = None
         self.extra: dict = {}  # expensive reads: libraries, env, numa pages, classification
@@ -131,6 +131,10 @@ class ProcState:
         self.majflt.append(int(f[9]))
         self.state, self.rss_pages, self.num_threads = f[0], int(f[21]), int(f[17])
         self.cpus.add(processor)
+
+    def observe_io(self, t: float, io: dict[str, int]) -> None:
+        self.io_read.add(t, io.get("read_bytes", 0))
+        self.io_write.add(t, io.get("write_bytes", 0))
 
     def observe_stat(self, t: float, st: Stat, node: int | None) -> None:
         if node is not None and self.times:

@@ -39,6 +39,17 @@ def spawn(args, **kw) -> subprocess.Popen:
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
+# keeps writing (and syncing) 64 KiB every 50 ms: a steady write stream on the disk
+WRITER = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+while True:
+    os.write(fd, b"w" * 65536)
+    os.fsync(fd)
+    time.sleep(0.05)
+"""
+
+
 @pytest.fixture(scope="module")
 def window(tmp_path_factory):
     """Start the processes, then collect 2 s at 0.5 s through the CLI, scoped to them."""
@@ -51,13 +62,14 @@ def window(tmp_path_factory):
         "pinned": spawn(["taskset", "-c", "0", "sleep", "60"]),
         "secret": spawn([PY, "-c", "import time; time.sleep(60)", f"--password={SECRET_ARG}"], env=env),
         # both wait for a line on stdin, sent once the window has started: one exits, one forks a child
+        "writer": spawn([PY, "-c", WRITER, str(out.with_suffix(".data"))]),
         "exits": spawn(["sh", "-c", "read line"], stdin=subprocess.PIPE),
         "forks": spawn(["sh", "-c", "read line; sleep 30 & wait"], stdin=subprocess.PIPE),
     }
     time.sleep(0.4)  # let the interpreters start and the busy loop spin
     try:
         cmd = [PY, "-m", "witty_profiler", "collect", "--duration", "2", "--interval", "0.5", "-o", str(out),
-               "--collectors", "process,cpu,numa,cgroup"]
+               "--collectors", "process,cpu,numa,cgroup,memory,pressure"]
         for p in procs.values():
             cmd += ["--pid", str(p.pid)]
         collect = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
@@ -88,7 +100,7 @@ def test_meta_describes_the_window(window):
     assert meta.started_at.endswith("Z")
     info = meta.host_info[meta.hosts[0]]
     assert info["cpus"] == os.cpu_count() and info["numa_nodes"] >= 1 and info["kernel"] == os.uname().release
-    assert set(meta.collectors) == {"process", "cpu", "numa", "cgroup"}
+    assert set(meta.collectors) == {"process", "cpu", "numa", "cgroup", "memory", "pressure"}
     assert all(c.duration_s is not None and c.status in ("ok", "partial") for c in meta.collectors.values())
     assert "collecting" in window["stderr"]
 
@@ -185,3 +197,21 @@ def test_graph_file_is_deterministic_json(window):
     assert doc["format"] == "witty-graph" and doc["schema_version"] == 1
     ids = [e["id"] for e in doc["entities"]]
     assert ids == sorted(ids)
+
+
+def test_writer_rates_and_write_burst(window):
+    writer = proc_entity(window, "writer")
+    m = writer.metrics
+    assert m["write_bytes_per_s"] > 100_000, m  # ~1.3 MB/s when it gets the CPU it asks for
+    assert m["write_bytes_per_s_max"] >= m["write_bytes_per_s_p95"] > 0
+    assert m["write_burst_s"] >= 1.0, m  # it wrote in every interval of the 2 s window
+    assert proc_entity(window, "sleeper").metrics["write_bytes_per_s"] == 0
+
+
+def test_every_name_is_in_the_vocabulary(window):
+    from topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
+    graph = window["graph"]
+    for item in graph.entities() + graph.edges():
+        assert item.type in ENTITY_TYPES or item.type in EDGE_TYPES, item.type
+        for name in item.metrics:
+            assert metric_info(name) is not None, (item.type, name)
