@@ -62,7 +62,7 @@ def thresholds_markdown() -> str:
              "`witty-profiler diagnose` or `compare` (or `thresholds=` to `witty_profiler.diagnose`). Levels you "
              "leave out keep their defaults:", "", "```toml",
              '["compute.cpu_saturation"]', "cpu_util_pct = { warning = 85, critical = 97 }", "",
-             "[dataplane.data_loading_bottleneck]", "producer_cpu_util_pct = 40", "```", "",
+             "[dataplane.data_loading_bottleneck]", "producer_busy_pct = 40", "```", "",
              "An unknown pattern id, threshold, parameter or level, a value that is not a number, or levels out "
              "of order (for `above`: notice <= warning <= critical) is refused with one line naming the place, "
              "and exit code 2.", "",

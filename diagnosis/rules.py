@@ -131,3 +131,12 @@ def busy_candidates(scope: Scope) -> list[Entity]:
             if p.attrs.get("role") not in ("loader", "launcher") or p.attrs.get("pid") in named:
                 found.append(p)
     return found
+
+
+def runnable_pct(e: Entity) -> float | None:
+    """Share of the window a task wanted a CPU: running (cpu_util_pct) plus waiting in the run
+    queue. A CPU-bound task on a contended host runs little but is runnable all the time."""
+    cpu = num(e, "cpu_util_pct")
+    if cpu is None:
+        return None
+    return cpu + (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0

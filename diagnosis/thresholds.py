@@ -7,7 +7,7 @@ parameter a number::
     cpu_util_pct = { warning = 85, critical = 97 }
 
     [dataplane.data_loading_bottleneck]        # a dotted table name works as well
-    producer_cpu_util_pct = 40
+    producer_busy_pct = 40
 
 Anything the catalog does not know (a pattern id, a threshold or level name), a value that is
 not a number, or levels in the wrong order is an `InputError` naming the place in the file.

@@ -85,8 +85,8 @@ def test_toml_override_changes_the_verdict(tmp_path):
 
 def test_toml_parameter_override(tmp_path):
     f = tmp_path / "t.toml"
-    f.write_text("[dataplane.data_loading_bottleneck]\nproducer_cpu_util_pct = 40\n")
-    assert load_thresholds(f) == {"dataplane.data_loading_bottleneck": {"producer_cpu_util_pct": 40.0}}
+    f.write_text("[dataplane.data_loading_bottleneck]\nproducer_busy_pct = 40\n")
+    assert load_thresholds(f) == {"dataplane.data_loading_bottleneck": {"producer_busy_pct": 40.0}}
 
 
 @pytest.mark.parametrize("text, message", [
@@ -98,7 +98,7 @@ def test_toml_parameter_override(tmp_path):
     ('["compute.cpu_saturation"]\ncpu_util_pct = 90\n', "expected a table of levels"),
     ('["compute.cpu_saturation"]\ncpu_util_pct = { warning = 99 }\n', "warning (99) must be <= critical (95)"),
     ('["compute.accelerator_idle"]\nutil_pct = { critical = 60 }\n', "warning (50) must be >= critical (60)"),
-    ('["dataplane.data_loading_bottleneck"]\nproducer_cpu_util_pct = "x"\n', "expected a number"),
+    ('["dataplane.data_loading_bottleneck"]\nproducer_busy_pct = "x"\n', "expected a number"),
     ("compute = 3\n", "unknown pattern id 'compute'"),
     ("[[broken\n", "not valid TOML"),
 ])

@@ -90,11 +90,24 @@ def test_a_pipe_out_of_the_consumer_is_not_its_input():
 
 def test_not_a_data_loading_bottleneck_when_the_consumer_is_starved_or_its_device_busy():
     g = waiting_consumer(3.0)
-    g.entity("process:h1:10").metrics["runqueue_wait_pct"] = 80.0  # waits for a CPU, not for input
+    g.entity("process:h1:10").metrics["runqueue_wait_ms_per_s"] = 800.0  # waits for a CPU, not for input
     assert diagnose(g).finding("dataplane.data_loading_bottleneck") is None
     g = waiting_consumer(3.0)
     uses(g, 10, device(g, "gpu", "0000:3b:00.0", 0, util_pct=95.0))
     assert diagnose(g).finding("dataplane.data_loading_bottleneck") is None
+
+
+def test_a_long_wait_share_of_little_runnable_time_is_not_starvation():
+    g = waiting_consumer(0.1)
+    g.entity("process:h1:10").metrics.update(runqueue_wait_pct=80.0, runqueue_wait_ms_per_s=1.0)
+    assert diagnose(g).finding("dataplane.data_loading_bottleneck").severity == "critical"
+
+
+def test_a_producer_waiting_for_a_cpu_is_busy_too():
+    g = waiting_consumer(3.0)
+    g.entity("process:h1:20").metrics.update(cpu_util_pct=20.0, runqueue_wait_ms_per_s=700.0)
+    f = diagnose(g).finding("dataplane.data_loading_bottleneck")
+    assert any(e.metric == "runnable_pct" and e.value == 90.0 for e in f.evidence)
 
 
 def test_an_idle_device_makes_the_waiting_critical():

@@ -8,17 +8,12 @@ from typing import Any
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
-from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload
+from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct
 from diagnosis.scope import Scope, host_of, num, parse_cpulist
 from topology import Entity
 
 
 # -- control.scheduling_latency -----------------------------------------------------------
-def _runnable_pct(e: Entity) -> float:
-    """Share of the window a task wanted a CPU: running plus waiting in the run queue."""
-    return (num(e, "cpu_util_pct") or 0.0) + (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
-
-
 def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     wait, per_slice, psi = t["runqueue_wait_pct"], t["runqueue_wait_per_slice_us"], t["psi_cpu_some_pct"]
     tasks = host_or_scope_processes(scope)
@@ -26,7 +21,7 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
         tasks = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
     measured = [p for p in tasks if num(p, "runqueue_wait_pct") is not None or num(p, "runqueue_wait_per_slice_us")
                 is not None]
-    active = [p for p in measured if _runnable_pct(p) >= t["min_runnable_pct"]]
+    active = [p for p in measured if (runnable_pct(p) or 0.0) >= t["min_runnable_pct"]]
     hosts = [h for h in scope.hosts() if num(h, "psi_cpu_some_pct") is not None]
     if not measured and not hosts:
         return not_evaluated(scope.missing("no run-queue wait (schedstat) of tasks and no PSI cpu", "process",

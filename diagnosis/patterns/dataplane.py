@@ -12,7 +12,8 @@ from typing import Any
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
-from diagnosis.rules import busy_candidates, host_or_scope_processes, metric_check, needs_workload, workload_devices
+from diagnosis.rules import (busy_candidates, host_or_scope_processes, metric_check, needs_workload, runnable_pct,
+                             workload_devices)
 from diagnosis.scope import IPC_EDGES, Scope, num
 from topology import Edge, Entity
 
@@ -41,6 +42,15 @@ def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
 
 
 # -- dataplane.data_loading_bottleneck ----------------------------------------------------
+def _cpu_wait_pct(e: Entity) -> float:
+    """Share of the whole window spent waiting for a CPU (not of the runnable time: a task that
+    is runnable for 1 ms and waits 0.8 ms of it is not starved)."""
+    per_s = num(e, "runqueue_wait_ms_per_s")
+    if per_s is not None:
+        return per_s / 10.0
+    return num(e, "runqueue_wait_pct") or 0.0
+
+
 def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
@@ -60,9 +70,9 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             continue  # its accelerator is busy: the input keeps up
         value = num(consumer, "cpu_util_pct")
         sev = levels.severity(value)
-        if not sev or (num(consumer, "runqueue_wait_pct") or 0.0) >= t["max_runqueue_wait_pct"]:
+        if not sev or _cpu_wait_pct(consumer) >= t["max_cpu_wait_pct"]:
             continue  # not waiting, or waiting for a CPU rather than for input (control.scheduling_latency)
-        busy = [(p, e) for p, e in producers if (num(p, "cpu_util_pct") or 0.0) > t["producer_cpu_util_pct"]]
+        busy = [(p, e) for p, e in producers if (runnable_pct(p) or 0.0) > t["producer_busy_pct"]]
         if not busy:
             continue
         if devices and min(u for _, u in devices) < t["device_idle_pct"]:
@@ -72,7 +82,7 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         return clear(f"{len(consumers)} consumer(s) in scope; none is fed by IPC or loader workers in this graph")
     if not hits:
         return clear(f"{linked} consumer(s) with producers; none waits (CPU < {number(levels.limit())} %) while a producer "
-                     f"is busy (> {number(t['producer_cpu_util_pct'])} %) and its accelerator idle")
+                     f"is busy (runnable > {number(t['producer_busy_pct'])} %) and its accelerator idle")
     hits.sort(key=lambda h: (h[4] != "critical", h[1], h[0].id))
     items: list[Evidence] = []
     for consumer, value, busy, devices, sev in hits[:ev.MAX_SUBJECTS]:
@@ -89,16 +99,20 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
                 items.append(ev.edge(edge.id, volume[0] or edge.type, volume[1] if volume[0] else edge.type,
                                      unit="bytes/s" if volume[0] == "bytes_per_s" else ("bytes" if volume[0] else None),
                                      note=f"{edge.type}: {ev.name_of(producer)} -> {ev.name_of(consumer)}"))
-            items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%",
-                                   note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None else ""))
-                         .model_copy(update={"threshold": f"> {number(t['producer_cpu_util_pct'])}"}))
+            items.append(ev.statistic([producer.id], "runnable_pct", runnable_pct(producer), unit="%",
+                                      note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None
+                                                                                  else "") + ": running or waiting "
+                                           "for a CPU").model_copy(update={"threshold": f"> {number(t['producer_busy_pct'])}"}))
+            for metric in ("cpu_util_pct", "runqueue_wait_pct"):
+                if num(producer, metric) is not None:
+                    items.append(ev.entity(producer.id, metric, num(producer, metric), unit="%"))
         for device, util in devices:
             items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer")
                          .model_copy(update={"threshold": f"< {number(t['device_idle_pct'])}"}))
     consumer, value, busy, devices, _ = hits[0]
     text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
-            f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} at "
-            f"{ev.fmt(num(busy[0][0], 'cpu_util_pct'), '%')})")
+            f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} running or runnable "
+            f"{ev.fmt(runnable_pct(busy[0][0]), '%')} of the window)")
     if devices:
         text += f" and its accelerator is busy only {ev.fmt(min(u for _, u in devices), '%')}"
     if len(hits) > 1:
@@ -114,13 +128,15 @@ DATA_LOADING_BOTTLENECK = Pattern(
              "pipe", "unix_socket", "tcp", "shm", "msg_queue", "gpu.util_pct", "npu.util_pct"),
     thresholds=(Threshold("consumer_cpu_util_pct", "%", "below", "CPU use of the waiting consumer, % of one core",
                           critical=20, warning=50),),
-    params=(Param("producer_cpu_util_pct", 50, "%", "a producer busier than this counts as busy (% of one core)"),
-            Param("max_runqueue_wait_pct", 50, "%", "a consumer waiting longer than this in the run queue is starved "
-                  "for CPU, not for input"),
+    params=(Param("producer_busy_pct", 50, "%", "a producer running or waiting for a CPU (cpu_util_pct + run-queue "
+                  "wait) more than this share of the window counts as busy"),
+            Param("max_cpu_wait_pct", 50, "%", "a consumer waiting for a CPU (run queue) more than this share of the "
+                  "window is starved for CPU, not for input"),
             Param("device_busy_pct", 50, "%", "a consumer whose accelerator is busier than this is not input-bound"),
             Param("device_idle_pct", 30, "%", "an accelerator of the consumer below this makes the finding critical")),
-    evidence="The consumer's CPU use, voluntary context switches and run-queue wait; each busy producer with the "
-             "IPC edge (and its volume) that links it; the consumer's accelerators and their utilisation.",
+    evidence="The consumer's CPU use, voluntary context switches and run-queue wait; each busy producer (running or "
+             "runnable share, CPU use, run-queue wait) with the IPC edge (and its volume) that links it; the "
+             "consumer's accelerators and their utilisation.",
     recommendations=(
         "Add producers: more DataLoader workers (num_workers) or preprocessing processes, on CPUs of the "
         "consumer's NUMA node.",
@@ -223,6 +239,9 @@ def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not with_series:
         return not_evaluated(scope.missing(f"no per-sample statistics ({metric}_p95) of the consumers: needs a windowed "
                                            "capture with several samples", "process", "gpu"))
+    if all(_bubble(s, metric, t["min_busy_pct"]) is None for s in with_series):
+        return clear(f"{len(with_series)} consumers sampled; none reached {number(t['min_busy_pct'])} % {metric} "
+                     "(p95), so there are no busy phases with gaps between them")
     return metric_check(scope, with_series, levels, "bubble_pct", f"consumers with {metric} samples", ("process",),
                         "{n} consumer(s) alternate between busy and idle: {names} idle {worst} of the time they "
                         "could be busy (threshold > {limit}).",
