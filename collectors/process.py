@@ -99,10 +99,13 @@ class ProcessCollector(Collector):
 
     def sample(self) -> None:
         with _no_gc():
-            self._sample()
+            self._sample(kernel_threads=False)
 
-    def _sample(self) -> None:
-        """The hot path: one stat per process, split once, a few appends (see tasks.observe_fields)."""
+    def _sample(self, kernel_threads: bool) -> None:
+        """The hot path: one stat per process, split once, a few appends (see tasks.observe_fields).
+
+        Kernel threads outside the scope are read at the start and the end only: a big host has
+        thousands (per-CPU kworkers...), and only their rate over the window is reported."""
         t = time.monotonic()
         proc, procs, node_of = self.proc, self.procs, self.node_of
         seen = set()
@@ -113,13 +116,16 @@ class ProcessCollector(Collector):
         for name in names:
             if not name.isdigit():
                 continue
+            pid = int(name)
+            p = procs.get(pid)
+            if p is not None and p.kernel and not kernel_threads and not p.in_scope:
+                seen.add(pid)
+                continue
             text = read_text(f"{proc}/{name}/stat", small=True)
             if not text:
                 continue
-            pid = int(name)
             seen.add(pid)
             fields = text[text.rfind(")") + 2:].split(None, 38)
-            p = procs.get(pid)
             if p is None or p.starttime != int(fields[19]):  # new, or the pid was reused
                 p = self._first_sight(pid, t, parse_stat(text))
                 if p is not None:
@@ -140,7 +146,8 @@ class ProcessCollector(Collector):
                         p.observe_io(t, io)
 
     def finish(self) -> Graph:
-        self.sample()
+        with _no_gc():
+            self._sample(kernel_threads=True)
         t = time.monotonic()
         for p in self.procs.values():
             if not p.gone:
