@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -162,7 +163,21 @@ def test_the_wheel_ships_the_skill(tmp_path):
     wheel = next(tmp_path.glob("witty_profiler-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = sorted(n.removeprefix("witty_profiler/skill/") for n in names if n.startswith("witty_profiler/skill/"))
-    assert shipped == skill._skill_files(SKILL)
+    assert shipped == skill._skill_files(src / "skills" / "bottleneck-identification")
+    # installed as a plain package (not editable), the commands find the bundle in site-packages
+    site = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                              str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    for argv, expected in ((["skill", "validate"], f"ok: {site / 'witty_profiler' / 'skill'}"),
+                           (["skill", "install", "--dest", str(tmp_path / "skills")],
+                            f"installed: {tmp_path / 'skills' / 'bottleneck-identification'}")):
+        run = subprocess.run([sys.executable, "-m", "witty_profiler", *argv], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == expected, run.stdout + run.stderr
+    # against the copy the wheel was built from: the checkout may change while the test runs
+    assert skill.same_tree(src / "skills" / "bottleneck-identification", tmp_path / "skills" / "bottleneck-identification")
 
 
 # -- evals --------------------------------------------------------------------------------------

@@ -146,14 +146,15 @@ def _eval_problems(root: Path) -> list[str]:
     return problems
 
 
-def validate(root: Path) -> list[str]:
-    """All problems of the skill folder ROOT (empty when it is valid)."""
+def validate(root: Path, folder: str | None = None) -> list[str]:
+    """All problems of the skill folder ROOT (empty when it is valid). FOLDER: the name the folder
+    has where the skill is used (the package's bundle is installed as bottleneck-identification)."""
     root = root.resolve()
     skill_md = root / "SKILL.md"
     if not skill_md.is_file():
         raise InputError(f"{root}: no SKILL.md; give the path of a skill folder")
     meta, body = read_frontmatter(skill_md)
-    return (_frontmatter_problems(meta, body, root.name) + _link_problems(root, skill_md.read_text("utf-8"))
+    return (_frontmatter_problems(meta, body, folder or root.name) + _link_problems(root, skill_md.read_text("utf-8"))
             + _pattern_problems(root) + _eval_problems(root))
 
 
@@ -174,7 +175,7 @@ def _run_install(args: argparse.Namespace) -> int:
 
 def _run_validate(args: argparse.Namespace) -> int:
     root = Path(args.path) if args.path else bundled_skill()
-    problems = validate(root)
+    problems = validate(root, None if args.path else SKILL_NAME)
     for problem in problems:
         print(f"{root.name}: {problem}")
     if problems:
