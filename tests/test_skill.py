@@ -142,6 +142,14 @@ def test_install_copies_the_skill_and_refuses_to_overwrite_a_different_copy(tmp_
     assert skill.same_tree(SKILL, target)
 
 
+def test_install_defaults_to_the_claude_skills_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["skill", "install"]) == 0
+    target = tmp_path / ".claude" / "skills" / "bottleneck-identification"
+    assert capsys.readouterr().out.strip() == f"installed: {target}"
+    assert (target / "SKILL.md").read_text() == (SKILL / "SKILL.md").read_text()
+
+
 def test_install_force_never_replaces_a_folder_that_is_not_a_skill(tmp_path):
     target = tmp_path / "bottleneck-identification"
     target.mkdir()
