@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
 
 from topology import load_graph
 
@@ -209,9 +210,4 @@ def test_writer_rates_and_write_burst(window):
 
 
 def test_every_name_is_in_the_vocabulary(window):
-    from topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
-    graph = window["graph"]
-    for item in graph.entities() + graph.edges():
-        assert item.type in ENTITY_TYPES or item.type in EDGE_TYPES, item.type
-        for name in item.metrics:
-            assert metric_info(name) is not None, (item.type, name)
+    assert_known_names(window["graph"])
