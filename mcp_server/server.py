@@ -94,7 +94,7 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
         except InputError as exc:
             raise ToolError(str(exc)) from None
         return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=out.model_dump(mode="json", exclude_none=True))
+                              structured_content=out.model_dump(mode="json"))
 
     tool.__name__ = name
     tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from topology import Graph, dump_graph, load_graph
+from topology import Graph, dump_graph, load_graph, loads_graph
 from topology.errors import InputError
+from topology.models import FORMAT_NAME
 
 def state_dir() -> Path:
     if os.environ.get("WITTY_STATE_DIR"):
@@ -86,16 +87,19 @@ class GraphStore:
     def load_file(self, path: str | os.PathLike[str]) -> tuple[GraphRecord, Graph]:
         p = Path(path).expanduser()
         try:
-            digest = hashlib.sha256(p.read_bytes()).hexdigest()[:8] if p.is_file() else ""
+            raw = p.read_bytes()
         except OSError:
-            digest = ""
-        graph = load_graph(p)  # raises GraphFormatError with the reason for anything unreadable
-        graph_id = f"{slug(p.stem)}-{digest}"
+            load_graph(p)  # raises the GraphFormatError that says why (no such file, a directory, unreadable)
+            raise
+        graph = loads_graph(raw, str(p))
+        graph_id = f"{slug(p.stem)}-{hashlib.sha256(raw).hexdigest()[:8]}"
         with self._lock:
             if graph_id in self._records:
                 self._remember(graph_id, graph)
                 return self._records[graph_id], graph
-        return self.add(graph, "load", graph_id, loaded_from=str(p.resolve())), graph
+        # a native file is saved as it is: re-serialising a large graph costs seconds
+        native = f'"format":"{FORMAT_NAME}"'.encode() in raw[:256].replace(b" ", b"")
+        return self.add(graph, "load", graph_id, loaded_from=str(p.resolve()), raw=raw if native else None), graph
 
     def add_live(self, graph: Graph) -> GraphRecord:
         host = graph.meta.hosts[0] if graph.meta.hosts else "host"
@@ -109,7 +113,7 @@ class GraphStore:
             return self.add(graph, "collect", graph_id)
 
     def add(self, graph: Graph, origin: Literal["collect", "load"], graph_id: str,
-            loaded_from: str | None = None) -> GraphRecord:
+            loaded_from: str | None = None, raw: bytes | None = None) -> GraphRecord:
         meta = graph.meta
         record = GraphRecord(graph_id=graph_id, origin=origin, loaded_from=loaded_from, created_at=_now(),
                              source=meta.source, hosts=list(meta.hosts), started_at=meta.started_at,
@@ -118,14 +122,19 @@ class GraphStore:
         with self._lock:
             self._records[graph_id] = record
             self._remember(graph_id, graph)
-        self._save(record, graph)
+        self._save(record, graph, raw)
         return record
 
-    def _save(self, record: GraphRecord, graph: Graph) -> None:
+    def _save(self, record: GraphRecord, graph: Graph, raw: bytes | None) -> None:
         # A graph that cannot be saved still works for this session; say so on stderr only.
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            dump_graph(graph, self.dir / f"{record.graph_id}.json")
+            if raw is None:
+                dump_graph(graph, self.dir / f"{record.graph_id}.json")
+            else:
+                tmp = self.dir / f".{record.graph_id}.json.tmp{os.getpid()}"
+                tmp.write_bytes(raw)
+                os.replace(tmp, self.dir / f"{record.graph_id}.json")
             tmp = self.dir / f".{record.graph_id}.record.tmp{os.getpid()}"
             tmp.write_text(record.model_dump_json(indent=1), encoding="utf-8")
             os.replace(tmp, self.dir / f"{record.graph_id}.record.json")

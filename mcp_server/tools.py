@@ -202,7 +202,7 @@ class WittyTools:
 
     def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
         graph = self.store.get(inp.graph_id)
-        view = _library("convert")(graph, layer=inp.layer, max_tokens=inp.max_tokens)
+        view = _library("convert")(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60)  # room for the note
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
                           truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:
