@@ -175,11 +175,18 @@ def _select(wanted: list[str] | None, broken: dict[str, str]) -> list[str]:
 
 
 def _catch_sigint(halt: threading.Event) -> Callable[[], None]:
-    """In the main thread, SIGINT ends the window instead of raising inside a collector."""
+    """In the main thread, the first SIGINT ends the window instead of raising inside a collector;
+    a second one (the collectors are finishing) interrupts as usual."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if halt.is_set():
+            raise KeyboardInterrupt
+        halt.set()
+
     previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda signum, frame: halt.set())
+    signal.signal(signal.SIGINT, on_sigint)
     return lambda: signal.signal(signal.SIGINT, previous)
 
 
