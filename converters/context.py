@@ -111,31 +111,36 @@ class GraphContext:
         return pid if isinstance(pid, int) else None
 
     @cached_property
-    def workload_threads(self) -> set[str]:
-        return {e.target for pid in self.workload_ids for e in self.out_edges(pid, "has_thread")}
+    def workload_members(self) -> set[str]:
+        """The workload's processes and their threads (by has_thread edge or by id), computed once:
+        ranking 100k threads asks this 100k times."""
+        members = set(self.workload_ids)
+        members.update(e.target for pid in self.workload_ids for e in self.out_edges(pid, "has_thread"))
+        members.update(t.id for t in self.entities("thread") if self.process_of_id(t.id) in self.workload_ids)
+        return members
 
     def in_workload(self, entity: Entity) -> bool:
         """A process of the workload, or a thread of one."""
-        if entity.id in self.workload_ids:
-            return True
-        if entity.type == "thread":
-            return entity.id in self.workload_threads or self.process_of_id(entity.id) in self.workload_ids
-        return False
+        return entity.id in self.workload_members
+
+    @cached_property
+    def counts_by_type(self) -> tuple[dict[str, int], dict[str, int]]:
+        return self.graph.counts_by_type()
 
     def blocks(self, layer: str) -> list[Any]:
         """The blocks of a layer view, built once per context (ranking 100k threads is not free).
         Cited ids that no table of the view can show are named on a line of their own."""
         if layer not in self._blocks:
-            from converters.render import Lines, Table
+            from converters.render import Lines, Table, unordered
             from converters.views import module
             blocks = module(layer).blocks(self)
-            cited = self.cited(layer)
+            cited = self.cited(layer) if layer in LAYER_NUMBERS else set()
             shown: set[str] = set()  # cited ids already shown by a pinned row of an earlier table
             covered: set[str] = set()
             for block in blocks:
                 if isinstance(block, Table) and cited:
                     _pin_once(block, cited, shown)
-                    for item in block.items:
+                    for item in unordered(block.items):
                         covered.update(block.covers(item))
             missing = sorted(i for i in cited - covered if "|" not in i)
             if missing:
@@ -243,7 +248,10 @@ def _pin_once(table: Any, cited: set[str], shown: set[str]) -> None:
         if ids - shown:
             shown.update(ids)
     if len(keep) != len(head):
-        table.items = keep + free + list(table.items[table.pinned:])
+        if hasattr(table.items, "first"):  # a Ranked sequence: the cited rows are its `first`
+            table.items.first = keep + free + table.items.first[table.pinned:]
+        else:
+            table.items = keep + free + list(table.items[table.pinned:])
         table.pinned = len(keep)
 
 

@@ -10,8 +10,9 @@ and counted lazily, so a table of 100,000 threads costs only the rows that are s
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,52 @@ def duration_ms(value: Any) -> str:
     return "-" if value is None else duration_ns(value * 1e6)
 
 
+# -- ranked rows ------------------------------------------------------------------------------
+class Ranked(Sequence):
+    """`first` (the cited rows, in order), then `rest` by `key`, sorted only as far as it is read:
+    a view of 100,000 threads under a budget reads a few hundred rows, so only those are ranked
+    (heapq), and the full sort happens only for an unbounded view."""
+
+    def __init__(self, first: list[Any], rest: list[Any], key: Callable[[Any], Any]) -> None:
+        self.first = first
+        self._rest = rest
+        self._key = key
+        self._top: list[Any] = []
+        self._all: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self._rest)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < len(self.first):
+            return self.first[i]
+        j = i - len(self.first)
+        if self._all is not None:
+            return self._all[j]
+        if j >= len(self._top):
+            want = max(500, 4 * len(self._top), j + 1)
+            if want * 4 >= len(self._rest):
+                self._all = sorted(self._rest, key=self._key)
+                return self._all[j]
+            self._top = heapq.nsmallest(want, self._rest, key=self._key)
+        return self._top[j]
+
+    def unordered(self) -> Iterator[Any]:
+        """Every item, in no particular order (nothing gets sorted)."""
+        yield from self.first
+        yield from self._rest
+
+
+def unordered(items: Sequence[Any]) -> Iterator[Any]:
+    return items.unordered() if isinstance(items, Ranked) else iter(items)
+
+
 # -- blocks -----------------------------------------------------------------------------------
 @dataclass
 class Lines:
@@ -113,6 +160,13 @@ class Table:
     covers: Callable[[Any], tuple[str, ...]] = lambda item: (item.id,)  # ids a row shows
     label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: its first id)
     _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)
+    _costs: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def cost(self, i: int) -> int:
+        """Estimated tokens of row i (cached: the same blocks serve several budgets)."""
+        if i not in self._costs:
+            self._costs[i] = _row_cost(self.cells(i))
+        return self._costs[i]
 
     def cells(self, i: int) -> list[str]:
         if i not in self._cells:
@@ -241,7 +295,7 @@ def _hand_out(blocks: list[Block], tables: list[int], shown: list[int], dropped:
     while open_ and room > 0:
         i = min(open_, key=lambda k: (shown[k] / blocks[k].weight, k))
         table: Table = blocks[i]  # type: ignore[assignment]
-        cost = _row_cost(table.cells(shown[i]))
+        cost = table.cost(shown[i])
         if shown[i] + 1 == len(table.items):
             cost -= count_tokens(f"… +1 more {table.noun}: {table.more}")  # the fold line goes away
         if shown[i] == 0:
@@ -296,6 +350,6 @@ def _trim(blocks: list[Block], tables: list[int], shown: list[int], dropped: set
         while saved < over and candidates:
             i = max(candidates, key=lambda k: (shown[k] / blocks[k].weight, k))
             shown[i] -= 1
-            saved += _row_cost(blocks[i].cells(shown[i]))
+            saved += blocks[i].cost(shown[i])
             if shown[i] <= floor[i]:
                 candidates.remove(i)

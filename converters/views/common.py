@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
-from converters.render import Column, Lines, num, pct
+from converters.render import Column, Lines, Ranked, num, pct
 from topology import Entity
 
 LEGEND = ("legend: ids work as `witty-profiler query {ref} --around ID`; process/thread cpu% is % of one core; "
@@ -51,12 +51,16 @@ def has_any(e: Any, names: Iterable[str]) -> bool:
 
 def rank(items: Iterable[Any], key: Callable[[Any], Any], cited: set[str], ctx: GraphContext,
          ident: Callable[[Any], str] = lambda x: x.id,
-         workload: Callable[[Any], bool] | None = None) -> tuple[list[Any], int]:
+         workload: Callable[[Any], bool] | None = None) -> tuple[Ranked, int]:
     """Cited items first (pinned), then workload items, then by `key` (ascending: negate for 'top')."""
-    is_workload = workload or ctx.in_workload
-    ranked = sorted(items, key=lambda x: (ident(x) not in cited, not is_workload(x), key(x), ident(x)))
-    pinned = sum(1 for x in ranked if ident(x) in cited)
-    return ranked, pinned
+    members = ctx.workload_members
+    in_workload = workload or (lambda x: ident(x) in members)
+    first, rest = [], []
+    for x in items:
+        (first if ident(x) in cited else rest).append(x)
+    full_key = lambda x: (not in_workload(x), key(x), ident(x))  # noqa: E731
+    first.sort(key=full_key)
+    return Ranked(first, rest, full_key), len(first)
 
 
 def neg(value: Any) -> float:

@@ -145,10 +145,9 @@ def blocks(ctx: GraphContext) -> list[Block]:
     for t in sorted(threads, key=lambda t: neg(_runtime(t))):
         groups.setdefault(ctx.process_of(t), []).append(t)
     procs = [(pid, ts) for pid, ts in groups.items()]
-    procs, pinned = rank(procs, lambda g: neg(sum(_runtime(t) or 0 for t in g[1])), cited, ctx,
+    with_cited = {pid for pid, ts in procs if pid in cited or any(t.id in cited for t in ts)}
+    procs, pinned = rank(procs, lambda g: neg(sum(_runtime(t) or 0 for t in g[1])), with_cited, ctx,
                          ident=lambda g: g[0], workload=lambda g: g[0] in ctx.workload_ids)
-    procs.sort(key=lambda g: not any(t.id in cited for t in g[1]))  # stable: cited threads' processes first
-    pinned = sum(1 for g in procs if any(t.id in cited for t in g[1]) or g[0] in cited)
     out.append(Table("threads by process: tid->node it ran on", [
         Column("process", lambda g: g[0], left=True),
         Column("threads", lambda g: _tids(g[1]), left=True),

@@ -23,7 +23,7 @@ def _window(ctx: GraphContext) -> str:
 
 
 def _counts(ctx: GraphContext) -> str:
-    ents, edges = ctx.graph.counts_by_type()
+    ents, edges = ctx.counts_by_type
     top = ", ".join(f"{k} {v}" for k, v in sorted(ents.items(), key=lambda kv: (-kv[1], kv[0]))[:6])
     return f"graph: {ctx.graph.entity_count()} entities ({top}), {ctx.graph.edge_count()} edges"
 
@@ -128,7 +128,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
 def render(ctx: GraphContext, max_tokens: int | None):
     from converters.view import View
     budget = min(max_tokens or CAP, CAP)
-    fitted = fit(blocks(ctx), lambda n: f"# witty-profiler summary · {n} tokens", budget)
+    fitted = fit(ctx.blocks("summary"), lambda n: f"# witty-profiler summary · {n} tokens", budget)
     return View(layer="summary", text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,
                 omitted=fitted.omitted)
 
