@@ -168,14 +168,19 @@ class ProcessCollector(Collector):
         started = st.starttime / CLK_TCK >= self.boot_t0
         p = ProcState(pid, st, started)
         p.observe_stat(t, st, self.node_of.get(st.processor))
+        self.procs[pid] = p
+        if p.kernel:  # no command line, always in the root cgroups: nothing more to read
+            p.cmdline, p.cgroups = "", {}
+            return p
         p.cmdline = parse_cmdline(read_text(f"{self.proc}/{pid}/cmdline") or "")
         p.cgroups = parse_cgroup(read_text(f"{self.proc}/{pid}/cgroup") or "")
-        self.procs[pid] = p
         self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups  # the cgroup collector reuses these
         return p
 
     def _endpoint(self, p: ProcState, t: float, end: bool = False) -> None:
         """status, io and all threads' schedstat/status: the two ends of the window's rates."""
+        if p.kernel and not p.in_scope:
+            return  # only a kernel thread's CPU use is reported: its stat is enough
         status = read_status(f"{self.proc}/{p.pid}/status")
         if status is not None:
             p.status_last = (t, status)
