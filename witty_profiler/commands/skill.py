@@ -186,8 +186,10 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 def _run_eval(args: argparse.Namespace) -> int:
     root = Path(args.path) if args.path else bundled_skill()
-    runner_args = args.runner_args[1:] if args.runner_args[:1] == ["--"] else args.runner_args
-    return load_eval_runner(root.resolve()).main(runner_args)
+    argv = [x for case in args.case or [] for x in ("--case", case)]
+    argv += [x for opt in ("inputs", "reports", "keep") if getattr(args, opt) for x in (f"--{opt}", getattr(args, opt))]
+    argv += [f"--{flag}" for flag in ("strict", "json") if getattr(args, flag)]
+    return load_eval_runner(root.resolve()).main(argv)
 
 
 def _run_layers(args: argparse.Namespace) -> int:
@@ -206,10 +208,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     val = actions.add_parser("validate", help="check frontmatter, size limits, references and evals of a skill folder")
     val.add_argument("path", nargs="?", help="skill folder (default: the one shipped with this package)")
     val.set_defaults(handler=_run_validate)
-    ev = actions.add_parser("eval", help="run the skill's evals (evals/run_evals.py); options after -- go to it",
-                            description="Runs evals/run_evals.py of the skill; see `witty-profiler skill eval -- --help`.")
+    ev = actions.add_parser("eval", help="run the skill's evals (evals/run_evals.py)",
+                            description="Builds each eval case's input (the shared real sample, or a live scenario), "
+                                        "lets the tool write the report (or reads saved ones) and checks the "
+                                        "value-level assertions of evals/evals.json. Exit 1 when a case fails.")
     ev.add_argument("--path", help="skill folder (default: the one shipped with this package)")
-    ev.add_argument("runner_args", nargs=argparse.REMAINDER, help="arguments for run_evals.py")
+    ev.add_argument("--case", action="append", help="case id or name (repeat); default all")
+    ev.add_argument("--inputs", metavar="DIR", help="where to find input graph files (see evals.json 'inputs')")
+    ev.add_argument("--reports", metavar="DIR", help="check saved reports DIR/<case>/report.{json,md} instead")
+    ev.add_argument("--keep", metavar="DIR", help="save each case's graph, reports and context here")
+    ev.add_argument("--strict", action="store_true", help="a missing input file fails instead of skipping")
+    ev.add_argument("--json", action="store_true", help="print the results as JSON")
     ev.set_defaults(handler=_run_eval)
     lay = actions.add_parser("layers", help="print references/layers.md, generated from the catalog and vocabulary")
     lay.set_defaults(handler=_run_layers)

@@ -6,7 +6,7 @@ value-level assertions of evals.json against the report (JSON and Markdown).
     python3 evals/run_evals.py                 # every case, reports made by the tool itself
     python3 evals/run_evals.py --case 1 --case 7 --keep out/
     python3 evals/run_evals.py --reports out/  # check saved reports (e.g. written by an assistant)
-    witty-profiler skill eval -- --case 3      # the same, from the installed package
+    witty-profiler skill eval --case 3      # the same, from the installed package
 
 A report directory holds one folder per case name with report.json and/or report.md (and, for
 live cases, context.json with the pids by role, which --keep writes next to graph.json).
