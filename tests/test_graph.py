@@ -104,3 +104,34 @@ def test_queries():
 def test_bad_documents_raise_one_clear_error(text, fragment):
     with pytest.raises(GraphFormatError, match=fragment.replace("(", r"\(")):
         loads_graph(text)
+
+
+def test_fast_item_lines_equal_pydantic_serialisation():
+    """dumps_graph writes items without model_dump; the bytes must be what model_dump would give."""
+    import datetime
+
+    from topology.io import _item_line
+    items = [
+        Entity(id="x:h:1", type="x", attrs={"t": (1, 2), "u": "é✓", "d": {"z": [1, {"b": 2, "a": 1}]},
+                                           "when": datetime.datetime(2026, 1, 1), "s": frozenset({3})},
+               metrics={"a": 1.5, "b": None, "c": 10**20}, note="extra", zz={"k": 1}),
+        Edge(id="e", type="tcp", source="a", target="b", attrs={}, metrics={"bytes_total": 5}, more=[1, 2]),
+        *small_graph().entities(), *small_graph().edges(),
+    ]
+    for item in items:
+        expected = json.dumps(item.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert _item_line(item) == expected
+
+
+def test_merge_never_shares_containers_with_its_source():
+    a = Graph()
+    b = Graph()
+    b.entity_of("process", "process:n1:5", {"env": {"RANK": "0"}, "tags": ["x"], "nested": {"l": [1]}}, {"rss_bytes": 1})
+    a.merge(b)
+    merged = a.entity("process:n1:5")
+    merged.attrs["env"]["RANK"] = "9"
+    merged.attrs["tags"].append("y")
+    merged.attrs["nested"]["l"].append(2)
+    merged.metrics["rss_bytes"] = 2
+    assert b.entity("process:n1:5").attrs == {"env": {"RANK": "0"}, "tags": ["x"], "nested": {"l": [1]}}
+    assert b.entity("process:n1:5").metrics == {"rss_bytes": 1}
