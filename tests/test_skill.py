@@ -248,6 +248,10 @@ def test_the_checks_pass_and_fail_on_values():
     assert not runner.check(pmu, cleared, None, ctx)[0]
     assert runner.check({"type": "coverage_complete"}, good, None, ctx)[0]
     assert not runner.check({"type": "coverage_complete"}, cleared, None, ctx)[0]
+    legacy = next(c for c in CASES if c["name"] == "vllm-coverage-legacy-limits")
+    never_healthy = next(a for a in legacy["assertions"] if a["type"] == "md_not_matches")
+    assert not runner.check(never_healthy, None, "## Layer 1: Compute\nThe compute layer is healthy.\n", ctx)[0]
+    assert runner.check(never_healthy, None, "## Layer 1: Compute\nNot evaluated: no IPC counter (no PMU).\n", ctx)[0]
     md = {"type": "md_matches", "all": ["{consumer.pid}"]}
     assert runner.check(md, None, "the consumer (pid 42) waits", ctx)[0]
     assert not runner.check(md, None, "the consumer (pid 421) waits", ctx)[0]
