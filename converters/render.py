@@ -19,6 +19,7 @@ from typing import Any
 from converters.tokens import count_tokens
 
 MIN_TOKENS = 200  # below this a view cannot say what it left out; the API refuses smaller budgets
+NOTES_SHARE = 0.3  # the most of a budget that legends and notes may take
 
 
 # -- numbers with units -----------------------------------------------------------------------
@@ -247,6 +248,14 @@ def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | Non
     if max_tokens is not None:
         shown = [min(b.pinned, len(b.items)) if isinstance(b, Table) else 0 for b in blocks]
         budget = max_tokens - count_tokens(header(max_tokens)) - 1
+        # notes (legends, what was not measured) are context, not data: at most NOTES_SHARE of a budget
+        for i in reversed(range(len(blocks))):
+            notes = sum(count_tokens("\n".join(b.lines)) for k, b in enumerate(blocks)
+                        if isinstance(b, Lines) and not b.essential and k not in dropped)
+            if notes <= NOTES_SHARE * budget:
+                break
+            if isinstance(blocks[i], Lines) and not blocks[i].essential:
+                dropped.add(i)
         base = count_tokens(_render(blocks, shown, dropped))
         # too tight even for titles and pinned rows: shed optional blocks, then pins, then whole tables
         for shed in _shedding(blocks, shown, dropped):

@@ -47,13 +47,15 @@ def render_view(graph: Graph, layer: str = "summary", max_tokens: int | None = N
 
 
 def render_layer(ctx: GraphContext, layer: str, max_tokens: int | None, common_legend: bool = True) -> View:
-    """One layer view. Inside `all` the legend line shared by every layer is said once, on top."""
+    """One layer view. Inside `all` the legend line shared by every layer is said once, on top,
+    and the collector coverage once, in the summary."""
     mod = module(layer)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
     blocks = ctx.blocks(layer)
-    if not common_legend:
+    if not common_legend:  # inside `all`: the summary already says what each collector could not do
         blocks = [Lines(b.lines[1:], b.essential) if isinstance(b, Lines) and b.lines
-                  and b.lines[0].startswith(LEGEND_START) else b for b in blocks]
+                  and b.lines[0].startswith(LEGEND_START) else b for b in blocks
+                  if not (isinstance(b, Lines) and b.lines and b.lines[0].startswith("not measured:"))]
     fitted = fit(blocks, lambda n: f"## {mod.TITLE} · {n} tokens{limit}", max_tokens)
     return View(layer=layer, text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,
                 omitted=fitted.omitted)

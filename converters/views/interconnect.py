@@ -8,7 +8,7 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 from __future__ import annotations
 
 from converters.context import GraphContext, compact_list
-from converters.render import Block, Column, Lines, Table, num, pct
+from converters.render import Block, Column, Lines, Table, num, pct, unordered
 from converters.views.common import coverage, edge_ends, edge_label, edge_label, has_any, ALLOWED, ID, findings_block, legend, neg, rank
 from converters.views.memory import pages_cell
 
@@ -123,7 +123,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
         Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "devices", ctx.query("--type npu -n 100"), pinned, weight=1.5))
+    ], devices, "devices", " ; ".join(ctx.query(f"--type {t} -n 100") for t in
+                                      sorted({d.type for d in unordered(devices)})), pinned, weight=1.5))
     degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
     out.append(Table("PCIe links below their maximum", [

@@ -41,9 +41,9 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("r_iops", lambda d: rate(d.metrics.get("read_iops"))),
         Column("w_iops", lambda d: rate(d.metrics.get("write_iops"))),
     ], disks, "disks", ctx.query("--type block_device --top disk_util_pct -n 100"), pinned))
-    procs = [p for p in ctx.entities("process") if _io(p) is not None or p.id in cited]
+    procs = [p for p in ctx.entities("process") if (_io(p) or 0) > 0 or p.id in cited]
     procs, pinned = rank(procs, lambda p: neg(_io(p)), cited, ctx)
-    out.append(Table("processes doing I/O, workload first", [
+    out.append(Table("processes doing I/O, workload first, then by bytes", [
         ID, NAME, ROLE, Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),
         Column("write", lambda p: size(p.metrics.get("write_bytes_per_s"), per_s=True)),
         Column("write_burst", lambda p: f"{num(p.metrics['write_burst_s'])}s"
