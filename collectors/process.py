@@ -171,6 +171,7 @@ class ProcessCollector(Collector):
         self.procs[pid] = p
         if p.kernel:  # no command line, always in the root cgroups: nothing more to read
             p.cmdline, p.cgroups = "", {}
+            self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups
             return p
         p.cmdline = parse_cmdline(read_text(f"{self.proc}/{pid}/cmdline") or "")
         p.cgroups = parse_cgroup(read_text(f"{self.proc}/{pid}/cgroup") or "")
@@ -429,9 +430,14 @@ class ProcessCollector(Collector):
 # -- window arithmetic -------------------------------------------------------------------------------
 def _process_metrics(p: ProcState) -> dict:
     m: dict = {}
-    m.update(window_metrics("cpu_util_pct", p.series("cpu"), scale=TICK_PCT, digits=2))
-    m.update(window_metrics("cpu_user_pct", p.series("utime"), scale=TICK_PCT, digits=2))
-    m.update(window_metrics("cpu_system_pct", p.series("stime"), scale=TICK_PCT, digits=2))
+    if len(p.times) >= 3 and p.times[-1] > p.times[0] and p.utime[0] == p.utime[-1] and p.stime[0] == p.stime[-1]:
+        # idle all window (most processes): every interval is 0, no series to build
+        for name in ("cpu_util_pct", "cpu_user_pct", "cpu_system_pct"):
+            m[name] = m[f"{name}_p95"] = m[f"{name}_max"] = 0.0
+    else:
+        m.update(window_metrics("cpu_util_pct", p.series("cpu"), scale=TICK_PCT, digits=2))
+        m.update(window_metrics("cpu_user_pct", p.series("utime"), scale=TICK_PCT, digits=2))
+        m.update(window_metrics("cpu_system_pct", p.series("stime"), scale=TICK_PCT, digits=2))
     m.update(window_metrics("major_faults_per_s", p.series("majflt"), digits=2))
     m["rss_bytes"] = p.rss_pages * PAGE_SIZE
     m["num_threads"] = p.num_threads
