@@ -18,13 +18,13 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import guide, schemas as s
 from mcp_server.store import GraphStore
-from mcp_server.tools import WittyTools
+from mcp_server.tools import WittyTools, suggest
 from topology.errors import InputError
 
 log = logging.getLogger("witty-mcp")
@@ -48,23 +48,31 @@ def _one_line(exc: ValidationError) -> str:
 
 
 class WittyServer(MCPServer):
-    """MCPServer whose tool errors are one sentence: argument validation errors included."""
+    """MCPServer whose tool errors are one sentence (argument validation included), and which refuses
+    arguments a tool does not have instead of ignoring them: a misspelt option must not go unnoticed."""
+
+    inputs: dict[str, type[BaseModel]]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        model = self.inputs.get(name)
+        fields = list(model.model_fields) if model else []
+        if model is not None and (unknown := sorted(set(arguments) - set(fields))):
+            hint = "; ".join(f"{u!r}{suggest(u, fields)}" for u in unknown)
+            return _error(name, f"{name} has no argument {hint}; its arguments are {', '.join(fields)}")
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:  # a bug, not bad input: the traceback goes to the log
+            log.error("tool %s failed", name, exc_info=exc.__cause__ or exc)
+            return _error(name, f"{name} failed inside witty-profiler ({type(exc.__cause__ or exc).__name__}); "
+                                f"the server goes on, the details are in its log on stderr")
         except ToolError as exc:
             cause = exc.__cause__
-            if isinstance(cause, ValidationError):
-                message = _one_line(cause)
-            elif isinstance(cause, (InputError, ToolError)) and not type(cause).__name__.startswith("Unexpected"):
-                message = str(cause)
-            else:
-                log.error("tool %s failed", name, exc_info=cause or exc)
-                message = (f"{name} failed inside witty-profiler ({type(cause or exc).__name__}); the server "
-                           f"goes on, the details are in its log on stderr")
-            log.info("tool %s: %s", name, message)
-            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+            return _error(name, _one_line(cause) if isinstance(cause, ValidationError) else str(cause or exc))
+
+
+def _error(name: str, message: str) -> CallToolResult:
+    log.info("tool %s: %s", name, message)
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
 def _parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
@@ -102,6 +110,8 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
         return_annotation=returns)
     tool.__annotations__ = {"ctx": Context, "return": returns}
     server.add_tool(tool, name=name, title=title, description=description, annotations=annotations)
+    if isinstance(server, WittyServer):
+        server.inputs[name] = input_model
 
 
 def build_server(tools: WittyTools | None = None) -> WittyServer:
@@ -109,6 +119,7 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
     w = tools or WittyTools(GraphStore())
     server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
+    server.inputs = {}
 
     def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
         async def run(inp: Any, ctx: Context) -> Any:

@@ -38,7 +38,7 @@ def _library(name: str) -> Any:
     return fn
 
 
-def _suggest(word: str, choices: list[str]) -> str:
+def suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=3)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
@@ -137,7 +137,7 @@ class WittyTools:
     def query_graph(self, inp: s.QueryGraphInput) -> tuple[s.QueryPage, str]:
         graph = self.store.get(inp.graph_id)
         if inp.type is not None and inp.type not in ENTITY_TYPES:
-            raise InputError(f"unknown entity type {inp.type!r}{_suggest(inp.type, list(ENTITY_TYPES))}; "
+            raise InputError(f"unknown entity type {inp.type!r}{suggest(inp.type, list(ENTITY_TYPES))}; "
                              f"types in this graph: {', '.join(graph.counts_by_type()[0])}")
         if inp.edge_type is not None and inp.around is None:
             raise InputError("edge_type only applies with around: give around=<entity id> as well")
@@ -195,7 +195,7 @@ class WittyTools:
                       if isinstance(e.metrics.get(metric), (int, float)) and not isinstance(e.metrics[metric], bool)]
         if not candidates and metric_info(metric) is None:
             present = sorted({m for e in graph.find(inp.type, inp.where)[:5000] for m in e.metrics})
-            raise InputError(f"unknown metric {metric!r}{_suggest(metric, present)}; metrics on these entities: "
+            raise InputError(f"unknown metric {metric!r}{suggest(metric, present)}; metrics on these entities: "
                              f"{', '.join(present[:25]) or 'none'}")
         sign = 1 if inp.ascending else -1
         return heapq.nsmallest(n, candidates, key=lambda e: (sign * e.metrics[metric], e.id)), len(candidates)

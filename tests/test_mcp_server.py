@@ -152,6 +152,7 @@ async def test_failures_are_one_sentence_and_the_server_goes_on(state: Path, wor
                                                                 "cursor": "garbage"},
             ("query_graph", "no entity with id"): {"graph_id": gid, "around": "process:nowhere:1"},
             ("query_graph", "say what to query"): {"graph_id": gid},
+            ("convert_layer", "no argument 'layr' (did you mean layer?)"): {"graph_id": gid, "layr": "memory"},
             ("query_graph", "limit"): {"graph_id": gid, "type": "process", "limit": 0},
             ("generate_report", "outside the server's working directory"): {"graph_id": gid,
                                                                              "output_path": "/tmp/r.md"},
@@ -239,3 +240,22 @@ async def test_a_row_larger_than_the_budget_is_clipped_and_says_so(state: Path, 
         assert page["entities"][0]["attrs"]["maps"].startswith("<") and "attrs.maps" in page["note"]
         whole = await call(client, "query_graph", graph_id=gid, where=[f"id={big.id}"], max_tokens=60000)
         assert len(whole["entities"][0]["attrs"]["maps"]) == 2000
+
+
+async def test_a_crash_inside_the_library_is_one_line_and_the_server_goes_on(state: Path, workdir: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    tools = WittyTools(GraphStore(state), workdir=workdir)
+    real, calls = tools.list_graphs, []
+
+    def crash_once(inp):
+        calls.append(inp)
+        if len(calls) == 1:
+            return {}["no such key"]  # a bug in the library: KeyError
+        return real(inp)
+
+    tools.list_graphs = crash_once
+    async with mcp.Client(build_server(tools)) as client:
+        message = await call_error(client, "list_graphs")
+        assert "KeyError" in message and "log on stderr" in message and "no such key" not in message
+        assert (await call(client, "list_graphs"))["total"] == 0
+    assert any(r.exc_info and r.exc_info[0] is KeyError for r in caplog.records), "the traceback is logged"
