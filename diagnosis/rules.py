@@ -140,3 +140,12 @@ def runnable_pct(e: Entity) -> float | None:
     if cpu is None:
         return None
     return cpu + (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
+
+
+def cpu_wait_pct(e: Entity) -> float | None:
+    """Share of the whole window a task spent waiting for a CPU. Not the share of its runnable
+    time: a task runnable for 1 ms that waited 0.8 ms of it is not starved."""
+    per_s = num(e, "runqueue_wait_ms_per_s")
+    if per_s is not None:
+        return per_s / 10.0
+    return None

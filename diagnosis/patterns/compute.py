@@ -6,8 +6,8 @@ from typing import Any
 
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.rules import (assess, busy_candidates, clear_text, hit_evidence, metric_check, metric_of, needs_workload,
-                             workload_devices)
+from diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
+                             needs_workload, workload_devices)
 from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
 
@@ -36,38 +36,60 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     a = assess(candidates, levels, metric_of("cpu_util_pct"))
     if not a.measured:
         return not_evaluated(scope.missing("no CPU utilisation of the workload's processes", "process"))
-    if not a.hits:
+    # Low CPU use is starvation only when the process wanted more: it waited for a CPU. A process
+    # that sleeps or blocks by itself is idle (or waits for input: the data-plane layer says so).
+    judged = [(e, v, s) for e, v, s in a.hits if cpu_wait_pct(e) is not None]
+    hits = [(e, v, s) for e, v, s in judged if (cpu_wait_pct(e) or 0.0) >= t["min_cpu_wait_pct"]]
+    if a.hits and not judged:
+        return not_evaluated(scope.missing(f"{len(a.hits)} process(es) use little CPU, but without run-queue wait "
+                                           "times (schedstat) idle cannot be told from starved", "process"))
+    if not hits:
+        if judged:
+            return clear(f"{len(judged)} process(es) use little CPU but hardly wait for one (< "
+                         f"{number(t['min_cpu_wait_pct'])} % of the window in the run queue): idle or blocked by "
+                         "themselves, not starved")
         return clear(clear_text(a, "workload processes", "cpu_util_pct"))
-    subjects = {e.id for e, _, _ in a.hits}
+    subjects = {e.id for e, _, _ in hits}
     explained = dataplane_explanations(scope, subjects)
-    items = hit_evidence(a, "cpu_util_pct", extra=lambda e: [
-        ev.entity(e.id, m, num(e, m), unit=u) for m, u in
-        (("runqueue_wait_pct", "%"), ("voluntary_ctxt_switches_per_s", "1/s")) if num(e, m) is not None])
-    first = a.hits[0]
-    text = (f"{len(a.hits)} workload process(es) that should be busy use little CPU: {ev.name_of(first[0])} "
-            f"at {ev.fmt(first[1], '%')} of one core (threshold < {number(levels.limit(first[2]))} %).")
-    severity = a.severity or "warning"
+    items = []
+    for e, value, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(e.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(e)))
+        items.append(ev.statistic([e.id], "cpu_wait_pct", cpu_wait_pct(e), unit="%",
+                                  note="share of the window spent waiting for a CPU")
+                     .model_copy(update={"threshold": f">= {number(t['min_cpu_wait_pct'])}"}))
+        if num(e, "voluntary_ctxt_switches_per_s") is not None:
+            items.append(ev.entity(e.id, "voluntary_ctxt_switches_per_s", num(e, "voluntary_ctxt_switches_per_s"),
+                                   unit="1/s"))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "processes"))
+    first = hits[0]
+    text = (f"{len(hits)} workload process(es) get too little CPU: {ev.name_of(first[0])} runs "
+            f"{ev.fmt(first[1], '%')} of one core (threshold < {number(levels.limit(first[2]))} %) and waits for a "
+            f"CPU {ev.fmt(cpu_wait_pct(first[0]), '%')} of the window.")
+    severity = worst(*(s for _, _, s in hits)) or "warning"
     if explained:
-        # The process is idle because it waits for its input: the root cause is upstream.
+        # it also waits for its input: the producer is the first thing to fix
         severity = "notice"
-        text += f" It waits for its input producers: see {', '.join(explained)}."
+        text += f" It also waits for its input producers: see {', '.join(explained)}."
     return finding(severity, text, items, subjects=sorted(subjects), related=explained)
 
 
 CPU_STARVATION = Pattern(
     id="compute.cpu_starvation", layer=1, title="CPU starvation of the workload",
-    why="A trainer or inference engine that gets little CPU cannot feed its accelerator or answer "
-        "requests; the time goes to waiting, not computing.",
-    metrics=("process.cpu_util_pct", "process.runqueue_wait_pct", "process.voluntary_ctxt_switches_per_s"),
+    why="A trainer or inference engine that gets little CPU although it is ready to run cannot feed its "
+        "accelerator or answer requests; the time goes to waiting for a CPU, not computing.",
+    metrics=("process.cpu_util_pct", "process.runqueue_wait_ms_per_s", "process.voluntary_ctxt_switches_per_s"),
     thresholds=(Threshold("cpu_util_pct", "%", "below", "CPU use of a busy workload process, % of one core",
                           critical=20, warning=30),),
-    evidence="Each trainer, inference or accelerator-using process of the workload under the threshold, with "
-             "its run-queue wait share and voluntary context switches (waiting vs starved). When a data-plane "
-             "finding explains the wait, the finding is lowered to a notice and points to it.",
+    params=(Param("min_cpu_wait_pct", 10, "%", "the process must also wait for a CPU at least this share of the "
+                  "window; one that sleeps or blocks by itself is idle, not starved"),),
+    evidence="Each trainer, inference, accelerator-using or named process of the workload under the threshold that "
+             "waited for a CPU, with its wait share and voluntary context switches. When a data-plane finding "
+             "covers it too, the finding is lowered to a notice and points to it.",
     recommendations=(
-        "If the process waits for input (see the data-plane findings), fix the producer first.",
-        "If its run-queue wait is high, give it dedicated CPUs (taskset/cpuset) away from other busy work.",
+        "Give the process CPUs of its own (taskset/cpuset) away from other busy work, or stop what competes.",
         "Check thread binding (OMP_NUM_THREADS, torch.set_num_threads) against the CPUs it is allowed on.",
+        "If it also waits for input (see the data-plane findings), fix the producer first.",
     ),
     check=_cpu_starvation)
 

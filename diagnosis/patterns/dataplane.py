@@ -12,8 +12,8 @@ from typing import Any
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
-from diagnosis.rules import (busy_candidates, host_or_scope_processes, metric_check, needs_workload, runnable_pct,
-                             workload_devices)
+from diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
+                             runnable_pct, workload_devices)
 from diagnosis.scope import IPC_EDGES, Scope, num
 from topology import Edge, Entity
 
@@ -42,15 +42,6 @@ def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
 
 
 # -- dataplane.data_loading_bottleneck ----------------------------------------------------
-def _cpu_wait_pct(e: Entity) -> float:
-    """Share of the whole window spent waiting for a CPU (not of the runnable time: a task that
-    is runnable for 1 ms and waits 0.8 ms of it is not starved)."""
-    per_s = num(e, "runqueue_wait_ms_per_s")
-    if per_s is not None:
-        return per_s / 10.0
-    return num(e, "runqueue_wait_pct") or 0.0
-
-
 def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
@@ -70,7 +61,7 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             continue  # its accelerator is busy: the input keeps up
         value = num(consumer, "cpu_util_pct")
         sev = levels.severity(value)
-        if not sev or _cpu_wait_pct(consumer) >= t["max_cpu_wait_pct"]:
+        if not sev or (cpu_wait_pct(consumer) or 0.0) >= t["max_cpu_wait_pct"]:
             continue  # not waiting, or waiting for a CPU rather than for input (control.scheduling_latency)
         busy = [(p, e) for p, e in producers if (runnable_pct(p) or 0.0) > t["producer_busy_pct"]]
         if not busy:
