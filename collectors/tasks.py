@@ -10,6 +10,7 @@ stops being observed and is reported as exited.
 from __future__ import annotations
 
 import os
+from array import array
 
 from collectors.procfs import Stat, parse_kv_numbers, parse_schedstat, parse_stat, parse_status, read_text
 from collectors.sampling import Series
@@ -56,8 +57,8 @@ class ThreadState:
 
 
 class ProcState:
-    """A process. Its stat is read every interval, so its counters are kept as plain parallel
-    lists (one time list) rather than Series: appending is the hot path of every sample."""
+    """A process. Its stat is read every interval, so its counters are kept as parallel arrays
+    (one time array) rather than Series: appending is the hot path of every sample."""
 
     __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
                  "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
@@ -71,10 +72,11 @@ class ProcState:
         self.ppid = st.ppid
         self.kernel = st.kernel_thread
         self.first_state = st.state
-        self.times: list[float] = []
-        self.utime: list[int] = []
-        self.stime: list[int] = []
-        self.majflt: list[int] = []
+        # typed arrays, not lists: an hour at 1 s for 1000 processes stays ~100 MB, not ~500
+        self.times = array("d")
+        self.utime = array("q")
+        self.stime = array("q")
+        self.majflt = array("q")
         self.state, self.rss_pages, self.num_threads = "", 0, 0
         self.cpus: set[int] = set()
         self.node_ticks: dict[int, int] = {}
