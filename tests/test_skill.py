@@ -193,9 +193,7 @@ def test_evals_file_has_at_least_eight_cases_with_value_level_assertions():
     assert len(CASES) >= 8
     assert len({c["id"] for c in CASES}) == len({c["name"] for c in CASES}) == len(CASES)
     runner = skill.load_eval_runner(SKILL)
-    known = {"finding", "finding_evidence", "no_finding", "coverage", "coverage_complete", "findings_in_layer",
-             "md_matches", "md_not_matches", "md_layer_sections", "view_tokens_at_most", "view_matches",
-             "compare_change"}
+    known = runner.ASSERTION_TYPES
     for case in CASES:
         assert case["prompt"] and case["expected_output"] and case["assertions"]
         assert {a["type"] for a in case["assertions"]} <= known
@@ -259,10 +257,7 @@ def test_the_checks_pass_and_fail_on_values():
 
 # Cases the tool's own reports do not pass yet, and why. Strict: once the tool is fixed the case
 # passes, the test reports XPASS as a failure, and the entry must go.
-TOOL_GAPS = {
-    "live-quiet-workload": "compute.cpu_starvation reports a named process that sleeps (0 % CPU, no run-queue "
-                           "wait) as starved at P0",
-}
+TOOL_GAPS: dict[str, str] = {}
 
 
 def _eval_params() -> list:

@@ -75,89 +75,122 @@ def _findings(report: dict[str, Any], pattern: str | None = None, priority: str 
             if (pattern is None or f["pattern"] == pattern) and (priority is None or f["priority"] == priority)]
 
 
+def _md_matches(a, report, md, ctx):
+    missing = [r for r in _expand_all(a["all"], ctx["roles"], ctx["host"]) if not re.search(r, md, re.I | re.M)]
+    return not missing, f"missing {missing}" if missing else "all found"
+
+
+def _md_not_matches(a, report, md, ctx):
+    found = [r for r in a["none"] if re.search(r, md, re.I | re.M)]
+    return not found, f"found {found}" if found else "none found"
+
+
+def _md_layer_sections(a, report, md, ctx):
+    wanted = [f"Layer {n}: {t}" for n, _, t in ctx["layers"] if not a.get("layer") or n == a["layer"]]
+    missing = [w for w in wanted if w not in md]
+    return not missing, f"missing sections {missing}" if missing else f"{len(wanted)} sections"
+
+
+def _view_tokens_at_most(a, view):
+    return view["tokens"] <= a["value"], f"{view['tokens']} tokens (at most {a['value']})"
+
+
+def _view_matches(a, view):
+    missing = [r for r in a["all"] if not re.search(r, view["text"], re.I | re.M)]
+    return not missing, f"missing {missing}" if missing else "all found"
+
+
+def _finding(a, report, md, ctx):
+    found = _findings(report, a["pattern"], a.get("priority"))
+    if not found:
+        got = sorted({f["priority"] for f in _findings(report, a["pattern"])})
+        return False, f"no {a.get('priority', '')} finding {a['pattern']} (found priorities {got})"
+    names = set().union(*(_mentioned(f) for f in found))
+    missing = [i for i in _expand_all(a.get("mentions_all", []), ctx["roles"], ctx["host"]) if i not in names]
+    anyof = _expand_all(a.get("mentions_any", []), ctx["roles"], ctx["host"])
+    if missing:
+        return False, f"{a['pattern']} does not name {missing}"
+    if anyof and not names & set(anyof):
+        return False, f"{a['pattern']} names none of {anyof}"
+    return True, f"{len(found)} finding(s), {a['pattern']} {found[0]['priority']}"
+
+
+def _finding_evidence(a, report, md, ctx):
+    subject = set(_expand_all([a["subject"]], ctx["roles"], ctx["host"]))
+    found = [f for f in _findings(report, a["pattern"]) if _mentioned(f) & subject]
+    if not found:
+        return False, f"no {a['pattern']} finding names {sorted(subject)}"
+    text = json.dumps(found, sort_keys=True)
+    missing = [r for r in a["all"] if not re.search(r, text, re.I)]
+    return not missing, f"evidence lacks {missing}" if missing else "evidence has all"
+
+
+def _no_finding(a, report, md, ctx):
+    anyof = set(_expand_all(a.get("mentions_any", []), ctx["roles"], ctx["host"]))
+    bad = [f["pattern"] for f in _findings(report, a.get("pattern"), a.get("priority"))
+           if not anyof or _mentioned(f) & anyof]
+    return not bad, f"unexpected {bad}" if bad else "none"
+
+
+def _coverage(a, report, md, ctx):
+    rows = [r for r in report.get("coverage", []) if r["pattern"] == a["pattern"]]
+    if len(rows) != 1:
+        return False, f"{len(rows)} coverage rows for {a['pattern']}"
+    row, wanted = rows[0], a["status"] if isinstance(a["status"], list) else [a["status"]]
+    if row["status"] not in wanted:
+        return False, f"{a['pattern']} is {row['status']} ({row['reason']}), expected {wanted}"
+    if a.get("reason_matches") and not re.search(a["reason_matches"], row["reason"] or "", re.I):
+        return False, f"reason {row['reason']!r} does not match /{a['reason_matches']}/"
+    return True, f"{row['status']}: {row['reason']}"
+
+
+def _coverage_complete(a, report, md, ctx):
+    expected = {p for p, layer in ctx["catalog"].items() if not ctx.get("layer") or layer == ctx["layer"]}
+    rows = [r["pattern"] for r in report.get("coverage", [])]
+    dupes = sorted({p for p in rows if rows.count(p) > 1})
+    missing = sorted(expected - set(rows))
+    wrong = sorted(r["pattern"] for r in report.get("coverage", [])
+                   if (r["status"] == "finding") != bool(_findings(report, r["pattern"])))
+    ok = not (dupes or missing or wrong)
+    return ok, "every pattern has one row" if ok else f"missing {missing}, twice {dupes}, status mismatch {wrong}"
+
+
+def _findings_in_layer(a, report, md, ctx):
+    other = sorted({f["pattern"] for f in report.get("findings", []) if f["layer"] != a["layer"]})
+    return not other, f"findings outside layer {a['layer']}: {other}" if other else "all in layer"
+
+
+def _compare_change(a, report, md, ctx):
+    """A comparison report: {resolved|new|persisting: [{pattern, deltas: [{metric, before, after}]}]}."""
+    change = next((c for c in report.get(a["list"], []) if c["pattern"] == a["pattern"]), None)
+    if change is None:
+        listed = [c["pattern"] for c in report.get(a["list"], [])]
+        return False, f"{a['pattern']} is not in {a['list']} ({listed})"
+    for metric, limit in a.get("after_at_most", {}).items():
+        after = next((d["after"] for d in change.get("deltas", []) if d["metric"] == metric), None)
+        if after is None or after > limit:
+            return False, f"{metric} after the fix is {after}, expected <= {limit}"
+    return True, f"{a['pattern']} {a['list']}"
+
+
+MD_CHECKS = {"md_matches": _md_matches, "md_not_matches": _md_not_matches, "md_layer_sections": _md_layer_sections}
+VIEW_CHECKS = {"view_tokens_at_most": _view_tokens_at_most, "view_matches": _view_matches}
+JSON_CHECKS = {"finding": _finding, "finding_evidence": _finding_evidence, "no_finding": _no_finding,
+               "coverage": _coverage, "coverage_complete": _coverage_complete,
+               "findings_in_layer": _findings_in_layer, "compare_change": _compare_change}
+ASSERTION_TYPES = {*MD_CHECKS, *VIEW_CHECKS, *JSON_CHECKS}
+
+
 def check(a: dict[str, Any], report: dict[str, Any] | None, md: str | None, ctx: dict[str, Any]) -> tuple[bool, str]:
-    """One assertion against the report; returns (passed, detail)."""
-    kind, roles, host = a["type"], ctx.get("roles", {}), ctx.get("host", "local")
-    if kind.startswith("md_"):
-        if md is None:
-            return False, "no Markdown report"
-        if kind == "md_matches":
-            missing = [r for r in _expand_all(a["all"], roles, host) if not re.search(r, md, re.I | re.M)]
-            return not missing, f"missing {missing}" if missing else "all found"
-        if kind == "md_not_matches":
-            found = [r for r in a["none"] if re.search(r, md, re.I | re.M)]
-            return not found, f"found {found}" if found else "none found"
-        if kind == "md_layer_sections":
-            wanted = [f"Layer {n}: {t}" for n, _, t in ctx["layers"] if not a.get("layer") or n == a["layer"]]
-            missing = [w for w in wanted if w not in md]
-            return not missing, f"missing sections {missing}" if missing else f"{len(wanted)} sections"
-    if kind.startswith("view_"):
-        view = ctx.get("view")
-        if view is None:
-            return False, "no view"
-        if kind == "view_tokens_at_most":
-            return view["tokens"] <= a["value"], f"{view['tokens']} tokens (at most {a['value']})"
-        missing = [r for r in a["all"] if not re.search(r, view["text"], re.I | re.M)]
-        return not missing, f"missing {missing}" if missing else "all found"
-    if report is None:
-        return False, "no JSON report"
-    if kind == "finding":
-        found = _findings(report, a["pattern"], a.get("priority"))
-        if not found:
-            got = sorted({f["priority"] for f in _findings(report, a["pattern"])})
-            return False, f"no {a.get('priority', '')} finding {a['pattern']} (found priorities {got})"
-        names = set().union(*(_mentioned(f) for f in found))
-        missing = [i for i in _expand_all(a.get("mentions_all", []), roles, host) if i not in names]
-        anyof = _expand_all(a.get("mentions_any", []), roles, host)
-        if missing:
-            return False, f"{a['pattern']} does not name {missing}"
-        if anyof and not names & set(anyof):
-            return False, f"{a['pattern']} names none of {anyof}"
-        return True, f"{len(found)} finding(s), {a['pattern']} {found[0]['priority']}"
-    if kind == "finding_evidence":
-        subject = _expand_all([a["subject"]], roles, host)
-        found = [f for f in _findings(report, a["pattern"]) if _mentioned(f) & set(subject)]
-        if not found:
-            return False, f"no {a['pattern']} finding names {subject}"
-        text = json.dumps(found, sort_keys=True)
-        missing = [r for r in a["all"] if not re.search(r, text, re.I)]
-        return not missing, f"evidence lacks {missing}" if missing else "evidence has all"
-    if kind == "no_finding":
-        anyof = set(_expand_all(a.get("mentions_any", []), roles, host))
-        bad = [f["pattern"] for f in _findings(report, a.get("pattern"), a.get("priority"))
-               if not anyof or _mentioned(f) & anyof]
-        return not bad, f"unexpected {bad}" if bad else "none"
-    if kind == "coverage":
-        rows = [r for r in report.get("coverage", []) if r["pattern"] == a["pattern"]]
-        if len(rows) != 1:
-            return False, f"{len(rows)} coverage rows for {a['pattern']}"
-        row, wanted = rows[0], a["status"] if isinstance(a["status"], list) else [a["status"]]
-        if row["status"] not in wanted:
-            return False, f"{a['pattern']} is {row['status']} ({row['reason']}), expected {wanted}"
-        if a.get("reason_matches") and not re.search(a["reason_matches"], row["reason"] or "", re.I):
-            return False, f"reason {row['reason']!r} does not match /{a['reason_matches']}/"
-        return True, f"{row['status']}: {row['reason']}"
-    if kind == "coverage_complete":
-        expected = {p for p, layer in ctx["catalog"].items() if not ctx.get("layer") or layer == ctx["layer"]}
-        rows = [r["pattern"] for r in report.get("coverage", [])]
-        dupes = sorted({p for p in rows if rows.count(p) > 1})
-        missing = sorted(expected - set(rows))
-        wrong = sorted(r["pattern"] for r in report.get("coverage", [])
-                       if (r["status"] == "finding") != bool(_findings(report, r["pattern"])))
-        ok = not (dupes or missing or wrong)
-        return ok, "every pattern has one row" if ok else f"missing {missing}, twice {dupes}, status mismatch {wrong}"
-    if kind == "compare_change":  # a comparison: {resolved|new|persisting: [{pattern, deltas}]}
-        change = next((c for c in report.get(a["list"], []) if c["pattern"] == a["pattern"]), None)
-        if change is None:
-            return False, f"{a['pattern']} is not in {a['list']} (resolved {[c['pattern'] for c in report.get('resolved', [])]})"
-        for metric, limit in a.get("after_at_most", {}).items():
-            after = [d["after"] for d in change.get("deltas", []) if d["metric"] == metric]
-            if not after or after[0] is None or after[0] > limit:
-                return False, f"{metric} after the fix is {after[0] if after else 'missing'}, expected <= {limit}"
-        return True, f"{a['pattern']} {a['list']}"
-    if kind == "findings_in_layer":
-        other = sorted({f["pattern"] for f in report.get("findings", []) if f["layer"] != a["layer"]})
-        return not other, f"findings outside layer {a['layer']}: {other}" if other else "all in layer"
+    """One assertion against the report (JSON), its Markdown or the view; returns (passed, detail)."""
+    ctx = {"roles": {}, "host": "local", **ctx}
+    kind = a["type"]
+    if kind in MD_CHECKS:
+        return MD_CHECKS[kind](a, report, md, ctx) if md is not None else (False, "no Markdown report")
+    if kind in VIEW_CHECKS:
+        return VIEW_CHECKS[kind](a, ctx["view"]) if ctx.get("view") else (False, "no view")
+    if kind in JSON_CHECKS:
+        return JSON_CHECKS[kind](a, report, md, ctx) if report is not None else (False, "no JSON report")
     raise ValueError(f"unknown assertion type {kind!r}")
 
 
