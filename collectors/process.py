@@ -35,6 +35,7 @@ from topology.privacy import filter_env, redact_cmdline
 from topology.workload import classify_process
 
 TOP_CONSUMERS = 20
+TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
 KERNEL_THREAD_MIN_PCT = 1.0
 MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
 TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
@@ -88,6 +89,7 @@ class ProcessCollector(Collector):
         self.requested = set(self.ctx.pids) if self.ctx.pids else None
         self.procs: dict[int, ProcState] = {}
         self.unreadable: dict[str, int] = {}
+        self.scope_updates, self.scope_known = -1, -1  # see _update_scope
         t = time.monotonic()
         for pid in list_pids(self.proc):
             self._first_sight(pid, t)
@@ -246,22 +248,28 @@ class ProcessCollector(Collector):
         return p.extra["class"]
 
     def _update_scope(self, t: float) -> None:
-        if self.requested is not None:
-            wanted = {pid for pid in self.procs if pid in self.requested}
-        else:
-            wanted = {pid for pid, p in self.procs.items() if p.extra.get("class", {}).get("ai")}
-        # descendants of the roots (not of the top consumers: a busy shell or container runtime
-        # would otherwise pull in half the host), by following ppid until nothing changes
-        children: dict[int, list[int]] = {}
-        for pid, p in self.procs.items():
-            children.setdefault(p.ppid, []).append(pid)
-        stack = list(wanted)
-        while stack:
-            for child in children.get(stack.pop(), []):
-                if child not in wanted:
-                    wanted.add(child)
-                    stack.append(child)
-        if self.requested is None:
+        """Roots and their descendants change only when processes appear (the scope never shrinks);
+        the top consumers are re-ranked on the first sample and every TOP_EVERY samples."""
+        self.scope_updates += 1
+        wanted: set[int] = set()
+        if len(self.procs) != self.scope_known:
+            self.scope_known = len(self.procs)
+            if self.requested is not None:
+                wanted = {pid for pid in self.procs if pid in self.requested}
+            else:
+                wanted = {pid for pid, p in self.procs.items() if p.extra.get("class", {}).get("ai")}
+            # descendants of the roots (not of the top consumers: a busy shell or container runtime
+            # would otherwise pull in half the host), by following ppid until nothing changes
+            children: dict[int, list[int]] = {}
+            for pid, p in self.procs.items():
+                children.setdefault(p.ppid, []).append(pid)
+            stack = list(wanted)
+            while stack:
+                for child in children.get(stack.pop(), []):
+                    if child not in wanted:
+                        wanted.add(child)
+                        stack.append(child)
+        if self.requested is None and self.scope_updates % TOP_EVERY == 1:
             busy = heapq.nsmallest(TOP_CONSUMERS, ((-p.cpu_ticks_delta(), pid) for pid, p in self.procs.items()
                                                    if not p.kernel and len(p.times) >= 2))
             wanted |= {pid for neg_ticks, pid in busy if neg_ticks < 0}
