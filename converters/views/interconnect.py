@@ -87,9 +87,10 @@ def _placement_flag(ctx: GraphContext, p) -> str:
 
 def blocks(ctx: GraphContext) -> list[Block]:
     cited = ctx.cited(LAYER)
-    out: list[Block] = [legend(ctx, "distance: SLIT, 10 = local; pages_by_node = node:pages (4 KiB), most first; "
-                                    "ran_on = node:share of CPU time; dev_node = the device's NUMA node; "
-                                    "OFF-NODE: cpus = no allowed CPU on dev_node, pages = under half the pages on it"),
+    out: list[Block] = [legend(ctx, "distance: SLIT, 10 = local; pages_by_node = node:pages (4 KiB), most first, "
+                                    "+N = pages on the other nodes (all in the memory view); dev_node = the device's "
+                                    "NUMA node; OFF-NODE: cpus = no allowed CPU on dev_node, pages = under half the "
+                                    "pages on it; tid->7:60%,3:40% = a thread's run time split across nodes"),
                         *findings_block(ctx, LAYER),
                         coverage(ctx, LAYER)]
     nodes = ctx.numa_nodes
