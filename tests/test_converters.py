@@ -265,3 +265,18 @@ def test_convert_command_bad_options_exit_2(vllm_sample_path, args, message):
 def test_convert_command_missing_graph_exit_2(tmp_path):
     done = _cli("convert", str(tmp_path / "none.json"))
     assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_same_graph_same_text(vllm_sample_path):
+    first = render_view(load_graph(vllm_sample_path), "all", 3000).text
+    again = render_view(load_graph(vllm_sample_path), "all", 3000).text
+    assert first == again
+
+
+def test_an_empty_graph_renders_every_view_and_says_why_it_is_empty():
+    from topology import Graph
+    graph = Graph()
+    for layer in LAYER_VIEWS:
+        view = render_view(graph, layer, MIN_TOKENS)
+        assert view.tokens <= MIN_TOKENS
+    assert "0 entities" in render_view(graph, "summary").text
