@@ -4,11 +4,13 @@ sample; and the installed `witty-mcp` over real stdio."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,11 +127,8 @@ async def test_stdio_server_lists_loads_fails_and_goes_on(tmp_path: Path) -> Non
         assert "list_graphs" in message
         page = await call(client, "query_graph", graph_id=loaded["graph_id"], type="process", limit=2)
         assert len(page["entities"]) == 2 and page["next_cursor"]
+    # saved where WITTY_STATE_DIR says (test_mcp_server checks that a restarted server reads it back)
     assert (tmp_path / "state" / "graphs" / f"{loaded['graph_id']}.json").is_file()
-    # a second process (a restarted server) knows the graph
-    async with mcp.Client(params) as client:
-        listed = await call(client, "list_graphs")
-        assert [g["graph_id"] for g in listed["graphs"]] == [loaded["graph_id"]]
 
 
 def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -169,3 +168,35 @@ async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -
         server.terminate()
         out, err = server.communicate(timeout=30)
     assert out == "" and "POST /mcp" in err
+
+
+def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
+    exe = shutil.which("witty-mcp")
+    if exe is None:
+        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    host_process_graph(tmp_path / "host.json")
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "load_graph",
+                                                                       "arguments": {"path": "host.json"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "load_graph",
+                                                                       "arguments": {"path": "missing.json"}}},
+    ]
+    server = subprocess.Popen([exe, "--log-level", "DEBUG"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "state")})
+    watchdog = threading.Timer(120, server.kill)
+    watchdog.start()
+    try:
+        server.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+        server.stdin.flush()
+        lines = [server.stdout.readline() for _ in range(3)]  # answers come as the calls finish, in any order
+        rest, err = server.communicate(timeout=60)  # closes stdin: the server ends
+    finally:
+        watchdog.cancel()
+    answers = {a["id"]: a for a in (json.loads(line) for line in lines + rest.splitlines())}  # all JSON-RPC
+    assert sorted(answers) == [1, 2, 3] and all(a["jsonrpc"] == "2.0" for a in answers.values())
+    assert answers[2]["result"]["isError"] is False and answers[3]["result"]["isError"] is True
+    assert "witty-mcp" in err  # the logs went to stderr
