@@ -1,9 +1,9 @@
 """How long the whole catalog takes on large graphs: 10k, 100k and 300k entities.
 
 The graph is a busy AI host: NUMA nodes with CPUs, GPUs with their users, a training job whose
-ranks have loader workers linked by pipes, a crowd of other processes with threads (most of the
-entities), cgroups, TCP connections, disks and NICs, with metrics set so that most patterns are
-evaluated (and several fire). Two runs are timed: the AI workload in scope (ai=true processes),
+ranks have loader workers linked by pipes, and a crowd of other processes with threads (most of
+the entities; each thread has run-time and allowed-on edges, about 3 edges per entity), cgroups
+and TCP connections, with metrics set so that most patterns are evaluated (and several fire). Two runs are timed: the AI workload in scope (ai=true processes),
 and a named pid. Target: under 2 s at 100k entities, linear in size.
 
     python3 benchmarks/diagnose_scale.py [--sizes 10000,100000,300000] [--repeat 3]
@@ -93,6 +93,9 @@ def build(entities: int, seed: int = 11) -> Graph:
             tid = thread_id(H, pid, pid * 10 + t)
             g.entity_of("thread", tid, {"tid": pid * 10 + t, "pid": pid}, {"cpu_util_pct": rnd.uniform(0, 5)})
             g.edge_of("has_thread", p, tid)
+            node = numa_id(H, (pid + t) % NODES)
+            g.edge_of("runs_on", tid, node, metrics={"runtime_ns_total": rnd.uniform(0, 1e9)})
+            g.edge_of("allowed_on", tid, node)
         if pid % 10 == 0:
             conn = f"tcp_connection:{H}:10.0.0.1:{pid % 60000}:10.0.1.{pid % 250}:29500"
             g.entity_of("tcp_connection", conn, {"local": f"10.0.0.1:{pid % 60000}",

@@ -18,7 +18,10 @@ from topology import Edge, Entity, Graph
 from topology.errors import InputError
 
 IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue")
-ACCELERATORS = ("gpu", "npu")
+# the relations the patterns follow, from their source and to their target
+OUT_TYPES = frozenset(("parent_of", "has_thread", "uses_device", "local_to", "numa_distance", "runs_on", "allocates_on",
+                       "in_cgroup", "owns_connection", *IPC_EDGES))
+IN_TYPES = frozenset(("parent_of", "uses_device", "in_cgroup", *IPC_EDGES))
 
 
 def host_of(eid: str) -> str:
@@ -82,11 +85,27 @@ class Scope:
     def __init__(self, graph: Graph, pids: Iterable[int] | None = None) -> None:
         self.graph = graph
         self.meta = graph.meta
-        self._out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
-        self._in: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        # (type, id) -> edges in id order; only the relations patterns follow (a 300k-edge graph is
+        # mostly has_thread/runs_on/allowed_on of threads nobody asks about in the reverse direction)
+        self._out: dict[tuple[str, str], list[Edge]] = {}
+        self._in: dict[tuple[str, str], list[Edge]] = {}
+        out, into = self._out, self._in
         for edge in graph.edges():
-            self._out[edge.type][edge.source].append(edge)
-            self._in[edge.type][edge.target].append(edge)
+            kind = edge.type
+            if kind in OUT_TYPES:
+                key = (kind, edge.source)
+                found = out.get(key)
+                if found is None:
+                    out[key] = [edge]
+                else:
+                    found.append(edge)
+            if kind in IN_TYPES:
+                key = (kind, edge.target)
+                found = into.get(key)
+                if found is None:
+                    into[key] = [edge]
+                else:
+                    found.append(edge)
         self._numa: dict[str, dict[int, Entity]] | None = None
         self._cpu_node: dict[str, dict[int, int]] | None = None
         self.requested_pids = sorted(set(pids)) if pids else []
@@ -135,7 +154,8 @@ class Scope:
 
     def describe(self) -> str:
         if self.mode == "pids":
-            return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({len(self.processes)} processes)"
+            n = len(self.processes)
+            return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({n} process{'es' if n != 1 else ''})"
         if self.mode == "ai":
             return f"{len(self.processes)} AI training/inference processes"
         return "the whole host (no --pid given and no AI training/inference process recognised)"
@@ -145,13 +165,12 @@ class Scope:
 
     # -- graph lookups -------------------------------------------------------------------
     def out_edges(self, eid: str, kind: str) -> list[Edge]:
-        return self._out.get(kind, {}).get(eid, [])
+        assert kind in OUT_TYPES, f"{kind} edges are not indexed by source: add the type to OUT_TYPES"
+        return self._out.get((kind, eid), [])
 
     def in_edges(self, eid: str, kind: str) -> list[Edge]:
-        return self._in.get(kind, {}).get(eid, [])
-
-    def edges_of_type(self, kind: str) -> bool:
-        return bool(self._out.get(kind))
+        assert kind in IN_TYPES, f"{kind} edges are not indexed by target: add the type to IN_TYPES"
+        return self._in.get((kind, eid), [])
 
     def entity(self, eid: str) -> Entity | None:
         return self.graph.entity(eid)

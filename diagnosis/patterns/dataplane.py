@@ -79,24 +79,26 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     for consumer, value, busy, devices, sev in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.entity(consumer.id, "cpu_util_pct", value, levels=levels, severity=levels.severity(value),
                                note=f"consumer {ev.name_of(consumer)}"))
-        for metric, unit in (("voluntary_ctxt_switches_per_s", "1/s"), ("runqueue_wait_pct", "%")):
-            if num(consumer, metric) is not None:
-                items.append(ev.entity(consumer.id, metric, num(consumer, metric), unit=unit,
-                                       note="blocking, not preempted" if metric.startswith("vol") else None))
+        if num(consumer, "voluntary_ctxt_switches_per_s") is not None:
+            items.append(ev.entity(consumer.id, "voluntary_ctxt_switches_per_s",
+                                   num(consumer, "voluntary_ctxt_switches_per_s"), unit="1/s", note="blocking"))
+        if cpu_wait_pct(consumer) is not None:
+            items.append(ev.statistic([consumer.id], "cpu_wait_pct", cpu_wait_pct(consumer), unit="%",
+                                      note="share of the window waiting for a CPU: not starved")
+                         .model_copy(update={"threshold": f"< {number(t['max_cpu_wait_pct'])}"}))
         for producer, edge in busy[:ev.MAX_SUBJECTS]:
             if edge is not None:
                 volume = next(((m, num(edge, m)) for m in ("bytes_per_s", "bytes_total", "bytes_sent_total")
                                if num(edge, m) is not None), (None, None))
-                items.append(ev.edge(edge.id, volume[0] or edge.type, volume[1] if volume[0] else edge.type,
+                items.append(ev.edge(edge.id, volume[0], volume[1],
                                      unit="bytes/s" if volume[0] == "bytes_per_s" else ("bytes" if volume[0] else None),
                                      note=f"{edge.type}: {ev.name_of(producer)} -> {ev.name_of(consumer)}"))
             items.append(ev.statistic([producer.id], "runnable_pct", runnable_pct(producer), unit="%",
                                       note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None
                                                                                   else "") + ": running or waiting "
                                            "for a CPU").model_copy(update={"threshold": f"> {number(t['producer_busy_pct'])}"}))
-            for metric in ("cpu_util_pct", "runqueue_wait_pct"):
-                if num(producer, metric) is not None:
-                    items.append(ev.entity(producer.id, metric, num(producer, metric), unit="%"))
+            if num(producer, "cpu_util_pct") is not None:
+                items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%"))
         for device, util in devices:
             items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer")
                          .model_copy(update={"threshold": f"< {number(t['device_idle_pct'])}"}))
