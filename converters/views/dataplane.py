@@ -41,7 +41,7 @@ def _queue_cell(e) -> str:
     if m.get("queued_bytes") is None and m.get("queued_bytes_growth_per_s") is None:
         return ""
     text = size(m.get("queued_bytes"))
-    if m.get("queued_bytes_growth_per_s") is not None:
+    if m.get("queued_bytes_growth_per_s"):
         text += f" ({'+' if m['queued_bytes_growth_per_s'] >= 0 else ''}{size(m['queued_bytes_growth_per_s'], True)})"
     return text
 
@@ -53,10 +53,11 @@ def blocks(ctx: GraphContext) -> list[Block]:
                         *findings_block(ctx, LAYER),
                         coverage(ctx, LAYER)]
     ipc = [e for kind in IPC_EDGES for e in ctx.edges(kind)]
-    ipc, pinned = rank(ipc, lambda e: neg(_volume(e)), cited, ctx,
+    ipc, pinned = rank(ipc, lambda e: (neg(_volume(e)), neg(e.metrics.get("queued_bytes_growth_per_s")),
+                                       neg(e.metrics.get("queued_bytes")), neg(e.metrics.get("channels"))), cited, ctx,
                        workload=lambda e: e.source in ctx.workload_ids or e.target in ctx.workload_ids)
     names = {p.id: p.attrs.get("name") or "" for p in ctx.entities("process")}
-    out.append(Table("IPC between processes, workload first, then by volume", [
+    out.append(Table("IPC between processes, workload first, then by volume and backlog", [
         Column("source", lambda e: e.source, left=True),
         Column("target", lambda e: e.target, left=True),
         Column("names", lambda e: f"{names.get(e.source, '?')}->{names.get(e.target, '?')}", left=True),

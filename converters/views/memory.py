@@ -33,7 +33,9 @@ def _pages_total(e) -> float | None:
 def blocks(ctx: GraphContext) -> list[Block]:
     cited = ctx.cited(LAYER)
     out: list[Block] = [legend(ctx, "psi: % of the window some/all tasks stalled on memory; pages = 4 KiB pages "
-                                    "per NUMA node as node:pages, most first"), *findings_block(ctx, LAYER),
+                                    "per NUMA node as node:pages, most first; remote% = pages away from where it ran; "
+                                    "coloc% = overlap of where it ran and where its pages are"),
+                        *findings_block(ctx, LAYER),
                         coverage(ctx, LAYER)]
     m = lambda name: (lambda e: e.metrics.get(name))  # noqa: E731
     hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
@@ -63,6 +65,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, NAME, ROLE, Column("rss", lambda p: size(p.metrics.get("rss_bytes"))),
         Column("majflt", lambda p: rate(p.metrics.get("major_faults_per_s"))),
         Column("remote%", lambda p: pct(p.metrics.get("numa_remote_pages_pct"))),
+        Column("coloc%", lambda p: pct(p.metrics.get("cpu_mem_colocation_pct"))),
         Column("pages_total", lambda p: num(_pages_total(p))),
         Column("pages_by_node", pages_cell, left=True),
     ], procs, "processes", ctx.query("--type process --top rss_bytes -n 200"), pinned, weight=1.5))
