@@ -96,3 +96,9 @@ def test_loopback_nic_is_ignored():
     g = new_graph()
     g.entity_of("nic", "nic:h1:lo", {"name": "lo"}, {"rx_drops_per_s": 500.0})
     assert diagnose(g).status("network.nic_saturation") == "not_evaluated"
+
+
+def test_no_segments_sent_is_too_little_traffic_not_missing_data():
+    g = new_graph()
+    host(g, tcp_out_segs_per_s=0.0, tcp_retrans_segs_per_s=0.0)  # 0 / 0: no retransmit share
+    assert diagnose(g).status("network.retransmission") == "clear"

@@ -93,10 +93,12 @@ CONGESTION = Pattern(
 
 # -- network.retransmission ---------------------------------------------------------------
 def _retransmission(scope: Scope, t: dict[str, Any]) -> Verdict:
-    hosts = [h for h in scope.hosts() if num(h, "tcp_retrans_pct") is not None]
+    hosts = [h for h in scope.hosts() if num(h, "tcp_retrans_pct") is not None or
+             num(h, "tcp_out_segs_per_s") is not None]
     if not hosts:
         return not_evaluated(scope.missing("no TCP retransmit rate of the host", "net", "tcp", "host"))
-    active = [h for h in hosts if (num(h, "tcp_out_segs_per_s") or 0.0) >= t["min_segments_per_s"]]
+    active = [h for h in hosts if (num(h, "tcp_out_segs_per_s") or 0.0) >= t["min_segments_per_s"]
+              and num(h, "tcp_retrans_pct") is not None]
     if not active:
         return clear(f"too little TCP traffic to judge: under {number(t['min_segments_per_s'])} segments/s sent")
     return metric_check(scope, active, t["tcp_retrans_pct"], "tcp_retrans_pct", "hosts", ("net",),
