@@ -15,14 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from topology.errors import InputError
-
-def count_tokens(text: str) -> int:
-    try:
-        from witty_profiler import count_tokens as count
-    except ImportError:  # TEMP until witty_profiler re-exports it
-        from converters.tokens import count_tokens as count
-    return count(text)
-
+from witty_profiler import count_tokens
 
 def compact_json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False, sort_keys=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import witty_profiler as wp
 from mcp_server import schemas as s
 from mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
 from mcp_server.store import GraphRecord, GraphStore
@@ -27,15 +28,6 @@ from topology.errors import InputError
 from topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
-
-
-def _library(name: str) -> Any:
-    """A `witty_profiler` API function, or a clear error where this build lacks it."""
-    import witty_profiler
-    fn = getattr(witty_profiler, name, None)
-    if fn is None:
-        raise InputError(f"witty_profiler.{name} is not available in this installation; upgrade witty-profiler")
-    return fn
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -80,8 +72,7 @@ class WittyTools:
         if inp.interval_s > inp.duration_s:
             raise InputError(f"interval_s={inp.interval_s:g} is longer than duration_s={inp.duration_s:g}: "
                              f"use an interval shorter than the window, e.g. interval_s=1")
-        collect = _library("collect")
-        graph = collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
+        graph = wp.collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
                         collectors=inp.collectors, progress=progress, stop=stop)
         record = self.store.add_live(graph)
         return self._summary(record, graph, 8000)
@@ -122,16 +113,10 @@ class WittyTools:
                         for n, c in sorted(graph.meta.collectors.items())],
             overview="", overview_tokens=0)
         used = count_tokens(compact_json(out.model_dump(mode="json")))
-        try:
-            convert = _library("convert")
-        except InputError:
-            out.note = "compact views are not available in this installation; use query_graph"
-        else:
-            view = convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200))
-            out.overview, out.overview_tokens = view.text, view.tokens
-            out.truncated = bool(view.truncated)
-            out.note = ("overview cut to fit max_tokens; " if view.truncated else "") + (
-                "next: convert_layer for the layers that look unhealthy, match_patterns for the findings")
+        view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200))
+        out.overview, out.overview_tokens, out.truncated = view.text, view.tokens, bool(view.truncated)
+        out.note = ("overview cut to fit max_tokens; " if view.truncated else "") + (
+            "next: convert_layer for the layers that look unhealthy, match_patterns for the findings")
         return out, compact_json(out.model_dump(mode="json", exclude_none=True))
 
     def query_graph(self, inp: s.QueryGraphInput) -> tuple[s.QueryPage, str]:
@@ -202,7 +187,7 @@ class WittyTools:
 
     def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
         graph = self.store.get(inp.graph_id)
-        view = _library("convert")(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60)  # room for the note
+        view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60)  # room for the note
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
                           truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:
@@ -236,7 +221,7 @@ class WittyTools:
                 self._diagnoses.move_to_end(key)
                 return self._diagnoses[key]
         graph = self.store.get(graph_id)
-        result = _library("diagnose")(graph, pids=pids, layer=layer, thresholds=table)
+        result = wp.diagnose(graph, pids=pids, layer=layer, thresholds=table)
         with self._lock:
             self._diagnoses[key] = result
             while len(self._diagnoses) > 16:
@@ -253,7 +238,7 @@ class WittyTools:
     def generate_report(self, inp: s.GenerateReportInput) -> tuple[s.Report, str]:
         target = self._report_target(inp.output_path, inp.overwrite) if inp.output_path else None
         result = self.diagnosis(inp.graph_id, inp.pids, None, inp.thresholds)
-        full = _library("report")(result, self.store.get(inp.graph_id), format=inp.format)
+        full = wp.report(result, self.store.get(inp.graph_id), format=inp.format)
         if target is not None:
             target.write_text(full, encoding="utf-8")
         text, tokens, truncated = cut_text(full, inp.max_tokens - 100)
@@ -281,7 +266,7 @@ class WittyTools:
 
     def compare_graphs(self, inp: s.CompareGraphsInput) -> tuple[s.Comparison, str]:
         before, after = self.store.get(inp.before_id), self.store.get(inp.after_id)
-        result = _library("compare")(before, after, thresholds=self.thresholds(inp.thresholds))
+        result = wp.compare(before, after, thresholds=self.thresholds(inp.thresholds))
         markdown = result.markdown() if callable(getattr(result, "markdown", None)) else str(result.markdown)
         data = result.to_dict()
         text, tokens, truncated = cut_text(markdown, inp.max_tokens - 100)

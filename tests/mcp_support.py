@@ -49,12 +49,3 @@ async def call_error(client: Any, tool: str, **arguments: Any) -> str:
     assert "Traceback" not in text and "\n" not in text.strip(), text
     return text
 
-
-def require_library(*names: str) -> None:
-    """Skip while the library functions a test drives through the server are not in this tree."""
-    import pytest
-
-    import witty_profiler
-    missing = [n for n in names if not hasattr(witty_profiler, n)]
-    if missing:
-        pytest.skip(f"witty_profiler does not export {', '.join(missing)} in this tree")

@@ -23,7 +23,7 @@ from mcp_server.budget import count_tokens
 from mcp_server.server import build_server
 from mcp_server.store import GraphStore
 from mcp_server.tools import WittyTools
-from mcp_support import call, call_error, host_process_graph, require_library
+from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,6 @@ def busy_process():
 
 
 async def test_live_session_collect_summary_view_match_report(tmp_path: Path, busy_process) -> None:
-    require_library("collect", "convert", "diagnose", "report")
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -91,7 +90,6 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
 
 
 async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path, vllm_sample_path: Path) -> None:
-    require_library("diagnose")
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     async with mcp.Client(server) as client:
         loaded = await call(client, "load_graph", path=str(vllm_sample_path))
