@@ -3,10 +3,11 @@
 Starts 500 extra processes with 4 threads each (forked from one parent, so they share memory
 copy-on-write and the benchmark stays light), then measures in the same run:
 
-1. one steady-state `sample()` of the process collector against a minimal raw reader of the same
-   files (listdir /proc, every /proc/PID/stat, and stat + schedstat of each thread of the
-   processes in scope), alternating the two so that both see the same load
-   (target: collector <= 1.5x the raw reader);
+1. one `sample()` of the process collector against a minimal raw reader of the same files
+   (listdir /proc, /proc/PID/stat of the processes it read, and stat + schedstat of each thread
+   of the processes in scope), alternating the two so that both see the same load: once for a
+   sample that reads every process, once for the steady state where idle processes are read
+   every 5th sample (target: collector <= 1.5x the raw reader);
 2. the CPU time (user + system, kernel reads included) of a whole window at the default
    interval (target: <= 2 % of one core over 30 s).
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.base import Context  # noqa: E402
 from collectors.engine import discover, run_window  # noqa: E402
-from collectors.process import ProcessCollector  # noqa: E402
+from collectors.process import ProcessCollector, _no_gc  # noqa: E402
 
 
 def start_crowd(procs: int, threads: int) -> int:
@@ -75,11 +76,12 @@ def _read(path: str) -> None:
         os.close(fd)
 
 
-def raw_sample(scope: list[int]) -> None:
-    """The same files as one collector sample, read and thrown away."""
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            _read(f"/proc/{name}/stat")
+def raw_sample(pids: list[int], scope: list[int]) -> None:
+    """The same files as one collector sample, read and thrown away: the /proc listing, the stat
+    of the given processes, and stat + schedstat of each thread of the processes in scope."""
+    os.listdir("/proc")
+    for pid in pids:
+        _read(f"/proc/{pid}/stat")
     for pid in scope:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -97,27 +99,71 @@ def timed(fn) -> tuple[float, float]:
 
 
 def sample_cost(samples: int) -> dict:
+    """Two comparisons, interleaved so that both sides see the same load: a sample that reads
+    every process (as the last one of a window does) against a raw read of every process, and
+    the steady-state sample (idle processes read every 5th time) against a raw read of exactly
+    the processes that sample read."""
     collector = ProcessCollector(Context())
     collector.start()
-    collector.sample()  # the first sample settles the scope (top consumers join)
+    for _ in range(4):  # settle the scope (top consumers) and the idle streaks
+        collector.sample()
     scope = [pid for pid, p in collector.procs.items() if p.in_scope]
-    ours, raw = [], []
+    full, raw_full, steady, raw_steady, read_counts = [], [], [], [], []
+
+    def full_sample() -> None:
+        with _no_gc():
+            collector._sample(everything=True)
+
     for _ in range(samples):
-        ours.append(timed(collector.sample))
-        raw.append(timed(lambda: raw_sample(scope)))
-    tasks = sum(len(p.threads) for p in collector.procs.values() if p.in_scope)
+        everyone = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+        full.append(timed(full_sample))
+        raw_full.append(timed(lambda: raw_sample(everyone, scope)))
+        steady.append(timed(collector.sample))
+        latest = max(p.times[-1] for p in collector.procs.values() if p.times)
+        read_now = [pid for pid, p in collector.procs.items() if p.times and p.times[-1] == latest]
+        read_counts.append(len(read_now))
+        raw_steady.append(timed(lambda: raw_sample(read_now, scope)))
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
+    tasks = sum(len(p.threads) for p in collector.procs.values() if p.in_scope)
     return {"processes": len(collector.procs), "scope_processes": len(scope), "scope_threads": tasks,
-            "collector_sample_ms": round(med(ours, 0) * 1e3, 2), "raw_sample_ms": round(med(raw, 0) * 1e3, 2),
-            "collector_sample_cpu_ms": round(med(ours, 1) * 1e3, 2), "raw_sample_cpu_ms": round(med(raw, 1) * 1e3, 2),
-            "ratio_wall": round(med(ours, 0) / med(raw, 0), 2), "ratio_cpu": round(med(ours, 1) / med(raw, 1), 2)}
+            "full_sample_cpu_ms": round(med(full, 1) * 1e3, 2), "raw_full_cpu_ms": round(med(raw_full, 1) * 1e3, 2),
+            "full_ratio_cpu": round(med(full, 1) / med(raw_full, 1), 2),
+            "full_ratio_wall": round(med(full, 0) / med(raw_full, 0), 2),
+            "steady_sample_cpu_ms": round(med(steady, 1) * 1e3, 2),
+            "steady_processes_read": int(statistics.median(read_counts)),
+            "raw_steady_cpu_ms": round(med(raw_steady, 1) * 1e3, 2),
+            "steady_ratio_cpu": round(med(steady, 1) / med(raw_steady, 1), 2),
+            "steady_ratio_wall": round(med(steady, 0) / med(raw_steady, 0), 2)}
+
+
+def _phase_timer(phases: dict[str, float]):
+    """Wrap ProcessCollector's phases to split its CPU time into start, samples and finish."""
+    originals = {name: getattr(ProcessCollector, name) for name in ("start", "sample", "finish")}
+
+    def wrap(name, fn):
+        def timed_phase(self):
+            t = time.thread_time()
+            try:
+                return fn(self)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.thread_time() - t
+        return timed_phase
+
+    for name, fn in originals.items():
+        setattr(ProcessCollector, name, wrap(name, fn))
+    return lambda: [setattr(ProcessCollector, n, f) for n, f in originals.items()]
 
 
 def window_cost(seconds: float, collectors: list[str] | None) -> dict:
     discover()  # module imports are a one-off, not the window's cost
+    phases: dict[str, float] = {}
+    restore = _phase_timer(phases)
     before = os.times()
     t = time.perf_counter()
-    graph = run_window(seconds, 1.0, collectors=collectors)
+    try:
+        graph = run_window(seconds, 1.0, collectors=collectors)
+    finally:
+        restore()
     wall = time.perf_counter() - t
     after = os.times()
     cpu = (after.user - before.user) + (after.system - before.system)
@@ -127,6 +173,7 @@ def window_cost(seconds: float, collectors: list[str] | None) -> dict:
             "process_cpu_s": round(cpu, 3), "process_cpu_pct_of_one_core": round(cpu / wall * 100, 2),
             "entities": graph.entity_count(), "edges": graph.edge_count(),
             "per_collector_cpu_s": {n: c.model_extra.get("cpu_s") for n, c in graph.meta.collectors.items()},
+            "process_phases_cpu_s": {n: round(v, 3) for n, v in phases.items()},
             "statuses": {n: c.status for n, c in graph.meta.collectors.items()}}
 
 
@@ -147,6 +194,10 @@ def main() -> int:
             "extra_processes": args.procs, "threads_each": args.threads,
             "sample": sample_cost(args.samples),
             "window": window_cost(args.window, ["process"])}
+        # what the raw reads of the window's samples alone cost, at this run's per-sample price
+        samples = int(args.window)  # default interval: 1 s
+        result["window"]["raw_reads_of_its_samples_pct_of_one_core"] = round(
+            samples * result["sample"]["raw_steady_cpu_ms"] / 1e3 / result["window"]["window_s"] * 100, 2)
         if args.all_collectors:
             result["window_all"] = window_cost(args.window, None)
     finally:

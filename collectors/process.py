@@ -36,6 +36,8 @@ from topology.workload import classify_process
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
+IDLE_AFTER = 3  # an out-of-scope process idle for this many samples in a row...
+IDLE_EVERY = 5  # ...is read every 5th sample only, until it uses CPU again
 KERNEL_THREAD_MIN_PCT = 1.0
 MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
 TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
@@ -90,6 +92,7 @@ class ProcessCollector(Collector):
         self.procs: dict[int, ProcState] = {}
         self.unreadable: dict[str, int] = {}
         self.scope_updates, self.scope_known = -1, -1  # see _update_scope
+        self.samples_taken = 0
         t = time.monotonic()
         for pid in list_pids(self.proc):
             self._first_sight(pid, t)
@@ -101,15 +104,21 @@ class ProcessCollector(Collector):
 
     def sample(self) -> None:
         with _no_gc():
-            self._sample(kernel_threads=False)
+            self._sample(everything=False)
 
-    def _sample(self, kernel_threads: bool) -> None:
+    def _sample(self, everything: bool) -> None:
         """The hot path: one stat per process, split once, a few appends (see tasks.observe_fields).
 
-        Kernel threads outside the scope are read at the start and the end only: a big host has
-        thousands (per-CPU kworkers...), and only their rate over the window is reported."""
+        Outside the scope, two kinds of process are not read every interval (everything=True, at
+        the end, reads them all): kernel threads, read at the start and the end only (a big host
+        has thousands of per-CPU kworkers; only their rate over the window is reported), and
+        processes idle for IDLE_AFTER samples in a row, read every IDLE_EVERY-th sample (spread
+        by pid) until they use CPU again. Their rate over the window stays exact; their p95/max
+        are over the coarser intervals. Most processes of a host sleep: this is most of the cost."""
         t = time.monotonic()
         proc, procs, node_of = self.proc, self.procs, self.node_of
+        self.samples_taken += 1
+        phase = self.samples_taken % IDLE_EVERY
         seen = set()
         try:
             names = os.listdir(proc)
@@ -120,7 +129,8 @@ class ProcessCollector(Collector):
                 continue
             pid = int(name)
             p = procs.get(pid)
-            if p is not None and p.kernel and not kernel_threads and not p.in_scope:
+            if p is not None and not everything and not p.in_scope and (
+                    p.kernel or (p.idle_samples >= IDLE_AFTER and pid % IDLE_EVERY != phase)):
                 seen.add(pid)
                 continue
             text = read_text(f"{proc}/{name}/stat", small=True)
@@ -149,7 +159,7 @@ class ProcessCollector(Collector):
 
     def finish(self) -> Graph:
         with _no_gc():
-            self._sample(kernel_threads=True)
+            self._sample(everything=True)
         t = time.monotonic()
         for p in self.procs.values():
             if not p.gone:

@@ -63,7 +63,7 @@ class ProcState:
     __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
                  "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
                  "threads", "cmdline", "cgroups", "status_first", "status_last", "io_read", "io_write", "extra",
-                 "first_state", "sched_first", "sched_last")
+                 "first_state", "sched_first", "sched_last", "idle_samples")
 
     def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
         self.pid = pid
@@ -93,6 +93,7 @@ class ProcState:
         self.sched_first: tuple[float, tuple[int, int, int]] | None = None  # main thread's schedstat
         self.sched_last: tuple[float, tuple[int, int, int]] | None = None
         self.extra: dict = {}  # expensive reads: libraries, env, numa pages, classification
+        self.idle_samples = 0  # consecutive reads without CPU time used
 
     @property
     def exited(self) -> bool:
@@ -122,10 +123,11 @@ class ProcState:
         without building a Stat: this runs for every process every interval."""
         utime, stime = int(f[11]), int(f[12])
         processor = int(f[36])
-        node = node_of.get(processor)
-        if node is not None and self.times:
+        if self.times:
             delta = utime + stime - self.utime[-1] - self.stime[-1]
-            if delta > 0:
+            self.idle_samples = 0 if delta else self.idle_samples + 1
+            node = node_of.get(processor)
+            if node is not None and delta > 0:
                 self.node_ticks[node] = self.node_ticks.get(node, 0) + delta
         self.times.append(t)
         self.utime.append(utime)
