@@ -57,7 +57,7 @@ class ListGraphsInput(_In):
 
 class GraphSummaryInput(_In):
     graph_id: str = GraphId
-    max_tokens: int = _max_tokens()
+    max_tokens: int = _max_tokens(1000)
 
 
 class QueryGraphInput(_In):

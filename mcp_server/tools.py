@@ -115,8 +115,11 @@ class WittyTools:
         used = count_tokens(compact_json(out.model_dump(mode="json")))
         view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200))
         out.overview, out.overview_tokens, out.truncated = view.text, view.tokens, bool(view.truncated)
-        out.note = ("overview cut to fit max_tokens; " if view.truncated else "") + (
-            "next: convert_layer for the layers that look unhealthy, match_patterns for the findings")
+        cut = ""
+        if view.truncated:
+            left = ", ".join(f"{n} {what}" for what, n in view.omitted.items()) or "some rows"
+            cut = f"overview cut to fit max_tokens (left out: {left}; raise max_tokens to see them); "
+        out.note = cut + "next: convert_layer for the layers that look unhealthy, match_patterns for the findings"
         return out, compact_json(out.model_dump(mode="json", exclude_none=True))
 
     def query_graph(self, inp: s.QueryGraphInput) -> tuple[s.QueryPage, str]:

@@ -96,6 +96,8 @@ async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path,
         assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
         unavailable = {c["name"] for c in loaded["collectors"] if c["status"] == "unavailable"}
         assert unavailable, "the legacy format cannot measure everything, and the summary says so"
+        small = await client.call_tool("graph_summary", {"graph_id": loaded["graph_id"], "max_tokens": 1000})
+        assert count_tokens(small.content[0].text) <= 1000 and "left out" in small.structured_content["note"]
         matched = await call(client, "match_patterns", graph_id=loaded["graph_id"], layer="interconnect")
         mismatch = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
         assert mismatch, [f["pattern"] for f in matched["findings"]]
