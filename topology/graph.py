@@ -193,10 +193,18 @@ class Graph:
         return heapq.nsmallest(n, scored, key=lambda e: (-e.metrics[metric], e.id))
 
     def paths(self, source: str, target: str, max_hops: int = 4, limit: int = 10) -> list[list[str]]:
-        """Simple paths (as entity-id lists) between two entities, ignoring edge direction, shortest first."""
+        """Simple paths (as entity-id lists) between two entities, ignoring edge direction, shortest first
+        (equal lengths in id order)."""
         self._require(source)
         self._require(target)
-        undirected = self.index.to_undirected(as_view=True)
+        # a path of at most max_hops edges only visits nodes v with hops(source, v) + hops(v, target)
+        # <= max_hops: search that region instead of copying the whole graph (seconds at 100k entities)
+        from_source = self._hops(source, max_hops)
+        if target not in from_source:
+            return []
+        from_target = self._hops(target, max_hops)
+        region = [n for n, d in from_source.items() if d + from_target.get(n, max_hops + 1) <= max_hops]
+        undirected = self.index.subgraph(region).to_undirected(as_view=True)
         found: list[list[str]] = []
         try:
             for path in nx.shortest_simple_paths(nx.Graph(undirected), source, target):
@@ -205,7 +213,22 @@ class Graph:
                 found.append(path)
         except nx.NetworkXNoPath:
             pass
-        return found
+        return sorted(found, key=lambda p: (len(p), p))
+
+    def _hops(self, start: str, limit: int) -> dict[str, int]:
+        """Hop distance (edges in either direction) of every entity within `limit` hops of `start`."""
+        g = self.index
+        seen = {start: 0}
+        frontier = [start]
+        for depth in range(1, limit + 1):
+            nxt = []
+            for node in frontier:
+                for other in (*g.succ[node], *g.pred[node]):
+                    if other not in seen:
+                        seen[other] = depth
+                        nxt.append(other)
+            frontier = nxt
+        return seen
 
     def edges_between(self, a: str, b: str) -> list[Edge]:
         g = self.index
