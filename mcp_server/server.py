@@ -20,6 +20,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import Resource as MCPResource
 from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import guide, schemas as s
@@ -52,6 +53,19 @@ class WittyServer(MCPServer):
     arguments a tool does not have instead of ignoring them: a misspelt option must not go unnoticed."""
 
     inputs: dict[str, type[BaseModel]]
+    witty: WittyTools
+
+    async def list_resources(self) -> list[MCPResource]:
+        """The static resources, then each known graph's summary (newest first), so that clients with a
+        resource picker show the graphs."""
+        listed = await super().list_resources()
+        for record in self.witty.store.records()[:50]:
+            listed.append(MCPResource(
+                uri=f"witty://graphs/{record.graph_id}/summary", name=f"{record.graph_id}", mime_type="text/plain",
+                title=f"graph {record.graph_id}",
+                description=f"{record.origin} {record.loaded_from or ', '.join(record.hosts)}: "
+                            f"{record.entity_count} entities, {record.edge_count} edges"))
+        return listed
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         model = self.inputs.get(name)
@@ -119,7 +133,7 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
     w = tools or WittyTools(GraphStore())
     server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
-    server.inputs = {}
+    server.inputs, server.witty = {}, w
 
     def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
         async def run(inp: Any, ctx: Context) -> Any:

@@ -195,8 +195,8 @@ async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path
         gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
         assert templates == {"witty://graphs/{graph_id}/summary", "witty://graphs/{graph_id}/views/{layer}"}
-        statics = {str(r.uri) for r in (await client.list_resources()).resources}
-        assert statics == {"witty://patterns", "witty://thresholds"}
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert listed == {"witty://patterns", "witty://thresholds", f"witty://graphs/{gid}/summary"}
         summary = (await client.read_resource(f"witty://graphs/{gid}/summary")).contents[0].text
         assert gid in summary and "process" in summary
         with pytest.raises(MCPError, match="unknown graph id"):
