@@ -1,4 +1,4 @@
-"""Reports from a diagnosis: Markdown for people and assistants, JSON per DESIGN.md.
+"""Reports from a diagnosis: Markdown to read, JSON per DESIGN.md.
 
 Markdown sections: executive summary (counts by priority, the top three findings in one sentence
 each), one section per layer ("Layer 1: Compute" ... "Layer 7: Data Plane") with its findings

@@ -25,7 +25,7 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     hosts = [h for h in scope.hosts() if num(h, "psi_cpu_some_pct") is not None]
     if not measured and not hosts:
         return not_evaluated(scope.missing("no run-queue wait (schedstat) of tasks and no PSI cpu", "process",
-                                           "sched", "psi"))
+                                           "sched", "pressure"))
     hits = []
     for task in active:
         sev_w = wait.severity(num(task, "runqueue_wait_pct"))

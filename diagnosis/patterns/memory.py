@@ -116,7 +116,7 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
     measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
     if not measured:
         return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
-                                           "host", "psi"))
+                                           "host", "pressure"))
     items, severities, subjects, parts = [], [], [], []
     for host in measured:
         for name, f, unit in checks:
