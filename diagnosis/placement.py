@@ -41,10 +41,22 @@ class Placement:
 
 def _node_of(scope: Scope, node_id: str) -> int | None:
     node = scope.entity(node_id)
-    if node is None:
-        return None
-    number = node.attrs.get("node")
-    return number if isinstance(number, int) else None
+    return None if node is None else scope.node_number(node)
+
+
+def _per_node(values: object) -> dict[int, float]:
+    """{'6': 1234, 7: 5.0} -> {6: 1234.0, 7: 5.0}, skipping keys or values that are not numbers."""
+    found: dict[int, float] = {}
+    if not isinstance(values, dict):
+        return found
+    for node, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        try:
+            found[int(node)] = found.get(int(node), 0.0) + float(value)
+        except (TypeError, ValueError):
+            continue
+    return found
 
 
 def _runs_on(scope: Scope, entity: Entity) -> tuple[dict[int, float], list[str]]:
@@ -78,10 +90,9 @@ def placement_of(scope: Scope, process: Entity) -> Placement:
                 for node, v in t_values.items():
                     runtime[node] += v
                 p.runtime_ids.extend(t_ids)
-            elif isinstance(thread.attrs.get("numa_runtime_ns"), dict):
-                for node, v in thread.attrs["numa_runtime_ns"].items():
-                    if isinstance(v, (int, float)):
-                        runtime[int(node)] += float(v)
+            elif _per_node(thread.attrs.get("numa_runtime_ns")):
+                for node, v in _per_node(thread.attrs["numa_runtime_ns"]).items():
+                    runtime[node] += v
                 p.runtime_ids.append(thread.id)
     if not runtime and values:
         runtime.update(values)
@@ -93,10 +104,8 @@ def placement_of(scope: Scope, process: Entity) -> Placement:
         if node is not None and pages is not None:
             p.pages[node] = p.pages.get(node, 0.0) + pages
             p.pages_ids.append(edge.id)
-    if not p.pages and isinstance(process.attrs.get("numa_pages"), dict):
-        for node, pages in process.attrs["numa_pages"].items():
-            if isinstance(pages, (int, float)):
-                p.pages[int(node)] = float(pages)
+    if not p.pages:
+        p.pages = _per_node(process.attrs.get("numa_pages"))
         if p.pages:
             p.pages_ids.append(process.id)
     # Allowed CPUs: the process's mask, widened by any thread's own mask.

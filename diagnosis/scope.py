@@ -206,17 +206,25 @@ class Scope:
         return self.graph.entities("host")
 
     # -- NUMA ----------------------------------------------------------------------------
+    @staticmethod
+    def node_number(node: Entity) -> int | None:
+        """A NUMA node's number: its `node` attribute, else the last part of its id."""
+        for candidate in (node.attrs.get("node"), node.id.rsplit(":", 1)[-1]):
+            if isinstance(candidate, bool):
+                continue
+            try:
+                return int(candidate)
+            except (TypeError, ValueError):
+                continue
+        return None
+
     def numa_nodes(self, host: str) -> dict[int, Entity]:
         if self._numa is None:
             self._numa = defaultdict(dict)
             for node in self.graph.entities("numa_node"):
-                number = node.attrs.get("node")
-                if not isinstance(number, int):
-                    try:
-                        number = int(node.id.rsplit(":", 1)[1])
-                    except ValueError:
-                        continue
-                self._numa[host_of(node.id)][number] = node
+                number = self.node_number(node)
+                if number is not None:
+                    self._numa[host_of(node.id)][number] = node
         return self._numa.get(host, {})
 
     def node_of_cpu(self, host: str, cpu: int) -> int | None:
@@ -224,7 +232,7 @@ class Scope:
             self._cpu_node = defaultdict(dict)
             for node in self.graph.entities("numa_node"):
                 h = host_of(node.id)
-                number = next((n for n, e in self.numa_nodes(h).items() if e.id == node.id), None)
+                number = self.node_number(node)
                 for c in parse_cpulist(node.attrs.get("cpus")) or ():
                     self._cpu_node[h][c] = number
         return self._cpu_node.get(host, {}).get(cpu)
@@ -249,7 +257,7 @@ class Scope:
                 d = edge.attrs.get("distance", edge.metrics.get("distance"))
                 if isinstance(d, (int, float)):
                     return float(d), edge.id
-        distances = na.attrs.get("distances") or {}
+        distances = na.attrs.get("distances")
         d = distances.get(str(b), distances.get(b)) if isinstance(distances, dict) else None
         if isinstance(d, (int, float)):
             return float(d), na.id
@@ -260,11 +268,11 @@ class Scope:
         for edge in self.out_edges(device.id, "local_to"):
             node = self.graph.entity(edge.target)
             if node is not None and node.type == "numa_node":
-                number = node.attrs.get("node")
-                if isinstance(number, int):
+                number = self.node_number(node)
+                if number is not None:
                     return number, edge.id
         number = device.attrs.get("numa_node")
-        if isinstance(number, int) and number >= 0:
+        if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
             return number, device.id
         return None, None
 

@@ -101,9 +101,24 @@ def test_pid_scope_includes_descendants_only():
                                   "pids": [10], "processes": 2}
 
 
+def _odd_graph() -> Graph:
+    """Attributes of the wrong type or shape, as a hand-edited or foreign file may have them."""
+    g = _busy_graph()
+    g.entity("process:h1:10").attrs.update(cpus_allowed="garbage", numa_pages={"x": "y", "1": True, "0": 5})
+    g.entity("numa_node:h1:0").attrs.update(node="zero", distances="far", cpus=[0, "a"])
+    g.entity("thread:h1:10:10").attrs["numa_runtime_ns"] = {"n": 1, "1": "2"}
+    g.entity_of("gpu", "gpu:h1:odd", {"numa_node": True, "index": None}, {"util_pct": None})
+    g.edge_of("uses_device", "process:h1:10", "gpu:h1:odd")
+    g.edge_of("pipe", "process:h1:10", "process:h1:404")  # a dangling end
+    g.entity_of("tcp_connection", "tcp_connection:h1:x", {"remote": 42, "local": None}, {"rtt_us": 500.0})
+    g.entity_of("cgroup", "cgroup:h1", {}, {"throttled_periods_pct": 80.0})
+    return g
+
+
 def test_no_internal_errors_on_test_graphs():
-    for g in (Graph(), _busy_graph()):
-        assert not [c for c in diagnose(g).coverage if "internal error" in c.reason]
+    for g, scopes in ((Graph(), [None]), (_busy_graph(), [None, [10]]), (_odd_graph(), [None, [10]])):
+        for pids in scopes:
+            assert not [c for c in diagnose(g, pids=pids).coverage if "internal error" in c.reason]
 
 
 # -- the real legacy sample -----------------------------------------------------------------------
