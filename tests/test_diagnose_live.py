@@ -140,3 +140,13 @@ def test_idle_host_has_no_p0():
     else:
         # other work keeps this shared host busy: a P0 may only be about the host itself
         assert all(s.startswith(("host:", "cpu:")) for f in p0 for s in f.subjects), [f.description for f in p0]
+
+
+def test_diagnose_without_a_graph_collects_first(tmp_path, capsys):
+    from witty_profiler.cli import main
+    out = tmp_path / "report.json"
+    assert main(["diagnose", "--duration", "1", "--interval", "0.5", "-q", "--format", "json", "-o", str(out)]) == 0
+    import json
+    data = json.loads(out.read_text())
+    assert data["summary"]["source"] == "live" and data["summary"]["duration_s"] >= 0.9
+    assert len(data["coverage"]) == 33

@@ -244,3 +244,10 @@ def test_view_errors_are_one_line(graph_file, capsys):
     result = subprocess.run([sys.executable, "-m", "witty_profiler.tools.view", str(graph_file), "--layer", "gpu"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_view_without_a_graph_reads_the_collect_default_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    dump_graph(_graph(), tmp_path / "witty-graph.json")
+    assert view.main(["--analyze"]) == 0
+    assert capsys.readouterr().out == report(diagnose(_graph()), None)
