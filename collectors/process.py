@@ -90,6 +90,7 @@ class ProcessCollector(Collector):
         self.btime = _boot_time(self.proc)
         self.requested = set(self.ctx.pids) if self.ctx.pids else None
         self.procs: dict[int, ProcState] = {}
+        self.by_name: dict[str, ProcState] = {}  # the same, keyed by the /proc entry name
         self.unreadable: dict[str, int] = {}
         self.scope_updates, self.scope_known = -1, -1  # see _update_scope
         self.samples_taken = 0
@@ -116,37 +117,37 @@ class ProcessCollector(Collector):
         by pid) until they use CPU again. Their rate over the window stays exact; their p95/max
         are over the coarser intervals. Most processes of a host sleep: this is most of the cost."""
         t = time.monotonic()
-        proc, procs, node_of = self.proc, self.procs, self.node_of
+        proc, node_of = self.proc, self.node_of
         self.samples_taken += 1
         phase = self.samples_taken % IDLE_EVERY
-        seen = set()
+        by_name = self.by_name  # keyed by the /proc entry name: no int() for the processes skipped
         try:
             names = os.listdir(proc)
         except OSError:
             names = []
         for name in names:
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            p = procs.get(pid)
+            p = by_name.get(name)
             if p is not None and not everything and not p.in_scope and (
-                    p.kernel or (p.idle_samples >= IDLE_AFTER and pid % IDLE_EVERY != phase)):
-                seen.add(pid)
+                    p.kernel or (p.idle_samples >= IDLE_AFTER and p.pid % IDLE_EVERY != phase)):
+                continue
+            if p is None and not name.isdigit():
                 continue
             text = read_text(f"{proc}/{name}/stat", small=True)
             if not text:
+                if p is not None:
+                    p.gone = True  # exited between the listing and the read
                 continue
-            seen.add(pid)
             fields = text[text.rfind(")") + 2:].split(None, 38)
             if p is None or p.starttime != int(fields[19]):  # new, or the pid was reused
-                p = self._first_sight(pid, t, parse_stat(text))
+                p = self._first_sight(int(name), t, parse_stat(text))
                 if p is not None:
                     self._classify(p)
                     self._endpoint(p, t)
                 continue
             p.observe_fields(t, fields, node_of)
-        for pid, p in procs.items():
-            if pid not in seen:
+        present = set(names)
+        for name, p in by_name.items():
+            if name not in present:
                 p.gone = True
         self._update_scope(t)
         for p in self.procs.values():
@@ -181,6 +182,7 @@ class ProcessCollector(Collector):
         p = ProcState(pid, st, started)
         p.observe_stat(t, st, self.node_of.get(st.processor))
         self.procs[pid] = p
+        self.by_name[str(pid)] = p
         if p.kernel:  # no command line, always in the root cgroups: nothing more to read
             p.cmdline, p.cgroups = "", {}
             self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups
