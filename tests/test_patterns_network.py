@@ -73,6 +73,9 @@ def test_loopback_and_quiet_connections_are_not_judged():
     connection(g, remote="127.0.0.1:29500", rtt_us=5000.0)
     connection(g, remote="10.0.0.3:22", rtt_us=5000.0, bytes_sent_total=100.0)
     assert diagnose(g).status("network.congestion") == "clear"
+    own = connection(g, remote="10.0.0.9:8000", rtt_us=5000.0)  # another address of this same host
+    g.entity(own).attrs["remote_is_local"] = True
+    assert diagnose(g).status("network.congestion") == "clear"
 
 
 def test_internet_connections_do_not_count_on_the_whole_host():

@@ -36,6 +36,8 @@ def _address(endpoint: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
 def _inter_node(scope: Scope, conn: Entity) -> bool:
     """A connection to another machine of the cluster: not loopback, not to this host, and, when no
     workload is named, a private (cluster) address rather than the internet."""
+    if conn.attrs.get("remote_is_local") is True:  # the collector knows this host's own addresses
+        return False
     remote, local = _address(conn.attrs.get("remote")), _address(conn.attrs.get("local"))
     if remote is None or remote.is_loopback or (local is not None and remote == local):
         return False
