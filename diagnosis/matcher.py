@@ -70,9 +70,13 @@ class _Evaluator:
         return result
 
 
-def _first_sentence(text: str) -> str:
+def _first_sentence(text: str, limit: int = 240) -> str:
+    """The first sentence; a long one is cut after its last clause that fits ("...; ...")."""
     match = re.match(r"(.+?[.!?])(\s|$)", text)
-    return match.group(1) if match else text
+    sentence = match.group(1) if match else text
+    if len(sentence) > limit and "; " in sentence[:limit]:
+        sentence = sentence[:sentence.rindex("; ", 0, limit)] + "; ..."
+    return sentence
 
 
 @contextmanager

@@ -39,6 +39,10 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -116,9 +120,9 @@ def markdown(d: Diagnosis, graph: Graph | None = None) -> str:
     if s.get("thresholds_overridden"):
         lines.append(f"- Thresholds overridden for: {', '.join(s['thresholds_overridden'])}")
     lines += ["", "## Executive summary", "",
-              f"**P0: {counts['P0']} · P1: {counts['P1']} · P2: {counts['P2']}** — {s.get('finding', 0)} patterns "
-              f"found a problem, {s.get('clear', 0)} are clear, {s.get('not_evaluated', 0)} could not be evaluated "
-              f"(of {s.get('patterns', 0)}).", ""]
+              f"**P0: {counts['P0']} · P1: {counts['P1']} · P2: {counts['P2']}** — {_n(s.get('finding', 0), 'pattern')} "
+              f"found a problem, {s.get('clear', 0)} {'is' if s.get('clear', 0) == 1 else 'are'} clear, "
+              f"{s.get('not_evaluated', 0)} could not be evaluated (of {s.get('patterns', 0)}).", ""]
     if d.findings:
         lines += ["Top findings:", ""] + [f"{i}. {t}" for i, t in enumerate(s.get("top", []), 1)] + [""]
     else:
