@@ -149,3 +149,26 @@ def cpu_wait_pct(e: Entity) -> float | None:
     if per_s is not None:
         return per_s / 10.0
     return None
+
+
+def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
+    parts = cg.id.split(":", 3)
+    return (parts[1], parts[2], parts[3]) if len(parts) == 4 else ("", "", cg.id)
+
+
+def scope_cgroups(scope: Scope) -> list[Entity]:
+    """The workload's cgroups and their ancestors (a limit on an ancestor applies just the same);
+    every cgroup on the whole host."""
+    all_cgroups = scope.graph.entities("cgroup")
+    if not scope.has_workload:
+        return all_cgroups
+    direct = {e.target for p in scope.processes for e in scope.out_edges(p.id, "in_cgroup")}
+    paths = [_cgroup_path(c) for c in all_cgroups if c.id in direct]
+    chosen = []
+    for cg in all_cgroups:
+        host, version, path = _cgroup_path(cg)
+        # a quota on an ancestor throttles the workload just the same
+        if cg.id in direct or any(h == host and v == version and (p.startswith(path.rstrip("/") + "/") or path == "/")
+                                  for h, v, p in paths):
+            chosen.append(cg)
+    return chosen

@@ -7,7 +7,8 @@ import pytest
 from diagnosis import diagnose
 from diagnosis.catalog import catalog
 
-from diagnosis_graphs import assert_threshold, device, host, new_graph, numa, process, threshold_cases, uses
+from diagnosis_graphs import (assert_threshold, cgroup, device, host, new_graph, numa, process, threshold_cases,
+                              uses)
 
 
 def llc(v):
@@ -75,3 +76,15 @@ def test_quiet_host_memory_is_clear():
     g = new_graph()
     host(g, psi_memory_some_pct=0.0, swap_in_pages_per_s=0.0, swap_out_pages_per_s=0.0, major_faults_per_s=3.0)
     assert diagnose(g).status("memory.pressure") == "clear"
+
+
+def test_memory_pressure_of_the_workloads_cgroup():
+    g = new_graph()
+    host(g, psi_memory_some_pct=0.5)
+    process(g, 10, "train", cpu_util_pct=50.0)
+    cgroup(g, "/kubepods/pod1", version="v2", members=(10,), psi_memory_some_pct=40.0, memory_usage_bytes=8e9,
+           memory_limit_bytes=8.1e9)
+    f = diagnose(g).finding("memory.pressure")
+    assert f.severity == "critical" and f.subjects == ["cgroup:h1:v2:/kubepods/pod1"]
+    assert "in cgroup v2:/kubepods/pod1" in f.description
+    assert any(e.metric == "memory_limit_bytes" for e in f.evidence)

@@ -8,7 +8,7 @@ from typing import Any
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
-from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct
+from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct, scope_cgroups
 from diagnosis.scope import Scope, host_of, num, parse_cpulist
 from topology import Entity
 
@@ -95,30 +95,9 @@ SCHEDULING_LATENCY = Pattern(
 
 
 # -- control.cpu_throttling ---------------------------------------------------------------
-def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
-    parts = cg.id.split(":", 3)
-    return (parts[1], parts[2], parts[3]) if len(parts) == 4 else ("", "", cg.id)
-
-
-def _scope_cgroups(scope: Scope) -> list[Entity]:
-    all_cgroups = scope.graph.entities("cgroup")
-    if not scope.has_workload:
-        return all_cgroups
-    direct = {e.target for p in scope.processes for e in scope.out_edges(p.id, "in_cgroup")}
-    paths = [_cgroup_path(c) for c in all_cgroups if c.id in direct]
-    chosen = []
-    for cg in all_cgroups:
-        host, version, path = _cgroup_path(cg)
-        # a quota on an ancestor throttles the workload just the same
-        if cg.id in direct or any(h == host and v == version and (p.startswith(path.rstrip("/") + "/") or path == "/")
-                                  for h, v, p in paths):
-            chosen.append(cg)
-    return chosen
-
-
 def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
     periods, ms = t["throttled_periods_pct"], t["throttled_ms_per_s"]
-    cgroups = _scope_cgroups(scope)
+    cgroups = scope_cgroups(scope)
     measured = [c for c in cgroups if num(c, "throttled_periods_pct") is not None or num(c, "throttled_ms_per_s")
                 is not None]
     if not measured:

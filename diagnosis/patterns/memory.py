@@ -6,7 +6,7 @@ from typing import Any
 
 from diagnosis import evidence as ev
 from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
-from diagnosis.rules import metric_check, workload_devices
+from diagnosis.rules import metric_check, scope_cgroups, workload_devices
 from diagnosis.scope import Scope, num
 from topology import Entity
 
@@ -114,6 +114,10 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
               ("major_faults_per_s", lambda h: num(h, "major_faults_per_s"), "1/s"))
     hosts = scope.hosts()
     measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
+    # the workload's own cgroups: a memory limit stalls it even when the host has memory to spare
+    cgroups = [c for c in scope_cgroups(scope) if scope.has_workload and not c.id.endswith(":/")
+               and num(c, "psi_memory_some_pct") is not None]
+    measured += cgroups
     if not measured:
         return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
                                            "host", "pressure"))
@@ -125,16 +129,18 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
             if sev:
                 severities.append(sev)
                 subjects.append(host.id)
-                parts.append(f"{name} {ev.fmt(value, unit)}")
+                where = "" if host.type == "host" else f" in {ev.short(host.id)}"
+                parts.append(f"{name} {ev.fmt(value, unit)}{where}")
                 items.append(ev.entity(host.id, name, value, unit=unit, levels=t[name], severity=sev))
         if subjects and host.id in subjects:
-            for m, u in (("mem_available_bytes", "bytes"), ("swap_used_bytes", "bytes")):
+            for m, u in (("mem_available_bytes", "bytes"), ("swap_used_bytes", "bytes"), ("memory_usage_bytes", "bytes"),
+                         ("memory_limit_bytes", "bytes")):
                 if num(host, m) is not None:
                     items.append(ev.entity(host.id, m, num(host, m), unit=u))
     if not severities:
         shown = "; ".join(f"{name} {ev.fmt(f(h), u)}" for h in measured for name, f, u in checks if f(h) is not None)
         return clear(f"{shown}: below every threshold")
-    return finding(worst(*severities) or "warning", "The host is short of memory: " + ", ".join(parts) + ".",
+    return finding(worst(*severities) or "warning", "The workload stalls on memory: " + ", ".join(parts) + ".",
                    items, subjects=subjects)
 
 
@@ -143,7 +149,8 @@ PRESSURE = Pattern(
     why="When tasks stall on memory (reclaim, swap-in, major faults), every step takes longer in ways that "
         "do not show up as CPU use; in the worst case the OOM killer ends the job.",
     metrics=("host.psi_memory_some_pct", "host.swap_in_pages_per_s", "host.swap_out_pages_per_s",
-             "host.major_faults_per_s", "host.mem_available_bytes"),
+             "host.major_faults_per_s", "host.mem_available_bytes", "cgroup.psi_memory_some_pct",
+             "cgroup.memory_usage_bytes", "cgroup.memory_limit_bytes"),
     thresholds=(Threshold("psi_memory_some_pct", "%", "above", "share of the window some task stalled on memory",
                           critical=30, warning=10),
                 Threshold("swap_pages_per_s", "pages/s", "above", "pages swapped in plus out per second",
@@ -151,7 +158,8 @@ PRESSURE = Pattern(
                 Threshold("major_faults_per_s", "1/s", "above", "major page faults per second",
                           warning=5000, notice=500)),
     evidence="The host's PSI memory stall share, swap rate and major-fault rate over their thresholds, with "
-             "available memory and swap in use.",
+             "available memory and swap in use; the PSI memory stall of the workload's own cgroups (a container "
+             "memory limit) with their usage and limit.",
     recommendations=(
         "Lower the memory footprint: fewer data-loader workers (each copies the dataset object), smaller "
         "prefetch queues, shared memory for datasets.",
