@@ -34,6 +34,8 @@ _LIBRARIES = [
     ("libtensorflow", "tensorflow"), ("libmindspore", "mindspore"), ("libxla", "jax"),
 ]
 
+# Benchmark clients that drive a server: part of the experiment, not the workload being served.
+_LOAD_GENERATORS = re.compile(r"\bvllm\s+bench\b|benchmark_serving|\bsglang\.bench_serving\b|\bgenai-perf\b", re.I)
 _LOADER_NAMES = re.compile(r"pt_data_worker|dataloader|data_loader|loader|preprocess|pin_memory|pt_autograd", re.I)
 _RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
@@ -56,7 +58,8 @@ def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env
     role is one of: ``inference`` (a serving engine or its workers), ``trainer``, ``loader``
     (DataLoader / preprocessing workers: children of an AI process whose name or command line
     says so, or multiprocessing children of a trainer), ``launcher`` (torchrun, deepspeed
-    launcher), or ``None`` for a process that is not part of an AI workload.
+    launcher), ``load_generator`` (a benchmark client such as ``vllm bench serve``: not part of the
+    workload, so ai is False), or ``None`` for a process that is not part of an AI workload.
     """
     env = env or {}
     frameworks = frameworks_in(name, cmdline, libraries)
@@ -64,6 +67,8 @@ def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env
     parent_ai = bool(parent and parent.get("ai"))
     ai = bool(frameworks) or ranked
     role: str | None = None
+    if _LOAD_GENERATORS.search(cmdline):
+        return {"ai": False, "framework": frameworks[0] if frameworks else None, "role": "load_generator"}
     if _LOADER_NAMES.search(name) and (ai or parent_ai):
         role = "loader"
     elif any(fw in frameworks for fw in ("vllm", "sglang", "triton", "tgi")) or (

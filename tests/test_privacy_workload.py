@@ -1,0 +1,52 @@
+"""Secrets never stored; AI processes and their roles recognised from what a process shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from topology.privacy import filter_env, redact_cmdline
+from topology.workload import classify_process
+
+
+@pytest.mark.parametrize("cmdline, secret", [
+    ("python train.py --password=hunter2 --lr 0.1", "hunter2"),
+    ("python train.py --api-key abc123 --epochs 3", "abc123"),
+    ("git clone https://bob:pa55w0rd@example.org/repo", "pa55w0rd"),
+    ("worker token=tok-9f8e secret=s3cr3t", "tok-9f8e"),
+    ("worker token=tok-9f8e secret=s3cr3t", "s3cr3t"),
+    ("AWS_SECRET_ACCESS_KEY=AKIAXYZ python upload.py", "AKIAXYZ"),
+    ("python run.py --hf_token ghp_abcdef", "ghp_abcdef"),
+    ("curl -H Authorization: Bearer eyJhbGciOi", "eyJhbGciOi"),
+])
+def test_redaction_removes_the_secret_and_keeps_the_rest(cmdline, secret):
+    out = redact_cmdline(cmdline)
+    assert secret not in out
+    assert "<redacted>" in out
+    kept = [w for w in cmdline.split() if secret not in w]
+    assert all(w in out.split() for w in kept)
+
+
+def test_redaction_leaves_performance_arguments_alone():
+    cmd = "vllm serve /m --tensor-parallel-size 4 --max-num-batched-tokens 8192 --max_model_len 32768"
+    assert redact_cmdline(cmd) == cmd
+
+
+def test_environment_allowlist():
+    env = {"RANK": "3", "WORLD_SIZE": "8", "NCCL_DEBUG": "INFO", "HCCL_CONNECT_TIMEOUT": "600",
+           "NCCL_IB_AUTH_TOKEN": "x", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "k", "PATH": "/bin"}
+    assert filter_env(env) == {"HCCL_CONNECT_TIMEOUT": "600", "NCCL_DEBUG": "INFO", "RANK": "3", "WORLD_SIZE": "8"}
+
+
+def test_roles():
+    server = classify_process("vllm", "/usr/bin/python3 /usr/bin/vllm serve /m --tensor-parallel-size 4")
+    assert server == {"ai": True, "framework": "vllm", "role": "inference"}
+    worker = classify_process("python3", "python3 -c from multiprocessing.spawn import spawn_main --multiprocessing-fork",
+                              parent=server)
+    assert worker["ai"] and worker["role"] == "inference"
+    trainer = classify_process("python", "python train.py", libraries=["/usr/lib/libtorch_cpu.so"],
+                               env={"RANK": "1", "WORLD_SIZE": "8"})
+    assert trainer == {"ai": True, "framework": "pytorch", "role": "trainer", "rank": 1, "world_size": 8}
+    assert classify_process("pt_data_worker", "python train.py", parent=trainer)["role"] == "loader"
+    assert classify_process("bash", "bash") == {"ai": False, "framework": None, "role": None}
+    client = classify_process("vllm", "python3 /usr/bin/vllm bench serve --request-rate 4 --port 8001")
+    assert client["role"] == "load_generator" and client["ai"] is False
