@@ -8,22 +8,17 @@ from topology.privacy import filter_env, redact_cmdline
 from topology.workload import classify_process
 
 
-@pytest.mark.parametrize("cmdline, secret", [
-    ("python train.py --password=hunter2 --lr 0.1", "hunter2"),
-    ("python train.py --api-key abc123 --epochs 3", "abc123"),
-    ("git clone https://bob:pa55w0rd@example.org/repo", "pa55w0rd"),
-    ("worker token=tok-9f8e secret=s3cr3t", "tok-9f8e"),
-    ("worker token=tok-9f8e secret=s3cr3t", "s3cr3t"),
-    ("AWS_SECRET_ACCESS_KEY=AKIAXYZ python upload.py", "AKIAXYZ"),
-    ("python run.py --hf_token ghp_abcdef", "ghp_abcdef"),
-    ("curl -H Authorization: Bearer eyJhbGciOi", "eyJhbGciOi"),
+@pytest.mark.parametrize("cmdline, expected", [
+    ("python train.py --password=hunter2 --lr 0.1", "python train.py --password=<redacted> --lr 0.1"),
+    ("python train.py --api-key abc123 --epochs 3", "python train.py --api-key <redacted> --epochs 3"),
+    ("git clone https://bob:pa55w0rd@example.org/repo", "git clone https://bob:<redacted>@example.org/repo"),
+    ("worker token=tok-9f8e secret=s3cr3t", "worker token=<redacted> secret=<redacted>"),
+    ("AWS_SECRET_ACCESS_KEY=AKIAXYZ python upload.py", "AWS_SECRET_ACCESS_KEY=<redacted> python upload.py"),
+    ("python run.py --hf_token ghp_abcdef", "python run.py --hf_token <redacted>"),
+    ("curl -H Authorization: Bearer eyJhbGciOi", "curl -H Authorization: Bearer <redacted>"),
 ])
-def test_redaction_removes_the_secret_and_keeps_the_rest(cmdline, secret):
-    out = redact_cmdline(cmdline)
-    assert secret not in out
-    assert "<redacted>" in out
-    kept = [w for w in cmdline.split() if secret not in w]
-    assert all(w in out.split() for w in kept)
+def test_redaction_removes_the_secret_and_keeps_the_rest(cmdline, expected):
+    assert redact_cmdline(cmdline) == expected
 
 
 def test_redaction_leaves_performance_arguments_alone():
