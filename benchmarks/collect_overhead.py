@@ -4,8 +4,8 @@ Starts 500 extra processes with 4 threads each (forked from one parent, so they 
 copy-on-write and the benchmark stays light), then measures in the same run:
 
 1. one `sample()` of the process collector against a minimal raw reader of the same files
-   (listdir /proc, /proc/PID/stat of the processes it read, and stat + schedstat of each thread
-   of the processes in scope), alternating the two so that both see the same load: once for a
+   (listdir /proc, /proc/PID/stat of the processes it read, and io plus the stat + schedstat of
+   each thread of the processes in scope), alternating the two so that both see the same load: once for a
    sample that reads every process, once for the steady state where idle processes are read
    every 5th sample (target: collector <= 1.5x the raw reader);
 2. the CPU time (user + system, kernel reads included) of a whole window at the default
@@ -78,11 +78,13 @@ def _read(path: str) -> None:
 
 def raw_sample(pids: list[int], scope: list[int]) -> None:
     """The same files as one collector sample, read and thrown away: the /proc listing, the stat
-    of the given processes, and stat + schedstat of each thread of the processes in scope."""
+    of the given processes, and for the processes in scope their io and the stat + schedstat of
+    each of their threads."""
     os.listdir("/proc")
     for pid in pids:
         _read(f"/proc/{pid}/stat")
     for pid in scope:
+        _read(f"/proc/{pid}/io")
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
