@@ -91,6 +91,9 @@ class ProcessCollector(Collector):
         self.requested = set(self.ctx.pids) if self.ctx.pids else None
         self.procs: dict[int, ProcState] = {}
         self.by_name: dict[str, ProcState] = {}  # the same, keyed by the /proc entry name
+        # names of the processes a steady-state sample may skip: idle ones by pid % IDLE_EVERY,
+        # and out-of-scope kernel threads in the last set (see _sample)
+        self.lazy: list[set[str]] = [set() for _ in range(IDLE_EVERY + 1)]
         self.unreadable: dict[str, int] = {}
         self.scope_updates, self.scope_known = -1, -1  # see _update_scope
         self.samples_taken = 0
@@ -125,11 +128,12 @@ class ProcessCollector(Collector):
             names = os.listdir(proc)
         except OSError:
             names = []
-        for name in names:
+        wanted = names
+        if not everything:  # set arithmetic in C instead of a Python test per skipped process
+            skip = self.lazy[IDLE_EVERY].union(*(b for i, b in enumerate(self.lazy[:IDLE_EVERY]) if i != phase))
+            wanted = [n for n in names if n not in skip]
+        for name in wanted:
             p = by_name.get(name)
-            if p is not None and not everything and not p.in_scope and (
-                    p.kernel or (p.idle_samples >= IDLE_AFTER and p.pid % IDLE_EVERY != phase)):
-                continue
             if p is None and not name.isdigit():
                 continue
             text = read_text(f"{proc}/{name}/stat", small=True)
@@ -144,7 +148,11 @@ class ProcessCollector(Collector):
                     self._classify(p)
                     self._endpoint(p, t)
                 continue
+            idle_before = p.idle_samples >= IDLE_AFTER
             p.observe_fields(t, fields, node_of)
+            if (p.idle_samples >= IDLE_AFTER) != idle_before and not p.in_scope and not p.kernel:
+                bucket = self.lazy[p.pid % IDLE_EVERY]
+                bucket.add(name) if not idle_before else bucket.discard(name)
         present = set(names)
         for name, p in by_name.items():
             if name not in present:
@@ -183,6 +191,10 @@ class ProcessCollector(Collector):
         p.observe_stat(t, st, self.node_of.get(st.processor))
         self.procs[pid] = p
         self.by_name[str(pid)] = p
+        for lazy in self.lazy:  # a reused pid starts afresh
+            lazy.discard(str(pid))
+        if p.kernel:
+            self.lazy[IDLE_EVERY].add(str(pid))
         if p.kernel:  # no command line, always in the root cgroups: nothing more to read
             p.cmdline, p.cgroups = "", {}
             self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups
@@ -293,6 +305,8 @@ class ProcessCollector(Collector):
     def _join_scope(self, p: ProcState, t: float) -> None:
         """Expensive reads, once: mapped libraries and the allowlisted environment, then reclassify."""
         p.in_scope = True
+        for lazy in self.lazy:  # read every interval from now on
+            lazy.discard(str(p.pid))
         libraries: list[str] = []
         env: dict[str, str] = {}
         if not p.kernel:
