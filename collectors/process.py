@@ -1,11 +1,14 @@
 """Processes and threads: CPU, run-queue wait, context switches, affinity, where they ran, memory,
 I/O rates, NUMA pages, cgroup and container, and the process tree.
 
-Cost model (the host may run thousands of tasks): every interval, one /proc/PID/stat per process,
-plus stat and schedstat per thread of the processes in scope. At the start and the end only:
-status, io and every thread's schedstat and status (rates over the window need only the two
-ends). Expensive reads only for the processes in scope: maps and environ when a process joins
-the scope, numa_maps at the end.
+Cost model (the host may run thousands of tasks; see BENCHMARKS.md): every interval, one
+/proc/PID/stat per active process (idle ones outside the scope every 5th interval, kernel threads
+outside it at the two ends only), plus io and each thread's stat and schedstat for the processes
+in scope. At the start and the end only: status and io of every process, each scope thread's
+status (rates over the window need only the two ends); outside the scope, run-queue wait and
+context switches only for single-threaded processes, whose main thread is the whole process.
+Expensive reads only for the processes in scope: maps and environ when a process joins the
+scope, numa_maps at the end.
 
 The scope is the given pids and their descendants; without pids, the processes recognised as AI
 training/inference (name or command line) and their descendants, plus the top CPU consumers of
