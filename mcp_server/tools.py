@@ -74,6 +74,8 @@ class WittyTools:
                              f"use an interval shorter than the window, e.g. interval_s=1")
         graph = wp.collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
                         collectors=inp.collectors, progress=progress, stop=stop)
+        if stop is not None and stop.is_set():  # the client cancelled: nobody is waiting for this graph
+            raise InputError("collect was cancelled; the window was not saved")
         record = self.store.add_live(graph)
         return self._summary(record, graph, 8000)
 

@@ -200,3 +200,23 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     assert sorted(answers) == [1, 2, 3] and all(a["jsonrpc"] == "2.0" for a in answers.values())
     assert answers[2]["result"]["isError"] is False and answers[3]["result"]["isError"] is True
     assert "witty-mcp" in err  # the logs went to stderr
+
+
+async def test_cancelling_collect_ends_the_window_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import witty_profiler
+    real, ended = witty_profiler.collect, threading.Event()
+
+    def watched(**kwargs):  # the real engine; only notes when it returns
+        try:
+            return real(**kwargs)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(witty_profiler, "collect", watched)
+    server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
+    async with mcp.Client(server) as client:
+        with anyio.move_on_after(1.5):
+            await client.call_tool("collect", {"duration_s": 60, "interval_s": 0.5})
+        # the engine stops at its next tick instead of running out its 60 s window
+        assert await anyio.to_thread.run_sync(ended.wait, 30), "the window went on after the client cancelled"
+        assert (await call(client, "list_graphs"))["total"] == 0  # a cancelled window is not saved
