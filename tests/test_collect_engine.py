@@ -206,3 +206,22 @@ def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     assert "numa_pages" not in server.attrs  # numa_maps of another user's process is not readable
     assert g.entities("host")[0].metrics["cpu_util_pct"] >= 0
     json.loads(out.read_text())
+
+
+def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
+    """Idle processes outside the scope are read every 5th interval: the window's rate must still
+    hold all the CPU time of one that wakes up half-way."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    waker = subprocess.Popen([PY, "-c", "import time\ntime.sleep(1.6)\nwhile True: pass"])
+    try:
+        time.sleep(0.3)
+        g = run_window(3.2, 0.2, pids=[sleeper.pid], collectors=["process"])
+    finally:
+        for p in (sleeper, waker):
+            p.kill()
+            p.wait()
+    woke = g.entity(f"process:{g.meta.hosts[0]}:{waker.pid}")
+    assert not woke.attrs["in_scope"]
+    # busy for ~1.4 s of the 3.2 s window (less on a crowded host, but not nothing)
+    assert woke.metrics["cpu_util_pct"] > 10, woke.metrics
+    assert woke.metrics["cpu_util_pct_max"] > woke.metrics["cpu_util_pct"]
