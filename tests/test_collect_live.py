@@ -196,6 +196,9 @@ def test_named_threads_helper_is_real():
 def test_graph_file_is_deterministic_json(window):
     doc = json.loads(window["bytes"])
     assert doc["format"] == "witty-graph" and doc["schema_version"] == 1
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "topology" / "schema" / "graph-v1.schema.json").read_text())
+    jsonschema.validate(doc, schema)
     ids = [e["id"] for e in doc["entities"]]
     assert ids == sorted(ids)
 
