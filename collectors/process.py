@@ -426,6 +426,20 @@ class ProcessCollector(Collector):
             if ran_nodes and all_pages:
                 remote = sum(c for n, c in pages.items() if n not in ran_nodes)
                 metrics["numa_remote_pages_pct"] = round(remote / all_pages * 100, 2)
+            if total and all_pages:  # overlap of the two distributions: 100 = pages where it runs
+                metrics["cpu_mem_colocation_pct"] = round(sum(
+                    min(runtime.get(n, 0) / total, pages.get(n, 0) / all_pages) for n in set(runtime) | set(pages)
+                ) * 100, 2)
+        if p.in_scope and p.status_last:
+            self._allowed_edges(g, pid_id, p.status_last[1].get("Cpus_allowed_list", ""))
+
+    def _allowed_edges(self, g: Graph, source: str, cpus_allowed: str) -> None:
+        """allowed_on: the NUMA nodes holding at least one CPU the task may run on."""
+        host = self.ctx.host
+        nodes = {self.node_of[c] for c in parse_cpulist(cpus_allowed) if c in self.node_of} if cpus_allowed else set()
+        for node in sorted(nodes):
+            _node(g, host, node)
+            _edge(g, "allowed_on", source, numa_id(host, node))
 
     def _container_edge(self, g: Graph, pid_id: str, p: ProcState) -> None:
         for path in (p.cgroups or {}).values():
@@ -457,6 +471,7 @@ class ProcessCollector(Collector):
             metrics["cpus_allowed_count"] = len(parse_cpulist(th.cpus_allowed))
         _entity(g, "thread", tid_id, attrs, metrics)
         _edge(g, "has_thread", pid_id, tid_id)
+        self._allowed_edges(g, tid_id, th.cpus_allowed)
         total = sum(th.node_ns.values())
         for node, ns in sorted(th.node_ns.items()):
             _node(g, host, node)

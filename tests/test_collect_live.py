@@ -90,6 +90,11 @@ def window(tmp_path_factory):
             "stderr": stderr}
 
 
+def _cpus(text: str) -> list[int]:
+    from collectors.procfs import parse_cpulist
+    return parse_cpulist(text)
+
+
 def proc_entity(window, key):
     graph = window["graph"]
     return graph.entity(f"process:{graph.meta.hosts[0]}:{window['pids'][key]}")
@@ -136,7 +141,14 @@ def test_threads_with_names_and_where_they_ran(window):
     assert runs_on and abs(sum(e.metrics["runtime_share_pct"] for e, _ in runs_on) - 100) < 0.1
     assert graph.neighbours(busy.id, "out", "runs_on") and graph.neighbours(busy.id, "out", "allocates_on")
     assert busy.metrics["numa_pages_total"] > 0 and busy.attrs["numa_pages"]
-    assert busy.metrics["numa_remote_pages_pct"] >= 0
+    assert busy.metrics["numa_remote_pages_pct"] >= 0 and 0 <= busy.metrics["cpu_mem_colocation_pct"] <= 100
+    # allowed_on: every node holding a CPU it may use; on one node everything is local
+    allowed = [n.attrs["node"] for _, n in graph.neighbours(busy.id, "out", "allowed_on")]
+    assert allowed == sorted(n.attrs["node"] for n in graph.entities("numa_node")
+                             if set(range(os.cpu_count())) & set(_cpus(n.attrs.get("cpus", ""))))
+    if len(graph.entities("numa_node")) == 1:
+        assert busy.metrics["numa_remote_pages_pct"] == 0 and busy.metrics["cpu_mem_colocation_pct"] == 100
+    assert graph.neighbours(main.id, "out", "allowed_on")
 
 
 def test_pinned_process_affinity(window):
