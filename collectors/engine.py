@@ -80,7 +80,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     """Collect one window on this host and return the merged graph (meta.source = 'live')."""
     validate_window(duration_s, interval_s)
     broken = discover()
-    names = _select(collectors, broken)
+    names = _select(collectors)
     ctx = ctx or Context()
     ctx.duration_s, ctx.interval_s = duration_s, interval_s
     if pids:
@@ -149,8 +149,9 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     if collectors is None:
         for module, reason in broken.items():
             statuses.setdefault(module, CollectorStatus(status="error", reason=reason))
-    graph.meta = Meta(hosts=[ctx.host], tool_version=_version(), started_at=started_at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                      duration_s=round(actual, 3), interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
+    started = started_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    graph.meta = Meta(hosts=[ctx.host], tool_version=_version(), started_at=started, duration_s=round(actual, 3),
+                      interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
                       collectors=dict(sorted(statuses.items())), source="live")
     return graph
 
@@ -165,7 +166,7 @@ def host_info(ctx: Context) -> dict[str, Any]:
             "numa_nodes": len(numa_topology(ctx)) or 1}
 
 
-def _select(wanted: list[str] | None, broken: dict[str, str]) -> list[str]:
+def _select(wanted: list[str] | None) -> list[str]:
     if wanted is None:
         return [n for n, cls in REGISTRY.items() if cls.default_enabled]
     unknown = sorted(set(wanted) - set(REGISTRY))
