@@ -145,7 +145,8 @@ class CgroupCollector(Collector):
             if series is not None:
                 m.update(window_metrics(f"psi_{line}_pct", series, scale=1e-4, digits=3))
         if "cpu" in dirs:
-            cores = quota_cores(read_text(f"{dirs['cpu']}/cpu.cfs_quota_us"), read_text(f"{dirs['cpu']}/cpu.cfs_period_us"))
+            cores = quota_cores(read_text(f"{dirs['cpu']}/cpu.cfs_quota_us"),
+                                read_text(f"{dirs['cpu']}/cpu.cfs_period_us"))
         else:
             cores = quota_cores(read_text(f"{dirs['v2']}/cpu.max")) if "v2" in dirs else None
         if cores is not None:

@@ -31,7 +31,8 @@ from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format
                                parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
                                parse_stat, read_text)
 from collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
-from collectors.tasks import ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat, read_status
+from collectors.tasks import (ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat,
+                             read_status)
 from topology import Edge, Entity, Graph
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
@@ -446,7 +447,10 @@ class ProcessCollector(Collector):
             found = container_from_cgroup(path)
             if found:
                 cid = entity_id("container", self.ctx.host, found["id"])
-                g.entity_of("container", cid, {k: v for k, v in found.items() if k != "id"} | {"container_id": found["id"]})
+                attrs = {"container_id": found["id"], "runtime": found["runtime"]}
+                if "pod" in found:
+                    attrs["pod"] = found["pod"]
+                g.entity_of("container", cid, attrs)
                 _edge(g, "in_container", pid_id, cid)
                 return
 

@@ -144,3 +144,21 @@ def test_series_rates_and_window_statistics():
         busy.add(t, b)
         total.add(t, a)
     assert ratio_metrics("u_pct", busy, total) == {"u_pct": 25.0, "u_pct_p95": 50.0, "u_pct_max": 50.0}
+
+
+def test_a_process_in_a_kubernetes_container_gets_a_container_entity():
+    from collectors.base import Context
+    from collectors.process import ProcessCollector
+    from collectors.tasks import ProcState
+    from topology import Graph
+
+    cid = "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809"
+    collector = ProcessCollector(Context(host="h"))
+    p = ProcState(os.getpid(), procfs.parse_stat(procfs.read_text("/proc/self/stat")), False)
+    p.cgroups = {"cpu": f"/kubepods/burstable/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/{cid}", "": "/"}
+    g = Graph()
+    collector._container_edge(g, f"process:h:{p.pid}", p)
+    container = g.entity(f"container:h:{cid}")
+    assert container.attrs == {"container_id": cid, "runtime": "kubernetes",
+                               "pod": "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"}
+    assert [e.type for e in g.edges()] == ["in_container"]

@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated)")
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
     p.add_argument("--force", action="store_true", help=f"overwrite an existing {DEFAULT_FILE}")
-    p.add_argument("--offline", action="store_true", help="accepted for compatibility: collection never uses the network")
+    p.add_argument("--offline", action="store_true",
+                   help="accepted for compatibility: collection never uses the network")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
