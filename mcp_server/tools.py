@@ -15,7 +15,7 @@ import tomllib
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -28,6 +28,13 @@ from topology.errors import InputError
 from topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
+
+
+class Rows(NamedTuple):
+    rows: list[Entity | Edge]
+    total_entities: int
+    total_edges: int
+    kind: Literal["find", "top", "around"]
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -59,6 +66,7 @@ class WittyTools:
         self.thresholds_path = thresholds_path
         self.workdir = (workdir or Path.cwd()).resolve()
         self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._queries: OrderedDict[str, Rows] = OrderedDict()  # last queries' rows, for their next pages
         self._lock = threading.Lock()
 
     # -- graphs in ------------------------------------------------------------------------
@@ -134,27 +142,7 @@ class WittyTools:
         key = query_key(inp.graph_id, inp.type, inp.where, inp.around, inp.depth, inp.edge_type,
                         inp.top_by_metric, inp.ascending)
         offset = read_cursor(inp.cursor, key)
-        rows: list[Entity | Edge]
-        total_edges = 0
-        if inp.around is not None:
-            if inp.around not in graph:
-                raise InputError(f"no entity with id {inp.around!r} in graph {inp.graph_id!r}: find ids with "
-                                 f"query_graph type=... (ids look like process:<host>:<pid>)")
-            sub = graph.subgraph(inp.around, depth=inp.depth, edge_type=inp.edge_type)
-            found = sub.find(inp.type, inp.where)
-            centre = [e for e in found if e.id == inp.around]
-            edges = sub.edges()
-            rows = [*centre, *(e for e in found if e.id != inp.around), *edges]
-            total_entities, total_edges, kind = len(found), len(edges), "around"
-        elif inp.top_by_metric is not None:
-            rows, total_entities = self._ranked(graph, inp, offset + inp.limit)
-            kind = "top"
-        elif inp.type is not None or inp.where:
-            rows = graph.find(inp.type, inp.where)
-            total_entities, kind = len(rows), "find"
-        else:
-            raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id> or "
-                             "top_by_metric (e.g. top_by_metric='cpu_util_pct')")
+        rows, total_entities, total_edges, kind = self._rows(graph, inp, key, offset + inp.limit)
         total_rows = total_entities + total_edges
         if offset > total_rows:
             raise InputError("cursor points past the end of the results: drop cursor to start again")
@@ -177,6 +165,38 @@ class WittyTools:
             out.note = (f"{', '.join(clipped)} of {dumped[0]['id']} left out to fit max_tokens={inp.max_tokens}; "
                         f"raise max_tokens to see them" + (f". {out.note}" if out.note else ""))
         return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    def _rows(self, graph: Graph, inp: s.QueryGraphInput, key: str, need: int) -> Rows:
+        """All rows of a query (for top_by_metric: at least the first `need`), kept for the next pages:
+        following a cursor must not scan the graph again."""
+        with self._lock:
+            hit = self._queries.get(key)
+        if hit is not None and (hit.kind != "top" or len(hit.rows) >= min(need, hit.total_entities)):
+            return hit
+        if inp.around is not None:
+            if inp.around not in graph:
+                raise InputError(f"no entity with id {inp.around!r} in graph {inp.graph_id!r}: find ids with "
+                                 f"query_graph type=... (ids look like process:<host>:<pid>)")
+            sub = graph.subgraph(inp.around, depth=inp.depth, edge_type=inp.edge_type)
+            found = sub.find(inp.type, inp.where)
+            centre = [e for e in found if e.id == inp.around]
+            edges = sub.edges()
+            result = Rows([*centre, *(e for e in found if e.id != inp.around), *edges], len(found), len(edges),
+                          "around")
+        elif inp.top_by_metric is not None:
+            head, total = self._ranked(graph, inp, max(need, 200))
+            result = Rows(list(head), total, 0, "top")
+        elif inp.type is not None or inp.where:
+            found = graph.find(inp.type, inp.where)
+            result = Rows(list(found), len(found), 0, "find")
+        else:
+            raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id> or "
+                             "top_by_metric (e.g. top_by_metric='cpu_util_pct')")
+        with self._lock:
+            self._queries[key] = result
+            while len(self._queries) > 8:
+                self._queries.popitem(last=False)
+        return result
 
     def _ranked(self, graph: Graph, inp: s.QueryGraphInput, n: int) -> tuple[list[Entity], int]:
         """The first n entities by the metric (ties by id) and how many have it."""
