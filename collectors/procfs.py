@@ -28,8 +28,10 @@ def read_text(path: str, small: bool = False) -> str | None:
         return None
     try:
         chunk = os.read(fd, 65536)
-        if small or len(chunk) < 4096:
+        if small:
             return chunk.decode("utf-8", "replace")
+        # seq_file-backed files (maps, numa_maps, net tables) return about a page per read and
+        # less than a page when the next record does not fit: only an empty read means the end.
         chunks = [chunk]
         while chunk:
             chunk = os.read(fd, 65536)
