@@ -73,6 +73,23 @@ class Collector:
         return Graph(Meta(hosts=[self.ctx.host]))
 
 
+class CounterCollector(Collector):
+    """A collector of counters that are cheap to read: read at the start, every interval and at
+    the end into `self.series` (a collectors.sampling.SeriesTable), turned into window metrics
+    by `finish`. Subclasses implement `_read` and call it once more at the top of `finish`."""
+
+    def start(self) -> None:
+        from collectors.sampling import SeriesTable
+        self.series = SeriesTable()
+        self._read()
+
+    def sample(self) -> None:
+        self._read()
+
+    def _read(self) -> None:
+        raise NotImplementedError
+
+
 REGISTRY: dict[str, type[Collector]] = {}
 
 

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import Collector, register
+from collectors.base import CounterCollector, register
 from collectors.procfs import parse_proc_stat_cpus, read_text
-from collectors.sampling import SeriesTable, ratio_metrics, window_metrics
+from collectors.sampling import ratio_metrics, window_metrics
 from topology import Graph
 from topology.ids import cpu_id, host_id
 
 
 @register
-class CpuCollector(Collector):
+class CpuCollector(CounterCollector):
     name = "cpu"
-
-    def start(self) -> None:
-        self.series = SeriesTable()
-        self._read()
-
-    def sample(self) -> None:
-        self._read()
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/stat")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import Collector, register
+from collectors.base import CounterCollector, register
 from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from collectors.sampling import SeriesTable, window_metrics
+from collectors.sampling import window_metrics
 from topology import Graph
 from topology.ids import host_id
 
@@ -25,15 +25,8 @@ def remote_alloc_pct(local: float | None, other: float | None) -> float | None:
 
 
 @register
-class MemoryCollector(Collector):
+class MemoryCollector(CounterCollector):
     name = "memory"
-
-    def start(self) -> None:
-        self.series = SeriesTable()
-        self._read()
-
-    def sample(self) -> None:
-        self._read()
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/vmstat")

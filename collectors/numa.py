@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import time
 
-from collectors.base import Collector, Context, register
+from collectors.base import Context, CounterCollector, register
 from collectors.memory import remote_alloc_pct
 from collectors.procfs import format_cpulist, parse_cpulist, parse_kv_numbers, parse_meminfo, read_text
-from collectors.sampling import SeriesTable, window_metrics
+from collectors.sampling import window_metrics
 from topology import Graph
 from topology.ids import cpu_id, numa_id
 
@@ -55,16 +55,12 @@ def cpu_to_node(ctx: Context) -> dict[int, int]:
 
 
 @register
-class NumaCollector(Collector):
+class NumaCollector(CounterCollector):
     name = "numa"
 
     def start(self) -> None:
-        self.series = SeriesTable()
         self.nodes = numa_topology(self.ctx)
-        self._read()
-
-    def sample(self) -> None:
-        self._read()
+        super().start()
 
     def _read(self) -> None:
         for node in self.nodes:

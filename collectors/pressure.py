@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import Collector, register
+from collectors.base import CounterCollector, register
 from collectors.procfs import parse_psi, read_text
-from collectors.sampling import SeriesTable, window_metrics
+from collectors.sampling import window_metrics
 from topology import Graph
 from topology.ids import host_id
 
@@ -20,15 +20,8 @@ _METRICS = {("cpu", "some"): "psi_cpu_some_pct", ("io", "some"): "psi_io_some_pc
 
 
 @register
-class PressureCollector(Collector):
+class PressureCollector(CounterCollector):
     name = "pressure"
-
-    def start(self) -> None:
-        self.series = SeriesTable()
-        self._read()
-
-    def sample(self) -> None:
-        self._read()
 
     def _read(self) -> None:
         for resource in ("cpu", "io", "memory"):

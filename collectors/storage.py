@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from collectors.base import Collector, register
+from collectors.base import CounterCollector, register
 from collectors.procfs import read_text
 from collectors.sampling import SeriesTable, ratio_metrics, window_metrics
 from topology import Graph
@@ -84,15 +84,8 @@ def device_metrics(series: SeriesTable, name: str) -> dict[str, float]:
 
 
 @register
-class StorageCollector(Collector):
+class StorageCollector(CounterCollector):
     name = "storage"
-
-    def start(self) -> None:
-        self.series = SeriesTable()
-        self._read()
-
-    def sample(self) -> None:
-        self._read()
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/diskstats")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 import networkx as nx
@@ -187,7 +187,6 @@ class Graph:
     def top(self, metric: str, n: int = 10, kind: str | None = None, ascending: bool = False) -> list[Entity]:
         """The n entities with the highest (or lowest) value of a metric; ties broken by id."""
         scored = [e for e in self.entities(kind) if isinstance(e.metrics.get(metric), (int, float))]
-        key: Callable[[Entity], Any]
         if ascending:
             return heapq.nsmallest(n, scored, key=lambda e: (e.metrics[metric], e.id))
         return heapq.nsmallest(n, scored, key=lambda e: (-e.metrics[metric], e.id))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ns, num, pct
-from converters.views.common import coverage, has_any, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
 
 LAYER = "compute"
 NUMBER = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, num, pct, size
-from converters.views.common import coverage, edge_ends, edge_label, has_any, CPU, ID, NAME, findings_block, legend, neg, rank
+from converters.views.common import coverage, edge_ends, edge_label, CPU, ID, NAME, findings_block, legend, neg, rank
 
 LAYER = "dataplane"
 NUMBER = 7

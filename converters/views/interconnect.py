@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from converters.context import GraphContext, compact_list
 from converters.render import Block, Column, Lines, Table, num, pct, unordered
-from converters.views.common import coverage, edge_ends, edge_label, edge_label, has_any, ALLOWED, ID, findings_block, legend, neg, rank
+from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
 from converters.views.memory import pages_cell
 
 LAYER = "interconnect"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_us, num, pct, rate, size
-from converters.views.common import coverage, edge_ends, edge_label, has_any, ID, findings_block, legend, neg, rank
+from converters.views.common import coverage, edge_ends, edge_label, ID, findings_block, legend, neg, rank
 
 LAYER = "network"
 NUMBER = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
-from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.common import coverage, ID, NAME, ROLE, findings_block, legend, neg, rank
 
 LAYER = "storage"
 NUMBER = 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from topology import Edge, Entity, Graph, load_graph
+from topology import Entity, Graph, load_graph
 from topology.errors import InputError
 from witty_profiler.output import print_json, table
 
