@@ -131,6 +131,14 @@ def test_pipeline_bubble_needs_samples():
     assert row.status == "not_evaluated" and "samples" in row.reason
 
 
+def test_a_busy_loop_that_waits_for_a_cpu_has_no_bubble():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=45.0, cpu_util_pct_p95=100.0, runqueue_wait_ms_per_s=520.0)
+    assert diagnose(g).status("dataplane.pipeline_bubble") == "clear"
+    g.entity("process:h1:10").metrics["runqueue_wait_ms_per_s"] = 0.0  # idle, not waiting: a real gap
+    assert diagnose(g).finding("dataplane.pipeline_bubble").severity == "critical"
+
+
 def test_small_queues_are_not_a_backlog():
     g = backlog(5e6)
     next(e for e in g.edges("unix_socket")).metrics["queued_bytes"] = 100

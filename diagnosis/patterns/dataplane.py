@@ -216,6 +216,10 @@ def _bubble(e: Entity, metric: str, min_busy: float) -> float | None:
         peak = num(e, f"{metric}_max")
     if mean is None or peak is None or peak < min_busy or peak <= 0:
         return None
+    if metric == "cpu_util_pct":
+        # time spent runnable in the run queue is CPU contention (control.scheduling_latency),
+        # not a gap in the pipeline: the process wanted to run then
+        mean += (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
     return max(0.0, (peak - mean) * 100 / peak)
 
 
@@ -249,7 +253,7 @@ PIPELINE_BUBBLE = Pattern(
         "the gaps every step: synchronous input, host-device copies or pipeline-parallel bubbles.",
     metrics=("gpu.util_pct", "gpu.util_pct_p95", "npu.util_pct_p95", "process.cpu_util_pct_p95"),
     thresholds=(Threshold("bubble_pct", "%", "above", "(p95 - mean) / p95 of the consumer's utilisation over the "
-                          "window's samples", critical=50, warning=30),),
+                          "window's samples; a process's run-queue wait counts as busy", critical=50, warning=30),),
     params=(Param("min_busy_pct", 50, "%", "only consumers whose p95 utilisation reaches this have busy phases to "
                   "compare with"),),
     evidence="Each device of the workload (else each consumer process) over the threshold, with its mean, p95 and "
