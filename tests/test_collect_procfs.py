@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from collectors import procfs
 from collectors.cgroup import cgroup_mounts, quota_cores
@@ -36,7 +37,13 @@ def test_schedstat_status_io_of_a_thread():
     worker.start()
     try:
         tid = worker.native_id
-        run, wait, slices = procfs.parse_schedstat(procfs.read_text(f"/proc/self/task/{tid}/schedstat"))
+        # a thread still on its first timeslice has no run time accounted yet: wait until it blocks
+        deadline = time.monotonic() + 5
+        while True:
+            run, wait, slices = procfs.parse_schedstat(procfs.read_text(f"/proc/self/task/{tid}/schedstat"))
+            if run > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         assert run > 0 and wait >= 0 and slices >= 1
         status = procfs.parse_status(procfs.read_text(f"/proc/self/task/{tid}/status"))
         assert status["Name"]  # Python 3.11 does not name OS threads; the name is the process's

@@ -11,21 +11,22 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Callable
 
 from topology.errors import InputError
 from witty_profiler import __version__
 from witty_profiler.commands import COMMANDS
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="witty-profiler", description="Find why an AI training or inference host is slow.")
+    parser = OneLineErrorParser(prog="witty-profiler", description="Find why an AI training or inference host is slow.")
     parser.add_argument("--version", action="version", version=f"witty-profiler {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     for name in COMMANDS:
         importlib.import_module(f"witty_profiler.commands.{name}").register(sub)
     return parser
@@ -37,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return 2
+    return guarded(lambda: args.handler(args))
+
+
+def guarded(call: Callable[[], int | None]) -> int:
+    """Run a command and map what escapes it to the exit codes above, one line on stderr."""
     try:
-        return int(args.handler(args) or 0)
+        return int(call() or 0)
     except InputError as exc:
         print(f"witty-profiler: error: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """Small output helpers shared by the subcommands: JSON to stdout, aligned text tables, writing
-a file without overwriting what the user has unless asked."""
+a file without overwriting what the user has unless asked (--force), and never over an input."""
 
 from __future__ import annotations
 
@@ -22,17 +22,33 @@ def table(rows: list[list[Any]], header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_output(text: str, path: str | None, force: bool = True) -> None:
-    """Write to PATH, or stdout for None or '-'. Refuses a directory; with force=False refuses to
-    overwrite an existing file."""
+def add_output_arguments(parser, what: str = "the result") -> None:
+    """-o/--output and --force, the same on every command that writes a file."""
+    parser.add_argument("-o", "--output", metavar="FILE", help=f"write {what} to FILE (default stdout; '-' = stdout)")
+    parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+
+def check_output(path: str | None, force: bool = False, inputs: tuple[str | None, ...] = ()) -> None:
+    """Refuse, before any work is done, an output that would lose something: a directory, a missing
+    directory, an existing file without --force, or one of the command's own input files."""
     if path in (None, "-"):
-        sys.stdout.write(text)
         return
     target = Path(path)
     if target.is_dir():
         raise InputError(f"{target}: is a directory; give a file name")
-    if target.exists() and not force:
-        raise InputError(f"{target}: exists; choose another name or pass --force to overwrite it")
     if not target.parent.exists():
         raise InputError(f"{target.parent}: no such directory")
-    target.write_text(text, encoding="utf-8")
+    for given in inputs:
+        if given and target.exists() and Path(given).exists() and target.samefile(given):
+            raise InputError(f"{target}: is also an input of this command; write the output to another file")
+    if target.exists() and not force:
+        raise InputError(f"{target}: exists; choose another name or pass --force to overwrite it")
+
+
+def write_output(text: str, path: str | None, force: bool = False, inputs: tuple[str | None, ...] = ()) -> None:
+    """Write to PATH (after check_output), or stdout for None or '-'."""
+    check_output(path, force, inputs)
+    if path in (None, "-"):
+        sys.stdout.write(text)
+        return
+    Path(path).write_text(text, encoding="utf-8")

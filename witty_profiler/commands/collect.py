@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from collectors.engine import MAX_DURATION_S, run_window, validate_window
 from topology import dumps_graph
 from topology.errors import InputError
-from witty_profiler.output import write_output
+from witty_profiler.output import check_output, write_output
 
 DEFAULT_FILE = "witty-graph.json"
 
@@ -39,20 +38,11 @@ def _collectors(text: str | None) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     validate_window(args.duration, args.interval)
-    target = args.output
-    if target is None:
-        target = DEFAULT_FILE
-        if Path(target).exists() and not args.force:
-            raise InputError(f"{target} exists; pass --force to overwrite it or -o FILE to write elsewhere")
-    if target != "-":
-        path = Path(target)
-        if path.is_dir():
-            raise InputError(f"{path}: is a directory; give a file name")
-        if not path.parent.exists():
-            raise InputError(f"{path.parent}: no such directory")
+    target = args.output or DEFAULT_FILE
+    check_output(target, args.force)  # before the window is spent
     graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=_collectors(args.collectors),
                        progress=None if args.quiet else _progress(sys.stderr))
-    write_output(dumps_graph(graph), target)
+    write_output(dumps_graph(graph), target, force=True)  # checked before the window started
     if target != "-" and not args.quiet:
         counts = f"{graph.entity_count()} entities, {graph.edge_count()} edges"
         not_ok = [f"{n} {c.status}" for n, c in graph.meta.collectors.items() if c.status != "ok"]
@@ -72,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="scope: this process and its descendants (repeat for several)")
     p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated)")
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
-    p.add_argument("--force", action="store_true", help=f"overwrite an existing {DEFAULT_FILE}")
+    p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--offline", action="store_true",
                    help="accepted for compatibility: collection never uses the network")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")

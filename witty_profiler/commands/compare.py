@@ -8,14 +8,15 @@ import argparse
 from diagnosis.compare import compare
 from diagnosis.thresholds import load_thresholds
 from topology import load_graph
-from witty_profiler.output import write_output
+from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     before, after = load_graph(args.before), load_graph(args.after)
     result = compare(before, after, thresholds=thresholds, pids=args.pid or None)
-    write_output(result.to_json() if args.format == "json" else result.markdown(), args.output)
+    write_output(result.to_json() if args.format == "json" else result.markdown(), args.output, args.force,
+                 (args.before, args.after))
     return 0
 
 
@@ -27,5 +28,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
                    help="the workload in both graphs (default: recognised AI processes)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default stdout)")
+    add_output_arguments(p, "the comparison")
     p.set_defaults(handler=run)

@@ -7,13 +7,13 @@ import argparse
 from converters import LAYER_VIEWS, render_view
 from converters.view import check_request
 from topology import load_graph
-from witty_profiler.output import write_output
+from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
     check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast
     view = render_view(load_graph(args.graph), args.layer, args.max_tokens, ref=args.graph)
-    write_output(view.text, args.output)
+    write_output(view.text, args.output, args.force, (args.graph,))
     return 0
 
 
@@ -26,5 +26,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", default="summary", choices=LAYER_VIEWS, help="view to render (default: summary)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="token budget (at least 200; default: no limit, "
                                                                 "the summary stays under 500)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout ('-' = stdout)")
+    add_output_arguments(p, "the view")
     p.set_defaults(handler=run)

@@ -11,7 +11,7 @@ from diagnosis import diagnose, layer_number
 from diagnosis.report import report
 from diagnosis.thresholds import load_thresholds
 from topology import Graph, load_graph
-from witty_profiler.output import write_output
+from witty_profiler.output import add_output_arguments, check_output, write_output
 
 
 def graph_from_args(args: argparse.Namespace) -> Graph:
@@ -37,9 +37,10 @@ def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
 
 def run(args: argparse.Namespace) -> int:
     layer, thresholds = check_options(args)
+    check_output(args.output, args.force, (args.graph,))  # before a live window is spent
     graph = graph_from_args(args)
     result = diagnose(graph, pids=args.pid or None, layer=layer, thresholds=thresholds)
-    write_output(report(result, graph, args.format), args.output)
+    write_output(report(result, graph, args.format), args.output, args.force, (args.graph,))
     return 0
 
 
@@ -62,6 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", metavar="NAME", help="only this layer: compute, memory, interconnect, network, storage, "
                    "control, dataplane (or 1-7)")
     p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown report (default) or JSON")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default stdout)")
+    add_output_arguments(p, "the report")
     p.add_argument("-q", "--quiet", action="store_true", help="no collection progress on stderr")
     p.set_defaults(handler=run)

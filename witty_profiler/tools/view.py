@@ -8,34 +8,28 @@ writes), else collects a live window first.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
 from pathlib import Path
 
 from diagnosis import diagnose, layer_number
 from diagnosis.report import layer_detail, layer_section, report
 from diagnosis.thresholds import load_thresholds
 from topology.errors import InputError
+from witty_profiler.cli import OneLineErrorParser, guarded
 from witty_profiler.commands.collect import DEFAULT_FILE
 from witty_profiler.commands.diagnose import add_source_options, graph_from_args
-from witty_profiler.output import write_output
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+from witty_profiler.output import add_output_arguments, write_output
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m witty_profiler.tools.view", description=__doc__.split("\n\n")[0])
+    p = OneLineErrorParser(prog="python -m witty_profiler.tools.view", description=__doc__.split("\n\n")[0])
     add_source_options(p)
     p.add_argument("--analyze", action="store_true", help="the full seven-layer report (the default without --layer)")
     p.add_argument("--layer", metavar="NAME", help="one layer: compute, memory, interconnect, network, storage, "
                    "control, dataplane")
     p.add_argument("--detail", action="store_true", help="with --layer: every evidence item and the layer's coverage")
     p.add_argument("--format", choices=["md", "json"], default="md")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default stdout)")
+    add_output_arguments(p, "the report")
     p.add_argument("-q", "--quiet", action="store_true", help="no collection progress on stderr")
     return p
 
@@ -58,18 +52,7 @@ def render(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        write_output(render(args), args.output)
-        return 0
-    except InputError as exc:
-        print(f"witty-profiler: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
-        if os.environ.get("WITTY_DEBUG"):
-            traceback.print_exc()
-        print(f"witty-profiler: internal error: {type(exc).__name__}: {exc} (set WITTY_DEBUG=1 for details)",
-              file=sys.stderr)
-        return 1
+    return guarded(lambda: write_output(render(args), args.output, args.force, (args.graph,)))
 
 
 if __name__ == "__main__":
