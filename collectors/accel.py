@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from collectors.pci import format_cpulist, is_nic, pcie_link_type, read_device, scan
+from collectors.pci import is_nic, pcie_link_type, read_device, scan
 from topology import Graph
+from topology.cpulist import format_cpulist
 from topology.ids import entity_id, numa_id, pci_address
 
 # closeness on the PCIe tree, nearest first (nvidia-smi topo terms)

@@ -18,8 +18,9 @@ from collections import defaultdict
 
 from collectors.accel import gauge, host_nics, link_nearest_nics, place_device
 from collectors.base import Collector, Context, register
-from collectors.pci import parse_cpulist, read_text
+from collectors.pci import read_text
 from topology import Graph
+from topology.cpulist import parse_cpulist
 from topology.ids import entity_id, numa_id, pci_address, process_id
 
 MiB = 1024 * 1024

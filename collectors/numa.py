@@ -11,9 +11,10 @@ import time
 
 from collectors.base import Context, CounterCollector, register
 from collectors.memory import remote_alloc_pct
-from collectors.procfs import format_cpulist, parse_cpulist, parse_kv_numbers, parse_meminfo, read_text
+from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
 from collectors.sampling import window_metrics
 from topology import Graph
+from topology.cpulist import format_cpulist, parse_cpulist
 from topology.ids import cpu_id, numa_id
 
 _NUMASTAT_RATES = {"numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s", "numa_foreign": "numa_foreign_per_s",
@@ -34,7 +35,7 @@ def numa_topology(ctx: Context) -> dict[int, dict]:
         names = []
     for name in sorted(names, key=lambda n: int(n[4:])):
         node = int(name[4:])
-        cpus = parse_cpulist(read_text(f"{base}/{name}/cpulist") or "")
+        cpus = parse_cpulist(read_text(f"{base}/{name}/cpulist"))
         dist = (read_text(f"{base}/{name}/distance") or "").split()
         nodes[node] = {"cpus": cpus, "distances": {}}
         nodes[node]["_dist"] = [int(d) for d in dist]

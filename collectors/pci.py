@@ -13,6 +13,7 @@ from pathlib import Path
 
 from collectors.base import Collector, register
 from topology import Graph
+from topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
 from topology.ids import entity_id, numa_id, pci_address
 
 # sysfs class code (first two bytes) -> what a person calls it
@@ -69,41 +70,6 @@ def parse_numa_node(text: str | None) -> int | None:
     except ValueError:
         return None
     return node if node >= 0 else None
-
-
-def parse_cpulist(text: str | None) -> list[int]:
-    """'0-3,8-11' (local_cpulist, cpulist files) -> [0, 1, 2, 3, 8, 9, 10, 11]."""
-    cpus: list[int] = []
-    for part in (text or "").strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
-    return cpus
-
-
-def parse_cpumask(text: str | None) -> list[int]:
-    """'00000000,0000ffff' (local_cpus, cpumap files: 32-bit hex words, most significant first) -> CPUs."""
-    bits = int("".join((text or "").strip().split(",")) or "0", 16)
-    return [i for i in range(bits.bit_length()) if bits >> i & 1]
-
-
-def format_cpulist(cpus: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    out: list[str] = []
-    cpus = sorted(set(cpus))
-    i = 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def device_dir(sys_root: Path, address: str) -> Path:

@@ -11,6 +11,8 @@ import os
 import re
 from functools import lru_cache
 
+from topology.cpulist import format_cpulist, parse_cpulist  # noqa: F401 - process.py imports them from here
+
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -103,31 +105,6 @@ def parse_kv_numbers(text: str, sep: str = ":") -> dict[str, int]:
         if value.lstrip("-").isdigit():
             out[key.strip()] = int(value)
     return out
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11] (the kernel's list format)."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def format_cpulist(cpus: list[int] | set[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    items = sorted(set(cpus))
-    ranges: list[str] = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        ranges.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
-    return ",".join(ranges)
 
 
 def parse_cmdline(raw: str) -> str:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from topology import Edge, Entity, Graph
+from topology import Edge, Entity, Graph, cpulist
 from topology.errors import InputError
 
 IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue")
@@ -50,35 +50,10 @@ def parse_cpulist(value: Any) -> set[int] | None:
             return None
     if isinstance(value, int):
         return {value}
-    cpus: set[int] = set()
     try:
-        for part in str(value).replace(" ", "").split(","):
-            if not part:
-                continue
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                cpus.update(range(int(lo), int(hi) + 1))
-            else:
-                cpus.add(int(part))
+        return set(cpulist.parse_cpulist(str(value)))
     except ValueError:
         return None
-    return cpus
-
-
-def cpulist_text(cpus: Iterable[int]) -> str:
-    """{0,1,2,5} -> '0-2,5'."""
-    out: list[str] = []
-    run: list[int] = []
-    for cpu in sorted(cpus):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
 
 
 class Scope:

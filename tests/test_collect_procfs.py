@@ -60,12 +60,6 @@ def test_read_text_of_a_vanished_process_is_none():
     assert procfs.read_text("/proc/999999999/stat") is None
 
 
-def test_cpulist_round_trip():
-    assert procfs.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert procfs.format_cpulist([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
-    assert procfs.parse_cpulist("") == [] and procfs.format_cpulist([]) == ""
-
-
 def test_numa_maps_counts_huge_pages_in_base_pages():
     own = procfs.parse_numa_maps(procfs.read_text("/proc/self/numa_maps"))
     assert sum(own.values()) > 0

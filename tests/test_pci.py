@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from collectors.base import Context
-from collectors.pci import (PciCollector, format_cpulist, link_degraded, parse_cpulist, parse_cpumask,
-                            parse_link_speed, parse_link_width, parse_numa_node, pcie_generation,
-                            pcie_link_type, read_device)
+from collectors.pci import (PciCollector, link_degraded, parse_link_speed, parse_link_width, parse_numa_node,
+                            pcie_generation, pcie_link_type, read_device)
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 
@@ -24,11 +23,6 @@ def test_small_parsers():
     assert parse_link_width("16") == 16 and parse_link_width("0") is None and parse_link_width(None) is None
     assert pcie_generation(32.0) == 5 and pcie_generation(None) is None
     assert parse_numa_node("-1") is None and parse_numa_node("3") == 3
-    assert parse_cpulist("0-3,8-9") == [0, 1, 2, 3, 8, 9] and parse_cpulist("") == []
-    # local_cpus: 32-bit words, most significant first; CPUs 48-63 and 0-15
-    assert parse_cpumask("0000ffff,0000ffff") == list(range(16)) + list(range(32, 48))
-    assert parse_cpumask("ffff0000,00000000,0000ffff") == list(range(16)) + list(range(80, 96))
-    assert format_cpulist([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
 
 
 def test_link_degraded_rules():

@@ -9,8 +9,9 @@ from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding
 from diagnosis.models import Evidence
 from diagnosis.placement import Placement, expected_remote_pct, placement_of
 from diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
-from diagnosis.scope import Scope, cpulist_text, host_of, num, parse_cpulist
+from diagnosis.scope import Scope, host_of, num, parse_cpulist
 from topology import Entity
+from topology.cpulist import format_cpulist
 
 
 def _dist(values: dict[int, float]) -> dict[str, float]:
@@ -152,11 +153,11 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
             own_nodes = sorted(scope.nodes_of_cpus(host_of(process.id), own))
             note = f"{who} may run on NUMA node(s) {', '.join(map(str, own_nodes)) or 'unknown'}"
             if p.allowed_cpus != own:
-                note += (f"; with its threads' own masks: CPUs {cpulist_text(p.allowed_cpus)} on node(s) "
+                note += (f"; with its threads' own masks: CPUs {format_cpulist(p.allowed_cpus)} on node(s) "
                          f"{', '.join(map(str, p.allowed_nodes))}")
-            items.append(ev.entity(process.id, "cpus_allowed", cpulist_text(own), unit="CPUs", note=note))
+            items.append(ev.entity(process.id, "cpus_allowed", format_cpulist(own), unit="CPUs", note=note))
         elif p.allowed_cpus:
-            items.append(ev.statistic([process.id], "cpus_allowed", cpulist_text(p.allowed_cpus), unit="CPUs",
+            items.append(ev.statistic([process.id], "cpus_allowed", format_cpulist(p.allowed_cpus), unit="CPUs",
                                       note=f"{who}'s threads may run on NUMA node(s) "
                                            f"{', '.join(map(str, p.allowed_nodes))}"))
         if remote_run is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from topology.cpulist import format_cpulist
 from topology.legacy import values as v
 from topology.legacy.reader import PlacementVectors, Reader, kind_of, redact_values
 
@@ -94,9 +95,9 @@ def apply_proc_status(r: Reader, task: str, status: Any, where: str, with_runtim
     ran = v.cpu_list(status.get("cpus_accessed_list"), f"{where}.cpus_accessed_list")
     mems = v.cpu_list(status.get("mems_allowed_list"), f"{where}.mems_allowed_list")
     attrs: dict[str, Any] = {
-        "cpus_allowed": v.list_text(allowed) if allowed else None,
-        "cpus_preferred": v.list_text(preferred) if preferred else None,
-        "mems_allowed": v.list_text(mems) if mems else None,
+        "cpus_allowed": format_cpulist(allowed) if allowed else None,
+        "cpus_preferred": format_cpulist(preferred) if preferred else None,
+        "mems_allowed": format_cpulist(mems) if mems else None,
     }
     # cumulative since the task started (no time base): attrs, never rates
     for key in ("voluntary_ctxt_switches", "involuntary_ctxt_switches"):
@@ -104,7 +105,7 @@ def apply_proc_status(r: Reader, task: str, status: Any, where: str, with_runtim
             count = v.integer(status[key], f"{where}.{key}", minimum=-1)
             attrs[key] = count if count >= 0 else None
     if with_runtime:
-        attrs["ran_on_cpus"] = v.list_text(ran) if ran else None
+        attrs["ran_on_cpus"] = format_cpulist(ran) if ran else None
         runtime = v.node_counts(status.get("numa_index_to_cpu_runtime"), f"{where}.numa_index_to_cpu_runtime",
                                 real=True)
         attrs["numa_runtime_ns"] = {str(n): int(ns) for n, ns in runtime.items()} or None

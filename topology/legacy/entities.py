@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from topology.cpulist import format_cpulist
 from topology.ids import pci_address
 from topology.legacy import values as v
 from topology.legacy.reader import Reader, digest, redact_values
@@ -105,7 +106,7 @@ def read_numa(r: Reader, node: dict, where: str) -> str:
         if legacy_name in stats:
             metrics[metric] = stats[legacy_name]
     return r.add("numa_node", host, [n], {
-        "node": n, "cpus": v.list_text(cpus), "memory_blocks": v.text(node.get("memory_set"), f"{where}.memory_set"),
+        "node": n, "cpus": format_cpulist(cpus), "memory_blocks": v.text(node.get("memory_set"), f"{where}.memory_set"),
         "distances": dict(sorted(distances.items(), key=lambda kv: int(kv[0]))) or None,
         "numa_stats": stats or None, "meminfo_bytes": sizes or None, "meminfo_counts": counts or None,
     }, metrics, details=node.get("details"))
@@ -114,7 +115,7 @@ def read_numa(r: Reader, node: dict, where: str) -> str:
 def read_numa_set(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     nodes = v.cpu_list(node.get("numa_id_str"), f"{where}.numa_id_str")
-    spec = v.list_text(nodes)
+    spec = format_cpulist(nodes)
     eid = r.add("numa_set", host, [spec or "none"], {"nodes": nodes, "spec": spec}, details=node.get("details"))
     r.numa_sets[eid] = nodes
     return eid
@@ -142,8 +143,8 @@ def read_device(kind: str) -> Callable[[Reader, dict, str], str]:
         return r.add(kind, host, [key], {
             "index": index if index >= 0 else None, "pci_address": address,
             "device_id": device_id if device_id and "unknown" not in device_id else None,
-            "cpu_affinity": v.list_text(cpus) if cpus else None,
-            "numa_affinity": v.list_text(numa_nodes) if numa_nodes else None,
+            "cpu_affinity": format_cpulist(cpus) if cpus else None,
+            "numa_affinity": format_cpulist(numa_nodes) if numa_nodes else None,
         }, details=node.get("details"))
     return read
 

@@ -11,6 +11,8 @@ import math
 import re
 from typing import Any
 
+from topology.cpulist import parse_cpulist
+
 
 class LegacyValueError(ValueError):
     """An impossible value at a path in the legacy file (the reader adds the file name)."""
@@ -60,40 +62,13 @@ def mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-_LIST_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_MAX_CPU = 1 << 16  # far above any real machine; guards against "0-999999999" eating memory
-
-
 def cpu_list(value: Any, where: str) -> list[int]:
     """Parse the kernel's list format ("0-23,48,50-51"); "" is the empty list."""
-    spec = text(value, where, "") or ""
-    found: set[int] = set()
-    for part in spec.split(","):
-        if not part.strip():
-            continue
-        m = _LIST_ITEM.match(part)
-        if not m:
-            raise LegacyValueError(where, f"cannot read CPU/node list {spec!r} (expected e.g. '0-23,48')")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi >= _MAX_CPU:
-            raise LegacyValueError(where, f"impossible range {part.strip()!r} in {spec!r}")
-        found.update(range(lo, hi + 1))
-    return sorted(found)
-
-
-def list_text(items: list[int] | set[int]) -> str:
-    """The kernel's compact list format for a set of integers: [0,1,2,5] -> "0-2,5"."""
-    out: list[str] = []
-    ordered = sorted(items)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
+    spec = text(value, where, "")
+    try:
+        return parse_cpulist(spec)
+    except ValueError as exc:
+        raise LegacyValueError(where, str(exc)) from None
 
 
 def node_counts(value: Any, where: str, real: bool = False) -> dict[int, float | int]:
