@@ -3,45 +3,16 @@ quota and the throttling, and link the process to its cgroup."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
+from cgroup_v1 import busy_in_quota_cgroup
 from collectors.engine import run_window
-
-CPU_V1 = Path("/sys/fs/cgroup/cpu")
 
 
 @pytest.fixture
 def quota_cgroup():
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    if not (CPU_V1 / "cpu.cfs_quota_us").exists():
-        pytest.skip(f"no cgroup v1 cpu controller mounted at {CPU_V1}")
-    group = CPU_V1 / f"witty-test-{os.getpid()}"
-    group.mkdir()
-    busy = None
-    try:
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text("10000")  # 0.1 core
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        (group / "cgroup.procs").write_text(str(busy.pid))
-        time.sleep(0.3)
-        yield group, busy
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-        for _ in range(50):  # the kernel empties the group a moment after the exit
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with busy_in_quota_cgroup("witty-test") as found:
+        yield found
 
 
 def test_throttling_of_a_busy_process_in_a_quota_cgroup(quota_cgroup):

@@ -13,10 +13,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from cgroup_v1 import busy_in_quota_cgroup
 from witty_profiler import collect, diagnose
 
 BUSY = "while True: pass"
@@ -27,7 +27,6 @@ PRODUCER = ("import sys, time\n"
             "    sys.stdout.buffer.write(b'x'); sys.stdout.flush()\n")
 CONSUMER = "import sys\nwhile sys.stdin.buffer.read(1): pass\n"
 SLEEPER = "import time\ntime.sleep(120)\n"
-CPU_V1 = Path("/sys/fs/cgroup/cpu")
 COLLECTORS = ["process", "cpu", "pressure", "memory", "ipc", "cgroup"]
 
 
@@ -82,29 +81,8 @@ def test_consumer_blocked_on_a_pipe_from_a_cpu_bound_producer():
 
 @pytest.fixture
 def quota_cgroup():
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    if not (CPU_V1 / "cpu.cfs_quota_us").exists():
-        pytest.skip(f"no cgroup v1 cpu controller mounted at {CPU_V1}")
-    group = CPU_V1 / f"witty-test-diagnose-{os.getpid()}"
-    group.mkdir()
-    busy = None
-    try:
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text("10000")  # 0.1 core
-        busy = subprocess.Popen([sys.executable, "-c", BUSY])
-        (group / "cgroup.procs").write_text(str(busy.pid))
-        time.sleep(0.3)
-        yield group, busy
-    finally:
-        if busy is not None:
-            _stop(busy)
-        for _ in range(50):  # the kernel empties the group a moment after the exit
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with busy_in_quota_cgroup("witty-test-diagnose") as found:
+        yield found
 
 
 def test_busy_process_in_a_cgroup_with_a_small_quota(quota_cgroup):
