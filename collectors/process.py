@@ -29,7 +29,7 @@ from collectors.base import Collector, register
 from collectors.numa import cpu_to_node
 from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
                                parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
-                               parse_stat, read_text)
+                               parse_stat, read_small, read_text)
 from collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
 from collectors.tasks import (ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat,
                              read_status)
@@ -98,6 +98,9 @@ class ProcessCollector(Collector):
         # names of the processes a steady-state sample may skip: idle ones by pid % IDLE_EVERY,
         # and out-of-scope kernel threads in the last set (see _sample)
         self.lazy: list[set[str]] = [set() for _ in range(IDLE_EVERY + 1)]
+        self.not_pids: set[str] = set()  # /proc entries that are not processes
+        self.busy: dict[int, ProcState] = {}  # processes that used CPU since first seen: the top consumers' pool
+        self.scope: dict[int, ProcState] = {}  # the processes in scope, read thread by thread
         self.unreadable: dict[str, int] = {}
         self.scope_updates, self.scope_known = -1, -1  # see _update_scope
         self.samples_taken = 0
@@ -128,23 +131,32 @@ class ProcessCollector(Collector):
         self.samples_taken += 1
         phase = self.samples_taken % IDLE_EVERY
         by_name = self.by_name  # keyed by the /proc entry name: no int() for the processes skipped
+        lazy = self.lazy
         try:
             names = os.listdir(proc)
         except OSError:
             names = []
-        wanted = names
-        if not everything:  # set arithmetic in C instead of a Python test per skipped process
-            skip = self.lazy[IDLE_EVERY].union(*(b for i, b in enumerate(self.lazy[:IDLE_EVERY]) if i != phase))
-            wanted = [n for n in names if n not in skip]
-        for name in wanted:
+        # set arithmetic in C instead of a Python test per skipped entry
+        skip = self.not_pids
+        if not everything:
+            skip = lazy[IDLE_EVERY].union(skip, *(b for i, b in enumerate(lazy[:IDLE_EVERY]) if i != phase))
+        for name in [n for n in names if n not in skip]:
             p = by_name.get(name)
             if p is None and not name.isdigit():
+                self.not_pids.add(name)  # 'self', 'sys', 'net'...
                 continue
-            text = read_text(f"{proc}/{name}/stat", small=True)
-            if not text:
+            raw = read_small(f"{proc}/{name}/stat")
+            if not raw:
                 if p is not None:
                     p.gone = True  # exited between the listing and the read
                 continue
+            if p is not None and raw == p.last_stat:
+                # the same bytes as last time (a sleeping process): nothing to parse
+                p.observe_unchanged(t)
+                if p.idle_samples == IDLE_AFTER and not p.in_scope and not p.kernel:
+                    lazy[p.pid % IDLE_EVERY].add(name)
+                continue
+            text = raw.decode("utf-8", "replace")
             fields = text[text.rfind(")") + 2:].split(None, 38)
             if p is None or p.starttime != int(fields[19]):  # new, or the pid was reused
                 p = self._first_sight(int(name), t, parse_stat(text))
@@ -154,16 +166,17 @@ class ProcessCollector(Collector):
                 continue
             idle_before = p.idle_samples >= IDLE_AFTER
             p.observe_fields(t, fields, node_of)
+            p.last_stat = raw
+            if p.cpu_ticks_seen:
+                self.busy[p.pid] = p
             if (p.idle_samples >= IDLE_AFTER) != idle_before and not p.in_scope and not p.kernel:
-                bucket = self.lazy[p.pid % IDLE_EVERY]
+                bucket = lazy[p.pid % IDLE_EVERY]
                 bucket.add(name) if not idle_before else bucket.discard(name)
-        present = set(names)
-        for name, p in by_name.items():
-            if name not in present:
-                p.gone = True
+        for name in by_name.keys() - set(names):
+            by_name[name].gone = True
         self._update_scope(t)
-        for p in self.procs.values():
-            if p.in_scope and not p.gone:
+        for p in self.scope.values():
+            if not p.gone:
                 self._threads(p, t, stat=True, schedstat=True, status=False)
                 if not p.kernel and p.io_read.values:  # per interval in scope: write bursts, p95/max
                     io = read_io(self.proc, p.pid)
@@ -195,6 +208,8 @@ class ProcessCollector(Collector):
         p.observe_stat(t, st, self.node_of.get(st.processor))
         self.procs[pid] = p
         self.by_name[str(pid)] = p
+        self.busy.pop(pid, None)  # a reused pid: the old process is forgotten
+        self.scope.pop(pid, None)
         for lazy in self.lazy:  # a reused pid starts afresh
             lazy.discard(str(pid))
         if p.kernel:
@@ -298,7 +313,7 @@ class ProcessCollector(Collector):
                         wanted.add(child)
                         stack.append(child)
         if self.requested is None and self.scope_updates % TOP_EVERY == 1:
-            busy = heapq.nsmallest(TOP_CONSUMERS, ((-p.cpu_ticks_delta(), pid) for pid, p in self.procs.items()
+            busy = heapq.nsmallest(TOP_CONSUMERS, ((-p.cpu_ticks_seen, pid) for pid, p in self.busy.items()
                                                    if not p.kernel and len(p.times) >= 2))
             wanted |= {pid for neg_ticks, pid in busy if neg_ticks < 0}
         for pid in wanted:
@@ -309,6 +324,7 @@ class ProcessCollector(Collector):
     def _join_scope(self, p: ProcState, t: float) -> None:
         """Expensive reads, once: mapped libraries and the allowlisted environment, then reclassify."""
         p.in_scope = True
+        self.scope[p.pid] = p
         for lazy in self.lazy:  # read every interval from now on
             lazy.discard(str(p.pid))
         libraries: list[str] = []

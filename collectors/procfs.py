@@ -17,6 +17,21 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def read_small(path: str) -> bytes:
+    """A /proc file under 64 KiB (stat, status, io, schedstat) in one read, as bytes; b"" when it
+    cannot be read (process gone, no permission, no such file). See read_text."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # ESRCH when the task exits between open and read
+        return b""
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str, small: bool = False) -> str | None:
     """The whole file, or None when it cannot be read (process gone, no permission, no such file).
 

@@ -63,7 +63,7 @@ class ProcState:
     __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
                  "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
                  "threads", "cmdline", "cgroups", "status_first", "status_last", "io_read", "io_write", "extra",
-                 "first_state", "sched_first", "sched_last", "idle_samples")
+                 "first_state", "sched_first", "sched_last", "idle_samples", "last_stat", "cpu_ticks_seen")
 
     def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
         self.pid = pid
@@ -94,6 +94,8 @@ class ProcState:
         self.sched_last: tuple[float, tuple[int, int, int]] | None = None
         self.extra: dict = {}  # expensive reads: libraries, env, numa pages, classification
         self.idle_samples = 0  # consecutive reads without CPU time used
+        self.last_stat = b""  # the raw stat of the last observe_fields: an identical read changed nothing
+        self.cpu_ticks_seen = 0  # cpu_ticks_delta(), kept up to date by observe_fields
 
     @property
     def exited(self) -> bool:
@@ -126,6 +128,8 @@ class ProcState:
         if self.times:
             delta = utime + stime - self.utime[-1] - self.stime[-1]
             self.idle_samples = 0 if delta else self.idle_samples + 1
+            if delta:
+                self.cpu_ticks_seen = utime + stime - self.utime[0] - self.stime[0]
             node = node_of.get(processor)
             if node is not None and delta > 0:
                 self.node_ticks[node] = self.node_ticks.get(node, 0) + delta
@@ -135,6 +139,15 @@ class ProcState:
         self.majflt.append(int(f[9]))
         self.state, self.rss_pages, self.num_threads = f[0], int(f[21]), int(f[17])
         self.cpus.add(processor)
+
+    def observe_unchanged(self, t: float) -> None:
+        """observe_fields for a stat identical to the last one: the same counters at a new time
+        (most processes of a host sleep, so this is most reads of a sample)."""
+        self.times.append(t)
+        self.utime.append(self.utime[-1])
+        self.stime.append(self.stime[-1])
+        self.majflt.append(self.majflt[-1])
+        self.idle_samples += 1
 
     def observe_io(self, t: float, io: dict[str, int]) -> None:
         self.io_read.add(t, io.get("read_bytes", 0))
