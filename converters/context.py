@@ -12,6 +12,7 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
+from converters.hints import CliHints, Hints
 from topology import Edge, Entity, Graph
 
 # the diagnosis' layer numbers (diagnosis.LAYERS) by the name of their view
@@ -56,9 +57,9 @@ def compact_list(values: list[int] | set[int]) -> str:
 
 
 class GraphContext:
-    def __init__(self, graph: Graph, ref: str = "GRAPH", diagnosis: Any = None) -> None:
+    def __init__(self, graph: Graph, hints: Hints = CliHints(), diagnosis: Any = None) -> None:
         self.graph = graph
-        self.ref = ref
+        self.hints = hints  # how the view says to get what it left out (shell commands or MCP tool calls)
         self._diagnosis = diagnosis
         self._blocks: dict[str, list[Any]] = {}
         self.by_type: dict[str, list[Edge]] = defaultdict(list)
@@ -84,10 +85,6 @@ class GraphContext:
 
     def in_edges(self, eid: str, kind: str) -> list[Edge]:
         return self.inc.get(eid, {}).get(kind, [])
-
-    def query(self, *args: str) -> str:
-        """The command line that lists something the view left out."""
-        return " ".join(["witty-profiler query", self.ref, *args])
 
     # -- hosts ----------------------------------------------------------------------------
     @cached_property
@@ -272,16 +269,16 @@ def cpu_of(entity: Entity) -> float:
 
 _DIAGNOSES: "weakref.WeakKeyDictionary[Graph, tuple[tuple[int, int], tuple[Any, str | None]]]" = \
     weakref.WeakKeyDictionary()
-_CONTEXTS: "weakref.WeakKeyDictionary[Graph, tuple[tuple[int, int, str, int], GraphContext]]" = \
+_CONTEXTS: "weakref.WeakKeyDictionary[Graph, tuple[tuple[int, int, Hints, int], GraphContext]]" = \
     weakref.WeakKeyDictionary()
 
 
-def context_for(graph: Graph, ref: str = "GRAPH", diagnosis: Any = None) -> GraphContext:
-    """One context per graph and reference, rebuilt when the graph has grown."""
-    key = (graph.entity_count(), graph.edge_count(), ref, id(diagnosis))
+def context_for(graph: Graph, hints: Hints = CliHints(), diagnosis: Any = None) -> GraphContext:
+    """One context per graph and hint style, rebuilt when the graph has grown."""
+    key = (graph.entity_count(), graph.edge_count(), hints, id(diagnosis))
     cached = _CONTEXTS.get(graph)
     if cached is not None and cached[0] == key:
         return cached[1]
-    ctx = GraphContext(graph, ref, diagnosis)
+    ctx = GraphContext(graph, hints, diagnosis)
     _CONTEXTS[graph] = (key, ctx)
     return ctx

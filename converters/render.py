@@ -4,7 +4,8 @@ A view is a list of blocks: `Lines` (a legend, a host line, findings) and `Table
 are ranked, most relevant first. `fit` renders the blocks into at most `max_tokens` tokens
 (cl100k_base) without ever cutting a line: it keeps the pinned rows (cited by findings) first,
 then hands out rows to the tables in turn, weighted, and folds the rest of each table into one
-line that says how many were left out and the exact command that lists them. Rows are formatted
+line that says how many were left out and the exact request that lists them (a command line or
+an MCP tool call, converters.hints). Rows are formatted
 and counted lazily, so a table of 100,000 threads costs only the rows that are shown.
 """
 
@@ -155,11 +156,11 @@ class Table:
     columns: list[Column]
     items: Sequence[Any]  # ranked, most relevant first
     noun: str  # what a row is, plural ("threads")
-    more: str  # the exact command that lists what is left out
+    more: str  # the exact request that lists what is left out (ctx.hints.query(...))
     pinned: int = 0  # the first `pinned` items are cited by findings and shown before anything else
     weight: float = 1.0  # share of the budget relative to the other tables
     covers: Callable[[Any], tuple[str, ...]] = lambda item: (item.id,)  # ids a row shows
-    label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: its first id)
+    label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: the ids it shows)
     _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)
     _costs: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -184,7 +185,7 @@ Block = Lines | Table
 
 def _cited_rest(table: Table, shown: int) -> str:
     """The cited rows a budget left out, named compactly so that no citation is lost."""
-    rest = [table.label(table.items[i]) if table.label else table.covers(table.items[i])[0]
+    rest = [table.label(table.items[i]) if table.label else " ".join(table.covers(table.items[i]))
             for i in range(shown, table.pinned)]
     return f" (cited: {', '.join(rest)})" if rest else ""
 

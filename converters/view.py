@@ -7,11 +7,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from converters.context import GraphContext, context_for
+from converters.hints import CliHints, Hints
 from converters.render import MIN_TOKENS, Lines, fit
 from converters.views import LAYER_VIEWS, module
-from converters.views.common import LEGEND
-
-LEGEND_START = LEGEND.split("{", 1)[0]
+from converters.views.common import LEGEND_START
 from topology import Graph
 from topology.errors import InputError
 
@@ -33,12 +32,13 @@ def check_request(layer: str, max_tokens: int | None) -> None:
 
 
 def render_view(graph: Graph, layer: str = "summary", max_tokens: int | None = None, *,
-                ref: str = "GRAPH", diagnosis: Any = None) -> View:
+                ref: str = "GRAPH", hints: Hints | None = None, diagnosis: Any = None) -> View:
     """A compact text view of `graph` that fits in `max_tokens` (None = no limit; the summary is
-    always under 500 tokens). `ref` names the graph in the commands the view suggests (a file
-    path); `diagnosis` reuses a diagnosis already computed for this graph."""
+    always under 500 tokens). The view says how to get what it left out: by default as
+    `witty-profiler` command lines on the graph file `ref`; `hints=McpHints(graph_id)` makes it
+    name the MCP tool calls instead. `diagnosis` reuses a diagnosis already computed for this graph."""
     check_request(layer, max_tokens)
-    ctx = context_for(graph, ref, diagnosis)
+    ctx = context_for(graph, hints or CliHints(ref), diagnosis)
     if layer == "all":
         return module("all").render(ctx, max_tokens)
     if layer == "summary":

@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel
 
 import witty_profiler as wp
+from converters import McpHints
 from mcp_server import schemas as s
 from mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
 from mcp_server.store import GraphRecord, GraphStore
@@ -123,7 +124,8 @@ class WittyTools:
                         for n, c in sorted(graph.meta.collectors.items())],
             overview="", overview_tokens=0)
         used = count_tokens(compact_json(out.model_dump(mode="json")))
-        view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200))
+        view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200),
+                          hints=McpHints(record.graph_id))
         out.overview, out.overview_tokens, out.truncated = view.text, view.tokens, bool(view.truncated)
         cut = ""
         if view.truncated:
@@ -212,7 +214,9 @@ class WittyTools:
 
     def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
         graph = self.store.get(inp.graph_id)
-        view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60)  # room for the note
+        # the view's "… N more" lines, legend and next steps name these tools, not shell commands
+        view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60,  # room for the note
+                          hints=McpHints(inp.graph_id))
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
                           truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:

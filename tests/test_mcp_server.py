@@ -225,6 +225,24 @@ def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_fil
     assert json.loads(text)["graph_id"] == out.graph_id
 
 
+async def test_views_say_how_to_get_what_they_left_out_with_the_tools(state: Path, workdir: Path,
+                                                                       graph_file: Path) -> None:
+    async with mcp.Client(server_for(state, workdir)) as client:
+        gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
+        result = await client.call_tool("convert_layer", {"graph_id": gid, "layer": "memory", "max_tokens": 500})
+        view, text = result.structured_content, result.content[0].text
+        assert view["truncated"] and view["omitted"]["processes"] > 0
+        fold = next(line for line in text.splitlines() if line.startswith("… +"))
+        assert fold.endswith(f'processes: query_graph(graph_id="{gid}", type="process", '
+                             f'top_by_metric="rss_bytes", limit=200)'), fold
+        assert f'`query_graph(graph_id="{gid}", around=ID)`' in text and "witty-profiler " not in text
+        resource = (await client.read_resource(f"witty://graphs/{gid}/views/memory")).contents[0].text
+        assert f'query_graph(graph_id="{gid}"' in resource and "witty-profiler query" not in resource
+        overview = (await call(client, "graph_summary", graph_id=gid))["overview"]
+        assert f'next: convert_layer(graph_id="{gid}", layer=LAYER)' in overview
+        assert "witty-profiler convert" not in overview
+
+
 async def test_a_row_larger_than_the_budget_is_clipped_and_says_so(state: Path, workdir: Path) -> None:
     graph = load_graph(host_process_graph(workdir / "host.json"))
     big = graph.entities("process")[0]

@@ -9,9 +9,10 @@ it; what the small layers do not use goes, in a second pass, to the layers that 
 from __future__ import annotations
 
 from converters.context import GraphContext
+from converters.hints import Slot
 from converters.tokens import count_tokens
 from converters.views import LAYERS, module
-from converters.views.common import LEGEND
+from converters.views.common import legend_line
 
 _HEADER = "# witty-profiler view: all · {n} tokens{limit}"
 LAYER_MIN = 80  # below this a layer view is only its header: name it on the left-out line instead
@@ -23,8 +24,7 @@ def _weights(ctx: GraphContext) -> dict[str, int]:
 
 
 def _left_out_line(ctx: GraphContext, layers: list[str]) -> str:
-    return (f"## left out for the budget: {', '.join(layers)}; see each with "
-            f"witty-profiler convert {ctx.ref} --layer NAME --max-tokens N\n")
+    return f"## left out for the budget: {', '.join(layers)}; see each with {ctx.hints.convert(Slot('NAME'))}\n"
 
 
 def _assemble(ctx: GraphContext, legend: str | None, summary, views: dict, limit: str) -> tuple[str, int]:
@@ -69,7 +69,7 @@ def _share_out(ctx: GraphContext, room: int, layers: list[str]) -> dict:
 
 def render(ctx: GraphContext, max_tokens: int | None):
     from converters.view import View, render_layer
-    legend: str | None = LEGEND.format(ref=ctx.ref)
+    legend: str | None = legend_line(ctx)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
     if max_tokens is None:
         summary = module("summary").render(ctx, None)

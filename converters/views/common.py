@@ -9,8 +9,12 @@ from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_li
 from converters.render import Column, Lines, Ranked, num, pct
 from topology import Entity
 
-LEGEND = ("legend: ids work as `witty-profiler query {ref} --around ID`; process/thread cpu% is % of one core; "
-          "sizes in KiB/MiB/GiB (1024); '-' = not measured")
+LEGEND_START = "legend: ids work as "
+
+
+def legend_line(ctx: GraphContext) -> str:
+    return (f"{LEGEND_START}`{ctx.hints.around()}`; process/thread cpu% is % of one core; "
+            "sizes in KiB/MiB/GiB (1024); '-' = not measured")
 
 
 # the collectors whose absence leaves a hole in a layer's view (live and legacy names)
@@ -26,7 +30,7 @@ LAYER_COLLECTORS = {
 
 
 def legend(ctx: GraphContext, *extra: str) -> Lines:
-    return Lines([LEGEND.format(ref=ctx.ref), *extra])
+    return Lines([legend_line(ctx), *extra])
 
 
 def coverage(ctx: GraphContext, layer: str) -> Lines:
@@ -40,7 +44,7 @@ def coverage(ctx: GraphContext, layer: str) -> Lines:
 
 
 def short(text: str, limit: int = 80) -> str:
-    """The first clause of a long reason: the whole of it is one `witty-profiler info` away."""
+    """The first clause of a long reason: the whole of it is in the graph's collector statuses."""
     text = text.split(":")[0] if len(text) > limit else text
     return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
 

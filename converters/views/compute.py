@@ -32,7 +32,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("steal%", lambda h: pct(h.metrics.get("cpu_steal_pct"))),
         Column("load1", lambda h: num(h.metrics.get("load1"))),
         Column("cpus", lambda h: num((ctx.graph.meta.host_info.get(h.id.split(':', 1)[1]) or {}).get("cpus"))),
-    ], hosts, "hosts", ctx.query("--type host"), pinned, weight=0.5))
+    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
     cpus, pinned = rank(ctx.entities("cpu"), lambda c: neg(c.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("cpus, busiest first", [
         ID, Column("node", lambda c: num(ctx.cpu_to_node.get((c.id.split(':')[1], _int(c.id))))),
@@ -40,20 +40,20 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("usr%", lambda c: pct(c.metrics.get("cpu_user_pct"))),
         Column("sys%", lambda c: pct(c.metrics.get("cpu_system_pct"))),
         Column("iowait%", lambda c: pct(c.metrics.get("cpu_iowait_pct"))),
-    ], cpus, "cpus", ctx.query("--type cpu --top cpu_util_pct -n 500"), pinned, weight=0.7))
+    ], cpus, "cpus", ctx.hints.query(type="cpu", top="cpu_util_pct", limit=500), pinned, weight=0.7))
     procs, pinned = rank(ctx.entities("process"), lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("processes, workload first, then by cpu", [
         ID, NAME, ROLE, CPU, Column("usr%", lambda p: pct(p.metrics.get("cpu_user_pct"))),
         Column("sys%", lambda p: pct(p.metrics.get("cpu_system_pct"))),
         Column("threads", lambda p: num(p.metrics.get("num_threads"))), ALLOWED,
         Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True),
-    ], procs, "processes", ctx.query("--type process --top cpu_util_pct -n 200"), pinned, weight=1.5))
+    ], procs, "processes", ctx.hints.query(type="process", top="cpu_util_pct", limit=200), pinned, weight=1.5))
     threads, pinned = rank(ctx.entities("thread"), lambda t: (neg(t.metrics.get("cpu_util_pct")),
                                                               neg(_runtime_ns(t))), cited, ctx)
     out.append(Table("threads, workload first, then by cpu", [
         ID, NAME, CPU, Column("runtime", lambda t: duration_ns(_runtime_ns(t))), ALLOWED,
         Column("ran_on_cpus", lambda t: t.attrs.get("ran_on_cpus"), left=True),
-    ], threads, "threads", ctx.query("--type thread --top cpu_util_pct -n 200"), pinned, weight=1.5))
+    ], threads, "threads", ctx.hints.query(type="thread", top="cpu_util_pct", limit=200), pinned, weight=1.5))
     devices, pinned = rank(ctx.accelerators, lambda d: neg(d.metrics.get("util_pct")), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids for e in
                                                   ctx.in_edges(d.id, "uses_device")))
@@ -66,7 +66,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("power", lambda d: _power(d.metrics)),
         Column("throttle", lambda d: _throttle(d.metrics), left=True),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "accelerators", ctx.query("--type gpu --top util_pct -n 100"), pinned))
+    ], devices, "accelerators", ctx.hints.query(type="gpu", top="util_pct", limit=100), pinned))
     return out
 
 

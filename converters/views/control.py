@@ -37,7 +37,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("runnable", lambda h: num(h.metrics.get("runnable_threads"))),
         Column("ctxsw", lambda h: rate(h.metrics.get("context_switches_per_s"))),
         Column("psi_cpu%", lambda h: pct(h.metrics.get("psi_cpu_some_pct"))),
-    ], hosts, "hosts", ctx.query("--type host"), pinned, weight=0.5))
+    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
     proc_metrics = ("num_threads", "runnable_threads", "runqueue_wait_pct", "voluntary_ctxt_switches_per_s",
                     "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct")
     procs = [p for p in ctx.entities("process") if has_any(p, proc_metrics) or p.id in cited]
@@ -53,7 +53,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("vcs", lambda p: rate(p.metrics.get("voluntary_ctxt_switches_per_s"))),
         Column("ivcs", lambda p: rate(p.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
         Column("futex%", lambda p: pct(p.metrics.get("futex_wait_pct"))),
-    ], procs, "processes", ctx.query("--type process --top runqueue_wait_pct -n 200"), pinned, weight=1.5))
+    ], procs, "processes", ctx.hints.query(type="process", top="runqueue_wait_pct", limit=200), pinned, weight=1.5))
     thread_metrics = ("runqueue_wait_pct", "cpu_util_pct", "voluntary_ctxt_switches_per_s",
                       "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct")
     threads = [t for t in ctx.entities("thread") if has_any(t, thread_metrics) or t.id in cited]
@@ -66,7 +66,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("vcs", lambda t: rate(t.metrics.get("voluntary_ctxt_switches_per_s"))),
         Column("ivcs", lambda t: rate(t.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
         Column("futex%", lambda t: pct(t.metrics.get("futex_wait_pct"))),
-    ], threads, "threads", ctx.query("--type thread --top runqueue_wait_pct -n 200"), pinned, weight=1.5))
+    ], threads, "threads", ctx.hints.query(type="thread", top="runqueue_wait_pct", limit=200), pinned, weight=1.5))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("cpu_quota_cores") is not None
               or c.metrics.get("throttled_periods_pct") or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("throttled_periods_pct")), cited, ctx,
@@ -77,5 +77,5 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("throttled%", lambda c: pct(c.metrics.get("throttled_periods_pct"))),
         Column("throttled", lambda c: f"{duration_ms(c.metrics.get('throttled_ms_per_s'))}/s"
                if c.metrics.get("throttled_ms_per_s") is not None else ""),
-    ], groups, "cgroups", ctx.query("--type cgroup --top throttled_periods_pct -n 100"), pinned))
+    ], groups, "cgroups", ctx.hints.query(type="cgroup", top="throttled_periods_pct", limit=100), pinned))
     return out

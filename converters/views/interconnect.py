@@ -8,6 +8,7 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 from __future__ import annotations
 
 from converters.context import GraphContext, compact_list
+from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, num, pct, unordered
 from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
 from converters.views.memory import pages_cell
@@ -99,7 +100,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
         n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
         Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(n, numbers), left=True)],
-        ranked_nodes, "numa nodes", ctx.query("--type numa_node -n 100"), pinned, weight=3.0))
+        ranked_nodes, "numa nodes", ctx.hints.query(type="numa_node", limit=100), pinned, weight=3.0))
     users = [p for p in ctx.entities("process") if p.id in ctx.workload_ids or ctx.out_edges(p.id, "uses_device")
              or p.id in cited]
     users, pinned = rank(users, lambda p: (not ctx.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
@@ -110,7 +111,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ALLOWED, Column("allowed_nodes", lambda p: compact_list(_allowed_nodes(ctx, p)), left=True),
         Column("placement", lambda p: _placement_flag(ctx, p), left=True),
         Column("pages_by_node", lambda p: pages_cell(p, top=3), left=True),
-    ], users, "processes", ctx.query("--type process --where ai=true -n 200"), pinned, weight=2.0,
+    ], users, "processes", ctx.hints.query(type="process", where="ai=true", limit=200), pinned, weight=2.0,
         covers=lambda p: (p.id, *(d.id for d in ctx.devices_of(p)))))
     devices, pinned = rank(ctx.accelerators + ctx.entities("nic") + ctx.entities("rdma_port"),
                            lambda d: (d.type not in ("gpu", "npu"), d.id), cited, ctx,
@@ -124,7 +125,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
         Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "devices", " ; ".join(ctx.query(f"--type {t} -n 100") for t in
+    ], devices, "devices", " ; ".join(ctx.hints.query(type=t, limit=100) for t in
                                       sorted({d.type for d in unordered(devices)})), pinned, weight=1.5))
     degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
@@ -132,14 +133,14 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("class", lambda p: p.attrs.get("class"), left=True),
         Column("node", lambda p: num(p.attrs.get("numa_node"))),
         Column("link", lambda p: _link_text(p.metrics), left=True),
-    ], degraded, "pci devices", ctx.query("--type pci_device -n 500"), pinned, weight=0.5))
+    ], degraded, "pci devices", ctx.hints.query(type="pci_device", limit=500), pinned, weight=0.5))
     links = ctx.edges("device_link") + ctx.edges("near_nic")
     links, pinned = rank(links, lambda e: e.attrs.get("link_type") or "", cited, ctx, workload=lambda e: False)
     out.append(Table("device links", [
         Column("source", lambda e: e.source, left=True), Column("target", lambda e: e.target, left=True),
         Column("type", lambda e: e.type, left=True), Column("link", lambda e: e.attrs.get("link_type"), left=True),
         Column("util%", lambda e: pct(e.metrics.get("nvlink_util_pct"))),
-    ], links, "links", ctx.query("--neighbours DEVICE_ID --edge-type device_link"), pinned, weight=0.5,
+    ], links, "links", ctx.hints.query(neighbours=Slot("DEVICE_ID"), edge_type="device_link"), pinned, weight=0.5,
         covers=edge_ends, label=edge_label))
     threads = [t for t in ctx.entities("thread") if t.id in cited or (
         ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.out_edges(t.id, "runs_on")))]
@@ -153,7 +154,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Table("threads by process: tid->node it ran on", [
         Column("process", lambda g: g[0], left=True),
         Column("threads", lambda g: _tids(g[1]), left=True),
-    ], procs, "processes", ctx.query("--type thread -n 500"), pinned,
+    ], procs, "processes", ctx.hints.query(type="thread", limit=500), pinned,
         covers=lambda g: (g[0], *(t.id for t in g[1])), label=lambda g: f"{g[0]} {_tids(g[1])}"))
     if not nodes and not users:
         out.append(Lines(["no NUMA or placement data in this graph"]))

@@ -47,7 +47,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("swap_in/out", lambda h: _pair(m("swap_in_pages_per_s")(h), m("swap_out_pages_per_s")(h), "pg/s")),
         Column("majflt", lambda h: rate(h.metrics.get("major_faults_per_s"))),
         Column("psi_some/full", lambda h: _pair(m("psi_memory_some_pct")(h), m("psi_memory_full_pct")(h), "%")),
-    ], hosts, "hosts", ctx.query("--type host"), pinned, weight=0.5))
+    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
     nodes, pinned = rank(ctx.numa_nodes, lambda n: 0, cited, ctx)
     out.append(Table("numa nodes", [
         ID, Column("total", lambda n: size(n.metrics.get("mem_total_bytes"))),
@@ -58,7 +58,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("remote_alloc%", lambda n: pct(n.metrics.get("numa_remote_alloc_pct"))),
         Column("hit_pages_since_boot", lambda n: num(n.metrics.get("numa_hit"))),
         Column("miss_pages_since_boot", lambda n: num(n.metrics.get("numa_miss"))),
-    ], nodes, "numa nodes", ctx.query("--type numa_node"), pinned, weight=0.7))
+    ], nodes, "numa nodes", ctx.hints.query(type="numa_node"), pinned, weight=0.7))
     procs, pinned = rank(ctx.entities("process"), lambda p: (neg(p.metrics.get("rss_bytes")), neg(_pages_total(p))),
                          cited, ctx)
     out.append(Table("processes, workload first, then by memory", [
@@ -68,7 +68,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("coloc%", lambda p: pct(p.metrics.get("cpu_mem_colocation_pct"))),
         Column("pages_total", lambda p: num(_pages_total(p))),
         Column("pages_by_node", pages_cell, left=True),
-    ], procs, "processes", ctx.query("--type process --top rss_bytes -n 200"), pinned, weight=1.5))
+    ], procs, "processes", ctx.hints.query(type="process", top="rss_bytes", limit=200), pinned, weight=1.5))
     devices = [d for d in ctx.accelerators if has_any(d, ("memory_used_bytes", "memory_total_bytes",
                                                           "mem_bw_util_pct")) or d.id in cited]
     devices, pinned = rank(devices, lambda d: neg(d.metrics.get("memory_used_pct")), cited, ctx,
@@ -79,7 +79,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
         Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
-    ], devices, "accelerators", ctx.query("--type gpu --top memory_used_pct -n 100"), pinned))
+    ], devices, "accelerators", ctx.hints.query(type="gpu", top="memory_used_pct", limit=100), pinned))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
               or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)
@@ -87,7 +87,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("usage", lambda c: size(c.metrics.get("memory_usage_bytes"))),
         Column("limit", lambda c: size(c.metrics.get("memory_limit_bytes"))),
         Column("psi_some", lambda c: pct(c.metrics.get("psi_memory_some_pct"))),
-    ], groups, "cgroups", ctx.query("--type cgroup --where 'memory_limit_bytes>0'"), pinned, weight=0.5))
+    ], groups, "cgroups", ctx.hints.query(type="cgroup", where="memory_limit_bytes>0"), pinned, weight=0.5))
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from converters.context import GraphContext
+from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, fit, num, pct
 from converters.views import LAYERS
 from converters.views.common import CPU, ID, NAME, ROLE, short
@@ -55,7 +56,7 @@ def _collectors(ctx: GraphContext) -> Table:
     return Table(f"collectors: {counts}; not ok", [
         Column("collector", lambda nc: nc[0], left=True), Column("status", lambda nc: nc[1].status, left=True),
         Column("why", lambda nc: short(nc[1].reason or "", 70), left=True),
-    ], rows, "collectors", f"witty-profiler info {ctx.ref}", weight=0.6)
+    ], rows, "collectors", ctx.hints.collectors(), weight=0.6)
 
 
 def _layers(ctx: GraphContext) -> list[str]:
@@ -118,10 +119,10 @@ def blocks(ctx: GraphContext) -> list[Block]:
              f"of {len(ctx.entities('process'))} processes" if ai else "workload: no AI process recognised")
     out.append(Table(title, [ID, NAME, ROLE, Column("fw", lambda p: p.attrs.get("framework"), left=True), CPU,
                              Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True)],
-                     ai, "processes", ctx.query("--type process --where ai=true -n 200"), weight=1.0))
+                     ai, "processes", ctx.hints.query(type="process", where="ai=true", limit=200), weight=1.0))
     out.append(Lines([_devices(ctx)], essential=True))
     out.append(_collectors(ctx))
-    out.append(Lines([f"next: witty-profiler convert {ctx.ref} --layer LAYER ({', '.join(LAYERS)}) --max-tokens N"], essential=True))
+    out.append(Lines([f"next: {ctx.hints.convert(Slot('LAYER'), LAYERS)}"], essential=True))
     return out
 
 

@@ -1,0 +1,96 @@
+"""How a view tells its reader to get what it left out: shell commands or MCP tool calls.
+
+A view says, on every fold line, in its legend and in the summary, how to list the rows it did
+not show. Read from a shell that is a `witty-profiler` command line on the graph file; read
+through the MCP server, where the reader has tools and no shell, it is a tool call on the graph
+id. The views describe each request once, as data (`query(type=..., top=..., limit=...)`), and
+the style in force writes it out.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class Slot(str):
+    """A value the reader fills in (an id, a layer name): written bare, never quoted."""
+
+
+MCP_PAGE = 200  # query_graph's largest `limit` (mcp_server.schemas); longer lists page on with next_cursor
+
+
+@dataclass(frozen=True)
+class CliHints:
+    """`witty-profiler ...` command lines on the graph file `ref` (the default)."""
+
+    ref: str = "GRAPH"
+
+    def query(self, *, type: str | None = None, where: str | None = None, top: str | None = None,
+              neighbours: str | None = None, edge_type: str | None = None, limit: int | None = None) -> str:
+        """The request that lists rows a view folded away: entities of a type, matching a condition,
+        ranked by a metric, or the neighbours of one entity along one edge type."""
+        args = ["witty-profiler query", self.ref]
+        for flag, value in (("--type", type), ("--where", where), ("--top", top), ("--neighbours", neighbours),
+                            ("--edge-type", edge_type)):
+            if value is not None:
+                args += [flag, value if isinstance(value, Slot) else shlex.quote(value)]
+        if limit is not None:
+            args += ["-n", str(limit)]
+        return " ".join(args)
+
+    def around(self) -> str:
+        """What an id of the view is good for (the legend): its neighbourhood."""
+        return f"witty-profiler query {self.ref} --around ID"
+
+    def convert(self, layer: str, choices: Sequence[str] = ()) -> str:
+        """Another view of the same graph (`layer` may be a Slot, with the names it stands for)."""
+        shown = f"{layer} ({', '.join(choices)})" if choices else layer
+        return f"witty-profiler convert {self.ref} --layer {shown} --max-tokens N"
+
+    def collectors(self) -> str:
+        """Where every collector's status and full reason are listed."""
+        return f"witty-profiler info {self.ref}"
+
+
+@dataclass(frozen=True)
+class McpHints:
+    """Calls of the witty-mcp tools (query_graph, convert_layer, graph_summary) on `graph_id`."""
+
+    graph_id: str
+
+    def _call(self, tool: str, **args: object) -> str:
+        given = [f"graph_id={_value(self.graph_id)}"]
+        given += [f"{k}={_value(v)}" for k, v in args.items() if v is not None]
+        return f"{tool}({', '.join(given)})"
+
+    def query(self, *, type: str | None = None, where: str | None = None, top: str | None = None,
+              neighbours: str | None = None, edge_type: str | None = None, limit: int | None = None) -> str:
+        # query_graph's `around` with the default depth 1 lists the neighbours (edge_type narrows them)
+        return self._call("query_graph", type=type, where=[where] if where is not None else None,
+                          around=neighbours, edge_type=edge_type, top_by_metric=top,
+                          limit=min(limit, MCP_PAGE) if limit is not None else None)
+
+    def around(self) -> str:
+        return self._call("query_graph", around=Slot("ID"))
+
+    def convert(self, layer: str, choices: Sequence[str] = ()) -> str:
+        call = self._call("convert_layer", layer=layer)
+        return f"{call} with {layer} one of {', '.join(choices)}" if choices else call
+
+    def collectors(self) -> str:
+        return self._call("graph_summary")
+
+
+Hints = CliHints | McpHints
+
+
+def _value(value: object) -> str:
+    """A Python/JSON-looking argument: strings double-quoted, slots bare, lists of them bracketed."""
+    if isinstance(value, Slot):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
