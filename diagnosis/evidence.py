@@ -8,6 +8,7 @@ from diagnosis.catalog import Levels, number
 from diagnosis.models import Evidence
 
 MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
+Bound = tuple[str, float]  # a pattern parameter as a threshold: (">=", 10) -> ">= 10"
 
 
 def fmt(value: Any, unit: str = "") -> str:
@@ -26,28 +27,31 @@ def fmt(value: Any, unit: str = "") -> str:
 
 
 def entity(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
-           severity: str | None = None, note: str | None = None) -> Evidence:
-    return Evidence(kind="entity", ids=[eid], metric=metric, value=value,
-                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+           severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
+    return Evidence(kind="entity", ids=[eid], metric=metric, value=value, threshold=_threshold(levels, severity, bound),
+                    unit=unit or (levels.unit if levels else None), note=note)
 
 
 def edge(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
-         severity: str | None = None, note: str | None = None) -> Evidence:
-    return Evidence(kind="edge", ids=[eid], metric=metric, value=value,
-                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+         severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
+    return Evidence(kind="edge", ids=[eid], metric=metric, value=value, threshold=_threshold(levels, severity, bound),
+                    unit=unit or (levels.unit if levels else None), note=note)
 
 
 def statistic(ids: list[str], metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
-              severity: str | None = None, note: str | None = None) -> Evidence:
+              severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
     return Evidence(kind="statistic", ids=sorted(ids), metric=metric, value=value,
-                    threshold=_threshold(levels, severity), unit=unit or (levels.unit if levels else None), note=note)
+                    threshold=_threshold(levels, severity, bound), unit=unit or (levels.unit if levels else None),
+                    note=note)
 
 
 def more(count: int, what: str) -> Evidence:
     return Evidence(kind="statistic", ids=[], metric=None, value=count, note=f"{count} more {what} not shown")
 
 
-def _threshold(levels: Levels | None, severity: str | None) -> Any:
+def _threshold(levels: Levels | None, severity: str | None, bound: Bound | None = None) -> Any:
+    if bound is not None:
+        return f"{bound[0]} {number(bound[1])}"
     if levels is None:
         return None
     sign = ">" if levels.direction == "above" else "<"

@@ -95,6 +95,57 @@ def metric_check(scope: Scope, entities: list[Entity], levels: Levels, metric: s
                    subjects=[e.id for e, _, _ in a.hits])
 
 
+def several_metrics_check(scope: Scope, entities: list[Entity], t: dict[str, Levels], what: str,
+                          checks: tuple[tuple[str, Value | None, str], ...], missing: str,
+                          keywords: tuple[str, ...], lead: str) -> Verdict:
+    """Entities judged on several metrics at once (a NIC on its throughput and on its drops): each
+    check is (metric, how to read it if not the metric itself, a sentence on its worst hit with
+    {name} and {value}); any hit makes the finding."""
+    assessed = [(assess(entities, t[metric], value or metric_of(metric)), metric, sentence)
+                for metric, value, sentence in checks]
+    if not any(a.measured for a, _, _ in assessed):
+        return not_evaluated(scope.missing(missing, *keywords))
+    if not any(a.hits for a, _, _ in assessed):
+        return clear("; ".join(clear_text(a, what, metric) for a, metric, _ in assessed if a.measured))
+    items = [item for a, metric, _ in assessed for item in hit_evidence(a, metric)]
+    parts = [sentence.format(name=ev.name_of(a.hits[0][0]), value=ev.fmt(a.hits[0][1], a.levels.unit))
+             for a, _, sentence in assessed if a.hits]
+    return finding(worst(*(a.severity for a, _, _ in assessed)) or "warning", lead + "; ".join(parts) + ".", items,
+                   subjects=[e.id for a, _, _ in assessed for e, _, _ in a.hits])
+
+
+Reading = tuple[str, Value, str]  # metric, how to read it, unit
+
+
+def levels_check(entities: list[Entity], readings: tuple[Reading, ...], t: dict[str, Levels], lead: str,
+                 context: Callable[[Entity], list[Evidence]] | None = None,
+                 after: Callable[[], list[Evidence]] | None = None) -> Verdict:
+    """Host-level (or cgroup-level) readings, each against its own levels, e.g. iowait and PSI io:
+    every reading over its levels is a part of the finding; `context` adds what explains an
+    entity's hits, `after` what explains the finding as a whole."""
+    items: list[Evidence] = []
+    severities, subjects, parts = [], [], []
+    for entity in entities:
+        for metric, value_of, unit in readings:
+            value = value_of(entity)
+            sev = t[metric].severity(value)
+            if sev:
+                severities.append(sev)
+                subjects.append(entity.id)
+                where = "" if entity.type == "host" else f" in {ev.short(entity.id)}"
+                parts.append(f"{metric} {ev.fmt(value, unit)}{where}")
+                items.append(ev.entity(entity.id, metric, value, unit=unit, levels=t[metric], severity=sev))
+        if context and entity.id in subjects:
+            items.extend(context(entity))
+    if not severities:
+        shown = "; ".join(f"{metric} {ev.fmt(value_of(e), unit)}" for e in entities
+                          for metric, value_of, unit in readings if value_of(e) is not None)
+        return clear(f"{shown}: below every threshold")
+    if after:
+        items.extend(after())
+    return finding(worst(*severities) or "warning", lead + ", ".join(parts) + ".", items, subjects=subjects)
+
+
 def host_or_scope_processes(scope: Scope) -> list[Entity]:
     return scope.processes if scope.has_workload else scope.graph.entities("process")
 

@@ -62,25 +62,13 @@ class Scope:
         self.meta = graph.meta
         # (type, id) -> edges in id order; only the relations patterns follow (a 300k-edge graph is
         # mostly has_thread/runs_on/allowed_on of threads nobody asks about in the reverse direction)
-        self._out: dict[tuple[str, str], list[Edge]] = {}
-        self._in: dict[tuple[str, str], list[Edge]] = {}
-        out, into = self._out, self._in
+        self._out: dict[tuple[str, str], list[Edge]] = defaultdict(list)
+        self._in: dict[tuple[str, str], list[Edge]] = defaultdict(list)
         for edge in graph.edges():
-            kind = edge.type
-            if kind in OUT_TYPES:
-                key = (kind, edge.source)
-                found = out.get(key)
-                if found is None:
-                    out[key] = [edge]
-                else:
-                    found.append(edge)
-            if kind in IN_TYPES:
-                key = (kind, edge.target)
-                found = into.get(key)
-                if found is None:
-                    into[key] = [edge]
-                else:
-                    found.append(edge)
+            if edge.type in OUT_TYPES:
+                self._out[edge.type, edge.source].append(edge)
+            if edge.type in IN_TYPES:
+                self._in[edge.type, edge.target].append(edge)
         self._numa: dict[str, dict[int, Entity]] | None = None
         self._cpu_node: dict[str, dict[int, int]] | None = None
         self.requested_pids = sorted(set(pids)) if pids else []

@@ -8,7 +8,7 @@ from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
                              needs_workload, workload_devices)
-from diagnosis.scope import Scope, num, parse_cpulist
+from diagnosis.scope import Scope, host_of, num, parse_cpulist
 from topology import Entity
 
 DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.preprocessing_bottleneck")
@@ -55,8 +55,8 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     for e, value, sev in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.entity(e.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(e)))
         items.append(ev.statistic([e.id], "cpu_wait_pct", cpu_wait_pct(e), unit="%",
-                                  note="share of the window spent waiting for a CPU")
-                     .model_copy(update={"threshold": f">= {number(t['min_cpu_wait_pct'])}"}))
+                                  note="share of the window spent waiting for a CPU",
+                                  bound=(">=", t["min_cpu_wait_pct"])))
         if num(e, "voluntary_ctxt_switches_per_s") is not None:
             items.append(ev.entity(e.id, "voluntary_ctxt_switches_per_s", num(e, "voluntary_ctxt_switches_per_s"),
                                    unit="1/s"))
@@ -101,7 +101,7 @@ def _workload_cpus(scope: Scope) -> dict[str, set[int]]:
     for p in scope.processes:
         cpus = parse_cpulist(p.attrs.get("cpus_allowed"))
         if cpus:
-            found.setdefault(p.id.split(":")[1], set()).update(cpus)
+            found.setdefault(host_of(p.id), set()).update(cpus)
     return found
 
 
@@ -121,14 +121,14 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev:
             severities.append(sev)
             subjects.append(host.id)
-            parts.append(f"host {host.id.split(':')[1]} CPUs {ev.fmt(value, '%')} busy")
+            parts.append(f"host {host_of(host.id)} CPUs {ev.fmt(value, '%')} busy")
             items.append(ev.entity(host.id, "cpu_util_pct", value, levels=levels, severity=sev, note="host average"))
             for m, u in (("load1", "runnable tasks"), ("psi_cpu_some_pct", "%")):
                 if num(host, m) is not None:
                     items.append(ev.entity(host.id, m, num(host, m), unit=u))
     by_host: dict[str, list[Entity]] = {}
     for c in cpus:
-        by_host.setdefault(c.id.split(":")[1], []).append(c)
+        by_host.setdefault(host_of(c.id), []).append(c)
     for host, allowed in sorted(_workload_cpus(scope).items()):
         mine = [c for c in by_host.get(host, []) if c.attrs.get("cpu", _cpu_number(c)) in allowed]
         if not mine or len(mine) == len(by_host.get(host, [])):
@@ -259,8 +259,8 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.entity(entity.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(entity)))
         for m, limit, sign in (("llc_miss_pct", t["llc_miss_pct"], ">"), ("ipc", t["ipc"], "<")):
             if num(entity, m) is not None:
-                items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio")
-                             .model_copy(update={"threshold": f"{sign} {number(limit)}"}))
+                items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio",
+                                       bound=(sign, limit)))
     return finding(worst(*(s for _, _, s in hits)) or "warning",
                    f"{len(hits)} busy subject(s) spend their cycles stalled: {ev.name_of(hits[0][0])} "
                    f"at {ev.fmt(hits[0][1], '%')} CPU with poor cache behaviour or IPC.",
@@ -346,8 +346,8 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.entity(hot.id, "cpu_util_pct", value, levels=levels, severity=sev,
                                note=f"{ev.name_of(hot)} of {ev.name_of(process)}"))
         items.append(ev.statistic([th.id for th in scope.threads_of(process) if th.id != hot.id], "cpu_util_pct",
-                                  siblings, unit="%", note=f"mean of its {n} sibling threads")
-                     .model_copy(update={"threshold": f"< {number(t['siblings_cpu_util_pct'])}"}))
+                                  siblings, unit="%", note=f"mean of its {n} sibling threads",
+                                  bound=("<", t["siblings_cpu_util_pct"])))
     process, hot, value, siblings, n, _ = hits[0]
     return finding(worst(*(h[5] for h in hits)) or "warning",
                    f"A serial bottleneck: {ev.name_of(hot)} of {ev.name_of(process)} keeps one core "

@@ -84,8 +84,8 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
                                    num(consumer, "voluntary_ctxt_switches_per_s"), unit="1/s", note="blocking"))
         if cpu_wait_pct(consumer) is not None:
             items.append(ev.statistic([consumer.id], "cpu_wait_pct", cpu_wait_pct(consumer), unit="%",
-                                      note="share of the window waiting for a CPU: not starved")
-                         .model_copy(update={"threshold": f"< {number(t['max_cpu_wait_pct'])}"}))
+                                      note="share of the window waiting for a CPU: not starved",
+                                      bound=("<", t["max_cpu_wait_pct"])))
         for producer, edge in busy[:ev.MAX_SUBJECTS]:
             if edge is not None:
                 volume = next(((m, num(edge, m)) for m in ("bytes_per_s", "bytes_total", "bytes_sent_total")
@@ -96,12 +96,12 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             items.append(ev.statistic([producer.id], "runnable_pct", runnable_pct(producer), unit="%",
                                       note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None
                                                                                   else "") + ": running or waiting "
-                                           "for a CPU").model_copy(update={"threshold": f"> {number(t['producer_busy_pct'])}"}))
+                                           "for a CPU", bound=(">", t["producer_busy_pct"])))
             if num(producer, "cpu_util_pct") is not None:
                 items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%"))
         for device, util in devices:
-            items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer")
-                         .model_copy(update={"threshold": f"< {number(t['device_idle_pct'])}"}))
+            items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer",
+                                   bound=("<", t["device_idle_pct"])))
     consumer, value, busy, devices, _ = hits[0]
     text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
             f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} running or runnable "

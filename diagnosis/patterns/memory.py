@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
-from diagnosis.rules import metric_check, scope_cgroups, workload_devices
+from diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated
+from diagnosis.models import Evidence
+from diagnosis.rules import levels_check, metric_check, metric_of, scope_cgroups, workload_devices
 from diagnosis.scope import Scope, num
 from topology import Entity
 
@@ -109,9 +110,9 @@ def _swap_rate(e: Entity) -> float | None:
 
 
 def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
-    checks = (("psi_memory_some_pct", lambda h: num(h, "psi_memory_some_pct"), "%"),
+    checks = (("psi_memory_some_pct", metric_of("psi_memory_some_pct"), "%"),
               ("swap_pages_per_s", _swap_rate, "pages/s"),
-              ("major_faults_per_s", lambda h: num(h, "major_faults_per_s"), "1/s"))
+              ("major_faults_per_s", metric_of("major_faults_per_s"), "1/s"))
     hosts = scope.hosts()
     measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
     # the workload's own cgroups: a memory limit stalls it even when the host has memory to spare
@@ -121,27 +122,13 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not measured:
         return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
                                            "host", "pressure"))
-    items, severities, subjects, parts = [], [], [], []
-    for host in measured:
-        for name, f, unit in checks:
-            value = f(host)
-            sev = t[name].severity(value)
-            if sev:
-                severities.append(sev)
-                subjects.append(host.id)
-                where = "" if host.type == "host" else f" in {ev.short(host.id)}"
-                parts.append(f"{name} {ev.fmt(value, unit)}{where}")
-                items.append(ev.entity(host.id, name, value, unit=unit, levels=t[name], severity=sev))
-        if subjects and host.id in subjects:
-            for m, u in (("mem_available_bytes", "bytes"), ("swap_used_bytes", "bytes"), ("memory_usage_bytes", "bytes"),
-                         ("memory_limit_bytes", "bytes")):
-                if num(host, m) is not None:
-                    items.append(ev.entity(host.id, m, num(host, m), unit=u))
-    if not severities:
-        shown = "; ".join(f"{name} {ev.fmt(f(h), u)}" for h in measured for name, f, u in checks if f(h) is not None)
-        return clear(f"{shown}: below every threshold")
-    return finding(worst(*severities) or "warning", "The workload stalls on memory: " + ", ".join(parts) + ".",
-                   items, subjects=subjects)
+    return levels_check(measured, checks, t, "The workload stalls on memory: ", context=_memory_sizes)
+
+
+def _memory_sizes(e: Entity) -> list[Evidence]:
+    return [ev.entity(e.id, m, num(e, m), unit="bytes") for m in ("mem_available_bytes", "swap_used_bytes",
+                                                                 "memory_usage_bytes", "memory_limit_bytes")
+            if num(e, m) is not None]
 
 
 PRESSURE = Pattern(

@@ -6,8 +6,8 @@ import ipaddress
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.rules import assess, clear_text, hit_evidence, metric_check
+from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, not_evaluated, number
+from diagnosis.rules import metric_check, several_metrics_check
 from diagnosis.scope import Scope, num
 from topology import Entity
 
@@ -131,23 +131,10 @@ def _rdma_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     ports = scope.graph.entities("rdma_port")
     if not ports:
         return not_evaluated(scope.missing("no RDMA port in this graph", "rdma", "infiniband"))
-    util = assess(ports, t["port_util_pct"], lambda p: num(p, "port_util_pct"))
-    errors = assess(ports, t["port_errors_per_s"], lambda p: num(p, "port_errors_per_s"))
-    if not util.measured and not errors.measured:
-        return not_evaluated(scope.missing("no RDMA port counters", "rdma"))
-    if not util.hits and not errors.hits:
-        parts = [clear_text(a, "RDMA ports", m) for a, m in ((util, "port_util_pct"), (errors, "port_errors_per_s"))
-                 if a.measured]
-        return clear("; ".join(parts))
-    items = hit_evidence(util, "port_util_pct") + hit_evidence(errors, "port_errors_per_s")
-    parts = []
-    if util.hits:
-        parts.append(f"{ev.name_of(util.hits[0][0])} at {ev.fmt(util.hits[0][1], '%')} of its rate")
-    if errors.hits:
-        parts.append(f"{ev.name_of(errors.hits[0][0])} counting {ev.fmt(errors.hits[0][1], '1/s')} errors")
-    return finding(worst(util.severity, errors.severity) or "warning",
-                   "RDMA ports are saturated or erroring: " + "; ".join(parts) + ".", items,
-                   subjects=[e.id for e, _, _ in util.hits + errors.hits])
+    return several_metrics_check(scope, ports, t, "RDMA ports",
+                                 (("port_util_pct", None, "{name} at {value} of its rate"),
+                                  ("port_errors_per_s", None, "{name} counting {value} errors")),
+                                 "no RDMA port counters", ("rdma",), "RDMA ports are saturated or erroring: ")
 
 
 RDMA_BOTTLENECK = Pattern(
@@ -179,21 +166,10 @@ def _nic_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
     nics = [n for n in scope.graph.entities("nic") if n.attrs.get("name", n.id.rsplit(":", 1)[-1]) != "lo"]
     if not nics:
         return not_evaluated(scope.missing("no network interface in this graph", "net", "nic"))
-    util = assess(nics, t["link_util_pct"], lambda n: num(n, "link_util_pct"))
-    drops = assess(nics, t["drops_per_s"], _drops)
-    if not util.measured and not drops.measured:
-        return not_evaluated(scope.missing("no NIC throughput or drop rates", "net", "nic"))
-    if not util.hits and not drops.hits:
-        parts = [clear_text(a, "NICs", m) for a, m in ((util, "link_util_pct"), (drops, "drops_per_s")) if a.measured]
-        return clear("; ".join(parts))
-    items = hit_evidence(util, "link_util_pct") + hit_evidence(drops, "drops_per_s")
-    parts = []
-    if util.hits:
-        parts.append(f"{ev.name_of(util.hits[0][0])} at {ev.fmt(util.hits[0][1], '%')} of its link speed")
-    if drops.hits:
-        parts.append(f"{ev.name_of(drops.hits[0][0])} dropping {ev.fmt(drops.hits[0][1], '1/s')} packets")
-    return finding(worst(util.severity, drops.severity) or "warning", "NICs are saturated or dropping: "
-                   + "; ".join(parts) + ".", items, subjects=[e.id for e, _, _ in util.hits + drops.hits])
+    return several_metrics_check(scope, nics, t, "NICs",
+                                 (("link_util_pct", None, "{name} at {value} of its link speed"),
+                                  ("drops_per_s", _drops, "{name} dropping {value} packets")),
+                                 "no NIC throughput or drop rates", ("net", "nic"), "NICs are saturated or dropping: ")
 
 
 NIC_SATURATION = Pattern(

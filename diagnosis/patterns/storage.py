@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.rules import host_or_scope_processes, metric_check
+from diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated, number
+from diagnosis.models import Evidence
+from diagnosis.rules import host_or_scope_processes, levels_check, metric_check, metric_of
 from diagnosis.scope import Scope, num
+from topology import Entity
 
 
 # -- storage.io_wait ----------------------------------------------------------------------
@@ -16,27 +18,20 @@ def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
     hosts = [h for h in scope.hosts() if any(num(h, m) is not None for m in names)]
     if not hosts:
         return not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host", "pressure"))
-    items, severities, subjects, parts = [], [], [], []
-    for host in hosts:
-        for name in names:
-            value = num(host, name)
-            sev = t[name].severity(value)
-            if sev:
-                severities.append(sev)
-                subjects.append(host.id)
-                parts.append(f"{name} {ev.fmt(value, '%')}")
-                items.append(ev.entity(host.id, name, value, levels=t[name], severity=sev))
-        if host.id in subjects and num(host, "psi_io_full_pct") is not None:
-            items.append(ev.entity(host.id, "psi_io_full_pct", num(host, "psi_io_full_pct"), unit="%"))
-    if not severities:
-        shown = "; ".join(f"{m} {ev.fmt(num(h, m), '%')}" for h in hosts for m in names if num(h, m) is not None)
-        return clear(f"{shown}: below every threshold")
+    return levels_check(hosts, tuple((m, metric_of(m), "%") for m in names), t, "The CPUs wait for I/O: ",
+                        context=_io_full, after=lambda: _busiest_disks(scope))
+
+
+def _io_full(host: Entity) -> list[Evidence]:
+    full = num(host, "psi_io_full_pct")
+    return [ev.entity(host.id, "psi_io_full_pct", full, unit="%")] if full is not None else []
+
+
+def _busiest_disks(scope: Scope) -> list[Evidence]:
     busiest = [d for d in scope.graph.entities("block_device") if num(d, "disk_util_pct") is not None]
     busiest.sort(key=lambda d: (-(num(d, "disk_util_pct") or 0.0), d.id))
-    for disk in busiest[:3]:
-        items.append(ev.entity(disk.id, "disk_util_pct", num(disk, "disk_util_pct"), unit="%", note="busiest disks"))
-    return finding(worst(*severities) or "warning", "The CPUs wait for I/O: " + ", ".join(parts) + ".", items,
-                   subjects=subjects)
+    return [ev.entity(d.id, "disk_util_pct", num(d, "disk_util_pct"), unit="%", note="busiest disks")
+            for d in busiest[:3]]
 
 
 IO_WAIT = Pattern(
