@@ -67,6 +67,16 @@ def test_the_mcp_summary_and_all_point_at_convert_layer(sample):
         assert not SHELL.search(text), text
 
 
+def test_folded_accelerators_are_listed_by_their_own_type(sample):
+    """The real sample has NPUs and no GPU: the request must list NPUs."""
+    for layer, metric in (("compute", "util_pct"), ("memory", "memory_used_pct")):
+        view = render_view(sample, layer, 400, hints=McpHints(GID))
+        if view.omitted.get("accelerators"):
+            assert f'query_graph(graph_id="{GID}", type="npu", top_by_metric="{metric}", limit=100)' in view.text
+        assert 'type="gpu"' not in view.text
+        assert "--type gpu" not in render_view(sample, layer, 400).text
+
+
 @pytest.mark.parametrize("name", ["hand", "sample"])
 def test_mcp_views_fit_every_budget_and_keep_every_citation(request, name):
     from diagnosis import diagnose

@@ -33,6 +33,12 @@ def legend(ctx: GraphContext, *extra: str) -> Lines:
     return Lines([legend_line(ctx), *extra])
 
 
+def accelerator_query(ctx: GraphContext, top: str) -> str:
+    """The request per accelerator type of this graph (gpu, npu) that ranks them by `top`."""
+    kinds = sorted({d.type for d in ctx.accelerators}) or ["gpu"]
+    return " ; ".join(ctx.hints.query(type=kind, top=top, limit=100) for kind in kinds)
+
+
 def coverage(ctx: GraphContext, layer: str) -> Lines:
     """The collectors of this layer that did not fully run, and why: a blank table is then explained."""
     lines = []

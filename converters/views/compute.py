@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ns, num, pct
-from converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.common import (accelerator_query, coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend,
+                                     neg, rank)
 
 LAYER = "compute"
 NUMBER = 1
@@ -66,7 +67,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("power", lambda d: _power(d.metrics)),
         Column("throttle", lambda d: _throttle(d.metrics), left=True),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "accelerators", ctx.hints.query(type="gpu", top="util_pct", limit=100), pinned))
+    ], devices, "accelerators", accelerator_query(ctx, "util_pct"), pinned))
     return out
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, num, pct, rate, size
-from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.common import (accelerator_query, coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg,
+                                     rank)
 
 LAYER = "memory"
 NUMBER = 2
@@ -79,7 +80,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
         Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
-    ], devices, "accelerators", ctx.hints.query(type="gpu", top="memory_used_pct", limit=100), pinned))
+    ], devices, "accelerators", accelerator_query(ctx, "memory_used_pct"), pinned))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
               or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)
