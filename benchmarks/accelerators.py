@@ -10,10 +10,8 @@ NPU: parsing an 8-NPU `npu-smi info` table (npu-smi itself takes about a second 
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,15 +25,7 @@ from collectors.pci import PciCollector  # noqa: E402
 from collectors.rdma import RdmaCollector  # noqa: E402
 from sysfs_tree import add_pci  # noqa: E402
 from test_rdma import add_hca  # noqa: E402
-
-
-def cpu_ms(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.process_time()
-        fn()
-        times.append((time.process_time() - t) * 1000)
-    return statistics.median(times)
+from timing import cpu_ms  # noqa: E402
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ import os
 import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -28,19 +27,10 @@ from collectors import fdscan, ipc, sockdiag  # noqa: E402
 from collectors.base import Context  # noqa: E402
 from collectors.network import NetworkCollector  # noqa: E402
 from collectors.storage import StorageCollector  # noqa: E402
+from timing import cpu_ms  # noqa: E402
 
 PIPELINES = int(sys.argv[1]) if len(sys.argv) > 1 else 150
 SOCKETPAIRS, TCP_PAIRS, RUNS = 200, 100, 7
-
-
-def cpu_ms(fn, runs: int = RUNS) -> float:
-    """Median CPU time of one call, in ms (process CPU time: what the collector costs the host)."""
-    times = []
-    for _ in range(runs):
-        t = time.process_time()
-        fn()
-        times.append((time.process_time() - t) * 1000)
-    return statistics.median(times)
 
 
 def raw_reader() -> None:
@@ -88,19 +78,19 @@ def main() -> None:
         time.sleep(1.0)  # let the pipelines start
         procs = len(fdscan.pids(Path("/proc")))
         fds = sum(len(v) for v in fdscan.scan().links.values())
-        snap = cpu_ms(lambda: ipc.snapshot(Path("/proc"), {}, "start"))
-        raw = cpu_ms(raw_reader)
+        snap = cpu_ms(lambda: ipc.snapshot(Path("/proc"), {}, "start"), RUNS)
+        raw = cpu_ms(raw_reader, RUNS)
         net = NetworkCollector(Context(duration_s=1, interval_s=1))
         net.start()
-        net_sample = cpu_ms(net.sample, runs=50)
+        net_sample = cpu_ms(net.sample, 50)
         disk = StorageCollector(Context(duration_s=1, interval_s=1))
         disk.start()
-        disk_sample = cpu_ms(disk.sample, runs=50)
+        disk_sample = cpu_ms(disk.sample, 50)
 
         def net_finish() -> None:
             net.ctx.cache.clear()
             net.finish()
-        net_end = cpu_ms(net_finish)
+        net_end = cpu_ms(net_finish, RUNS)
         print(f"{time.strftime('%Y-%m-%d')} {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
               f"kernel {platform.release()}, Python {platform.python_version()}")
         print(f"processes {procs}, open fds {fds}, pipelines {PIPELINES}, unix pairs {SOCKETPAIRS}, "
