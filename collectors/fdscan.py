@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_AGE_S = 0.5
+_MODE_BITS = {0o400: "r", 0o200: "w", 0o600: "rw"}
 _INODE = re.compile(r"^(\w+):\[(\d+)\]$")
 
 
@@ -24,16 +25,23 @@ class FdTable:
     links: dict[int, dict[int, str]] = field(default_factory=dict)  # pid -> fd -> link target
     denied: int = 0  # processes whose fds we could not read
     taken_at: float = 0.0
+    by_kind: dict[str, dict[int, dict[int, list[int]]]] | None = None  # inodes(), built once
 
     def inodes(self, kind: str) -> dict[int, dict[int, list[int]]]:
-        """inode -> pid -> fds, for links like 'socket:[123]' or 'pipe:[456]'."""
-        found: dict[int, dict[int, list[int]]] = {}
-        for pid, fds in self.links.items():
-            for fd, target in fds.items():
-                m = _INODE.match(target)
-                if m and m.group(1) == kind:
-                    found.setdefault(int(m.group(2)), {}).setdefault(pid, []).append(fd)
-        return found
+        """inode -> pid -> fds, for links like 'socket:[123]' or 'pipe:[456]'. One pass over the
+        table for every kind (the IPC and network collectors ask for pipes and sockets several times)."""
+        if self.by_kind is None:
+            self.by_kind = {}
+            for pid, fds in self.links.items():
+                for fd, target in fds.items():
+                    # cheap tests first: most links are paths ('/...'), and anon_inode:x has no '['
+                    if target[-1:] != "]" or target[:1] == "/":
+                        continue
+                    m = _INODE.match(target)
+                    if m:
+                        found = self.by_kind.setdefault(m.group(1), {})
+                        found.setdefault(int(m.group(2)), {}).setdefault(pid, []).append(fd)
+        return self.by_kind.get(kind, {})
 
 
 def pids(proc: Path) -> list[int]:
@@ -73,7 +81,17 @@ def shared_scan(proc: Path, cache: dict, phase: str) -> FdTable:
 
 
 def access_mode(proc: Path, pid: int, fd: int) -> str | None:
-    """'r', 'w' or 'rw' from the open flags in /proc/PID/fdinfo/FD; None if gone."""
+    """'r', 'w' or 'rw' from the open flags; None if gone.
+
+    The kernel gives the /proc/PID/fd/FD link the owner bits of the file's open mode (read:
+    r-x, write: -wx), so one lstat answers; /proc/PID/fdinfo/FD, three system calls and a text
+    to parse, is read only when neither bit is set (an O_PATH descriptor)."""
+    try:
+        bits = os.lstat(f"{proc}/{pid}/fd/{fd}").st_mode & 0o600
+    except OSError:
+        return None
+    if bits:
+        return _MODE_BITS[bits]
     try:
         with open(f"{proc}/{pid}/fdinfo/{fd}") as f:
             text = f.read()

@@ -99,9 +99,34 @@ def _read(path: str) -> str | None:
         return None
 
 
-def snapshot(proc: Path, cache: dict, phase: str) -> Snapshot:
+def _read_maps_shm(path: str) -> set[str]:
+    """parse_maps_shm of /proc/PID/maps, read as bytes: most processes map no shared memory, and
+    one search of the whole text finds that without decoding or splitting it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return set()
+    try:
+        chunks = []
+        while chunk := os.read(fd, 262144):  # seq_file: only an empty read is the end
+            chunks.append(chunk)
+    except OSError:
+        return set()
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if b"/dev/shm/" not in raw and b"/SYSV" not in raw:
+        return set()
+    return parse_maps_shm(raw.decode("utf-8", "replace"))
+
+
+def snapshot(proc: Path, cache: dict, phase: str, maps: bool = True) -> Snapshot:
+    """What the IPC edges are drawn from. maps=False leaves out the shared memory mappings (every
+    /proc/PID/maps, the most expensive read): the edges use only the end's, so the start skips them."""
     snap = Snapshot(taken_at=time.monotonic(), fds=fdscan.shared_scan(proc, cache, phase))
     for inode, holders in snap.fds.inodes("pipe").items():
+        if len(holders) < 2:
+            continue  # a pipe within one process links no two processes
         for pid, fds in holders.items():
             modes = {fdscan.access_mode(proc, pid, fd) for fd in fds} - {None}
             mode = "rw" if "rw" in modes or modes >= {"r", "w"} else next(iter(modes), None)
@@ -118,13 +143,12 @@ def snapshot(proc: Path, cache: dict, phase: str) -> Snapshot:
     snap.tcp, problem = sockdiag.shared_tcp_table(cache, phase)
     if problem:
         snap.problems.append(problem)
-    for pid, fds in snap.fds.links.items():
-        objects = {t.removesuffix(" (deleted)") for t in fds.values() if t.startswith("/dev/shm/")}
-        maps = _read(f"{proc}/{pid}/maps")
-        if maps:
-            objects |= parse_maps_shm(maps)
-        for key in objects:
-            snap.shm_maps.setdefault(key, set()).add(pid)
+    if maps:
+        for pid, fds in snap.fds.links.items():
+            objects = {t.removesuffix(" (deleted)") for t in fds.values() if t.startswith("/dev/shm/")}
+            objects |= _read_maps_shm(f"{proc}/{pid}/maps")
+            for key in objects:
+                snap.shm_maps.setdefault(key, set()).add(pid)
     snap.sysv_shm = parse_sysvipc(_read(f"{proc}/sysvipc/shm") or "")
     snap.sysv_msg = parse_sysvipc(_read(f"{proc}/sysvipc/msg") or "")
     return snap
@@ -312,7 +336,7 @@ class IpcCollector(Collector):
     name = "ipc"
 
     def start(self) -> None:
-        self._start = snapshot(self.ctx.proc, self.ctx.cache, "start")
+        self._start = snapshot(self.ctx.proc, self.ctx.cache, "start", maps=False)
 
     def finish(self) -> Graph:
         start = getattr(self, "_start", None)
