@@ -28,11 +28,16 @@ class CliHints:
 
     ref: str = "GRAPH"
 
+    @property
+    def graph(self) -> str:
+        """The file as a shell word: a path with spaces still pastes as one argument."""
+        return shlex.quote(self.ref)
+
     def query(self, *, type: str | None = None, where: str | None = None, top: str | None = None,
               neighbours: str | None = None, edge_type: str | None = None, limit: int | None = None) -> str:
         """The request that lists rows a view folded away: entities of a type, matching a condition,
         ranked by a metric, or the neighbours of one entity along one edge type."""
-        args = ["witty-profiler query", self.ref]
+        args = ["witty-profiler query", self.graph]
         for flag, value in (("--type", type), ("--where", where), ("--top", top), ("--neighbours", neighbours),
                             ("--edge-type", edge_type)):
             if value is not None:
@@ -43,16 +48,16 @@ class CliHints:
 
     def around(self) -> str:
         """What an id of the view is good for (the legend): its neighbourhood."""
-        return f"witty-profiler query {self.ref} --around ID"
+        return f"witty-profiler query {self.graph} --around ID"
 
     def convert(self, layer: str, choices: Sequence[str] = ()) -> str:
         """Another view of the same graph (`layer` may be a Slot, with the names it stands for)."""
         shown = f"{layer} ({', '.join(choices)})" if choices else layer
-        return f"witty-profiler convert {self.ref} --layer {shown} --max-tokens N"
+        return f"witty-profiler convert {self.graph} --layer {shown} --max-tokens N"
 
     def collectors(self) -> str:
         """Where every collector's status and full reason are listed."""
-        return f"witty-profiler info {self.ref}"
+        return f"witty-profiler info {self.graph}"
 
 
 @dataclass(frozen=True)

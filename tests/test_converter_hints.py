@@ -146,3 +146,10 @@ def test_every_request_an_mcp_view_names_is_one_the_server_accepts(request, name
     for tool, args in seen:
         method, model = methods[tool]
         method(model(graph_id=gid, **dict(ast.literal_eval(args))))  # InputError or ValidationError fail the test
+
+
+def test_cli_hints_quote_a_path_with_spaces():
+    from converters.hints import CliHints
+    hints = CliHints("my graphs/run 1.json")
+    assert hints.query(type="thread", limit=5) == "witty-profiler query 'my graphs/run 1.json' --type thread -n 5"
+    assert hints.collectors() == "witty-profiler info 'my graphs/run 1.json'"
