@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from topology import Graph
+from topology.ids import host_id
 from topology.models import CollectorStatus, Meta
 
 
@@ -71,6 +72,10 @@ class Collector:
     def fragment(self) -> Graph:
         """An empty fragment whose meta names this host."""
         return Graph(Meta(hosts=[self.ctx.host]))
+
+    def add_host(self, graph: Graph, metrics: dict) -> None:
+        """This host's entity with some of its metrics (the collectors that measure the host each add theirs)."""
+        graph.entity_of("host", host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
 
 
 class CounterCollector(Collector):

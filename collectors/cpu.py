@@ -13,7 +13,7 @@ from collectors.base import CounterCollector, register
 from collectors.procfs import parse_proc_stat_cpus, read_text
 from collectors.sampling import ratio_metrics, window_metrics
 from topology import Graph
-from topology.ids import cpu_id, host_id
+from topology.ids import cpu_id
 
 
 @register
@@ -58,8 +58,8 @@ class CpuCollector(CounterCollector):
         load = read_text(f"{self.ctx.proc}/loadavg")
         if load:
             metrics["load1"] = float(load.split()[0])
-        g.entity_of("host", host_id(host), {"name": host}, metrics)
-        for key in sorted({k[0] for k in self.series._series if k[0].startswith("cpu") and k[0] != "cpu"}):
+        self.add_host(g, metrics)
+        for key in (k for k in self.series.prefixes() if k.startswith("cpu") and k != "cpu"):
             n = int(key[3:])
             g.entity_of("cpu", cpu_id(host, n), {"cpu": n}, self._utilisation(key))
         if len(self.series[("cpu", "total")]) < 2:

@@ -7,9 +7,8 @@ import time
 
 from collectors.base import CounterCollector, register
 from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from collectors.sampling import window_metrics
+from collectors.sampling import Series
 from topology import Graph
-from topology.ids import host_id
 
 _VMSTAT_RATES = {"pgmajfault": "major_faults_per_s", "pswpin": "swap_in_pages_per_s",
                  "pswpout": "swap_out_pages_per_s", "numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s",
@@ -17,8 +16,10 @@ _VMSTAT_RATES = {"pgmajfault": "major_faults_per_s", "pswpin": "swap_in_pages_pe
                  "numa_other": "numa_other_per_s"}
 
 
-def remote_alloc_pct(local: float | None, other: float | None) -> float | None:
-    """Share of allocations that landed on a node other than the running CPU's."""
+def remote_alloc_pct(local_series: Series | None, other_series: Series | None) -> float | None:
+    """Share of the window's allocations that landed on a node other than the running CPU's."""
+    local = local_series.delta() if local_series is not None else None
+    other = other_series.delta() if other_series is not None else None
     if local is None or other is None or local + other <= 0:
         return None
     return round(other / (local + other) * 100.0, 3)
@@ -42,7 +43,7 @@ class MemoryCollector(CounterCollector):
         self._read()
         metrics: dict[str, float] = {}
         info = parse_meminfo(read_text(f"{self.ctx.proc}/meminfo") or "")
-        if not info and not self.series._series:
+        if not info and not self.series:
             return self.unavailable(f"{self.ctx.proc}/meminfo and {self.ctx.proc}/vmstat are not readable")
         if "MemTotal" in info:
             metrics["mem_total_bytes"] = info["MemTotal"]
@@ -52,14 +53,10 @@ class MemoryCollector(CounterCollector):
         if "SwapTotal" in info:
             metrics["swap_total_bytes"] = info["SwapTotal"]
             metrics["swap_used_bytes"] = info["SwapTotal"] - info.get("SwapFree", 0)
-        for key, name in _VMSTAT_RATES.items():
-            series = self.series.get(key)
-            if series is not None:
-                metrics.update(window_metrics(name, series, digits=2))
-        local, other = self.series.get("numa_local"), self.series.get("numa_other")
-        pct = remote_alloc_pct(local and local.delta(), other and other.delta())
+        metrics.update(self.series.rates(_VMSTAT_RATES, digits=2))
+        pct = remote_alloc_pct(self.series.get("numa_local"), self.series.get("numa_other"))
         if pct is not None:
             metrics["numa_remote_alloc_pct"] = pct
         g = self.fragment()
-        g.entity_of("host", host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
+        self.add_host(g, metrics)
         return g

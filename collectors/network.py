@@ -20,7 +20,7 @@ from collectors.base import Collector, register
 from collectors.procfs import read_text
 from collectors.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
 from topology import Graph
-from topology.ids import entity_id, host_id, numa_id, pci_address, process_id
+from topology.ids import entity_id, numa_id, pci_address, process_id
 
 MAX_CONNECTIONS = 2000  # above this, keep the connections that moved the most bytes
 NET_DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errors", "rx_drops", None, None, None, None,
@@ -152,7 +152,7 @@ class NetworkCollector(Collector):
     def finish(self) -> Graph:
         self._read_counters()
         graph = self.fragment()
-        nics = sorted({key[0] for key in self.nics._series})
+        nics = self.nics.prefixes()
         if not nics:
             return self.unavailable(f"{self.ctx.proc}/net/dev is not readable")
         for name in nics:
@@ -185,7 +185,7 @@ class NetworkCollector(Collector):
             return
         metrics = {**window_metrics("tcp_out_segs_per_s", out), **window_metrics("tcp_retrans_segs_per_s", retrans),
                    **ratio_metrics("tcp_retrans_pct", retrans, out)}
-        graph.entity_of("host", host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
+        self.add_host(graph, metrics)
 
     def _add_connections(self, graph: Graph) -> None:
         end, problem = sockdiag.shared_tcp_table(self.ctx.cache, "end")

@@ -12,7 +12,6 @@ import time
 from collectors.base import Context, CounterCollector, register
 from collectors.memory import remote_alloc_pct
 from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from collectors.sampling import window_metrics
 from topology import Graph
 from topology.cpulist import format_cpulist, parse_cpulist
 from topology.ids import cpu_id, numa_id
@@ -82,12 +81,8 @@ class NumaCollector(CounterCollector):
             if "MemTotal" in mem:
                 metrics["mem_total_bytes"] = mem["MemTotal"]
                 metrics["mem_free_bytes"] = mem.get("MemFree", 0)
-            for key, name in _NUMASTAT_RATES.items():
-                series = self.series.get((node, key))
-                if series is not None:
-                    metrics.update(window_metrics(name, series, digits=2))
-            local, other = self.series.get((node, "local_node")), self.series.get((node, "other_node"))
-            pct = remote_alloc_pct(local and local.delta(), other and other.delta())
+            metrics.update(self.series.rates({(node, key): name for key, name in _NUMASTAT_RATES.items()}, digits=2))
+            pct = remote_alloc_pct(self.series.get((node, "local_node")), self.series.get((node, "other_node")))
             if pct is not None:
                 metrics["numa_remote_alloc_pct"] = pct
             nid = numa_id(host, node)

@@ -10,9 +10,7 @@ import time
 
 from collectors.base import CounterCollector, register
 from collectors.procfs import parse_psi, read_text
-from collectors.sampling import window_metrics
 from topology import Graph
-from topology.ids import host_id
 
 # (resource, line) -> metric; PSI 'full' for cpu exists on newer kernels but has no defined meaning for hosts
 _METRICS = {("cpu", "some"): "psi_cpu_some_pct", ("io", "some"): "psi_io_some_pct", ("io", "full"): "psi_io_full_pct",
@@ -35,14 +33,9 @@ class PressureCollector(CounterCollector):
 
     def finish(self) -> Graph:
         self._read()
-        if not self.series._series:
+        if not self.series:
             return self.unavailable(f"{self.ctx.proc}/pressure is not readable: kernel without PSI "
                                     "(CONFIG_PSI=y and boot option psi=1 enable it)")
-        metrics: dict[str, float] = {}
-        for key, name in _METRICS.items():
-            series = self.series.get(key)
-            if series is not None:
-                metrics.update(window_metrics(name, series, scale=1e-4, digits=3))  # us/s -> % of the window
         g = self.fragment()
-        g.entity_of("host", host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
+        self.add_host(g, self.series.rates(_METRICS, scale=1e-4, digits=3))  # us/s -> % of the window
         return g

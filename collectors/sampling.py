@@ -132,6 +132,22 @@ class SeriesTable:
     def get(self, key: object) -> Series | None:
         return self._series.get(key)
 
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def prefixes(self) -> list:
+        """The first parts of the (prefix, counter) keys, sorted: the devices, CPUs... seen."""
+        return sorted({key[0] for key in self._series})
+
+    def rates(self, names: dict, scale: float = 1.0, digits: int = 3) -> dict[str, float]:
+        """`window_metrics` of each counter in `names` (key -> metric name) that was read."""
+        out: dict[str, float] = {}
+        for key, name in names.items():
+            series = self._series.get(key)
+            if series is not None:
+                out.update(window_metrics(name, series, scale=scale, digits=digits))
+        return out
+
     def add_many(self, prefix: object, t: float, values: dict[str, float],
                  keep: Callable[[str], bool] | None = None) -> None:
         for k, v in values.items():

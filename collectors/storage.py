@@ -95,7 +95,7 @@ class StorageCollector(CounterCollector):
 
     def finish(self) -> Graph:
         self._read()
-        names = sorted({key[0] for key in self.series._series})
+        names = self.series.prefixes()
         if not names:
             return self.unavailable(f"{self.ctx.proc}/diskstats is not readable")
         graph = self.fragment()
