@@ -110,7 +110,12 @@ def parse_fdinfo_mode(text: str) -> str | None:
 
 def comm(proc: Path, pid: int) -> str | None:
     try:
-        with open(f"{proc}/{pid}/comm") as f:
-            return f.read().strip()
+        fd = os.open(f"{proc}/{pid}/comm", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return os.read(fd, 4096).decode("utf-8", "replace").strip()  # a name is at most 64 bytes
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
