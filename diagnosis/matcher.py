@@ -9,9 +9,7 @@ only on the graph and the thresholds.
 
 from __future__ import annotations
 
-import gc
 import re
-from contextlib import contextmanager
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +20,7 @@ from diagnosis.scope import Scope
 from diagnosis.thresholds import Overrides, coerce, effective
 from topology import Graph
 from topology.errors import InputError
+from topology.gcpause import gc_paused
 
 
 def layer_number(layer: str | int | None) -> int | None:
@@ -79,20 +78,6 @@ def _first_sentence(text: str, limit: int = 240) -> str:
     return sentence
 
 
-@contextmanager
-def _gc_paused():
-    """Indexing 100k+ edges allocates hundreds of thousands of small lists; the cyclic garbage
-    collector would rescan the whole graph's objects many times over while nothing cyclic is
-    being made. Reference counting still frees everything as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def diagnose(graph: Graph, pids: Iterable[int] | None = None, layer: str | int | None = None,
              thresholds: Any = None) -> Diagnosis:
     """Evaluate the catalog on a graph. `pids` narrows the workload to those processes and their
@@ -100,7 +85,8 @@ def diagnose(graph: Graph, pids: Iterable[int] | None = None, layer: str | int |
     path or a mapping of overrides (see diagnosis.thresholds)."""
     overrides = coerce(thresholds)
     only = layer_number(layer)
-    with _gc_paused():
+    # indexing 100k+ edges makes hundreds of thousands of small lists and no cycles
+    with gc_paused():
         return _diagnose(graph, pids, only, overrides)
 
 

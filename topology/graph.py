@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import networkx as nx
 
+from topology.errors import InputError
+from topology.ids import edge_id
 from topology.merge import merge_attrs, merge_meta, merge_metrics
 from topology.models import Edge, Entity, Meta
 from topology.predicates import Predicate, compile_where
@@ -66,7 +68,6 @@ class Graph:
 
     def edge_of(self, kind: str, source: str, target: str, attrs: dict[str, Any] | None = None,
                 metrics: dict[str, Any] | None = None, qualifier: str | None = None) -> Edge:
-        from topology.ids import edge_id
         return self.add_edge(Edge(id=edge_id(kind, source, target, qualifier), type=kind, source=source,
                                   target=target, attrs=attrs or {}, metrics=metrics or {}))
 
@@ -236,7 +237,6 @@ class Graph:
 
     def _require(self, eid: str) -> None:
         if eid not in self._entities:
-            from topology.errors import InputError
             raise InputError(f"no entity with id {eid!r} in this graph")
 
     def __iter__(self) -> Iterator[Entity]:

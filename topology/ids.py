@@ -52,8 +52,3 @@ def pci_address(bdf: str) -> str:
     domain = parts[0].lstrip("0").rjust(4, "0")
     return ":".join([domain, *parts[1:]])
 
-
-def split_id(eid: str) -> tuple[str, str, list[str]]:
-    """Return (type, host, keys) of an entity id."""
-    kind, host, *keys = eid.split(":")
-    return kind, host, keys

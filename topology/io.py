@@ -10,11 +10,8 @@ same graph always gives the same bytes and files diff well.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
 from topology.errors import GraphFormatError
+from topology.gcpause import gc_paused
 from topology.graph import Graph
 from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
 
@@ -29,20 +27,6 @@ from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocu
 # One encoder for every line: json.dumps with options builds a new encoder per call. Values that
 # JSON has no type for (tuples, sets, datetimes in attrs) are converted as pydantic's mode="json" does.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=to_jsonable_python)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Reading or writing a large graph creates hundreds of thousands of small objects, none of them
-    in a reference cycle; the cyclic collector would otherwise run again and again over all of them
-    (about half of the time at 100k entities)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _item_line(item: Entity | Edge) -> str:
@@ -57,7 +41,7 @@ def _item_line(item: Entity | Edge) -> str:
 
 
 def dumps_graph(graph: Graph) -> str:
-    with _gc_paused():
+    with gc_paused():
         return _dumps_graph(graph)
 
 
@@ -112,7 +96,7 @@ def loads_graph(text: str | bytes, name: str = "<input>") -> Graph:
             raise GraphFormatError(f"{name}: not UTF-8 text (byte {exc.start}); expected a JSON graph file") from None
     if not text.strip():
         raise GraphFormatError(f"{name}: the file is empty; expected a JSON graph file")
-    with _gc_paused():
+    with gc_paused():
         return _loads_text(text, name)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from topology.cpulist import parse_cpulist
 from topology.errors import GraphFormatError
 from topology.graph import Graph
 from topology.legacy.derive import colocation_pct, derive
@@ -77,17 +78,12 @@ def _meta(r: Reader, env: dict) -> Meta:
     host_info = {h: info for h, info in host_info.items() if info}
     for host in hosts:
         numa = [e for e in r.graph.entities("numa_node") if e.id.split(":")[1] == host]
-        cpus = sum(_count(e.attrs.get("cpus", "")) for e in numa)
+        cpus = sum(len(parse_cpulist(e.attrs.get("cpus"))) for e in numa)
         if numa:
             host_info.setdefault(host, {}).update({"numa_nodes": len(numa), "cpus": cpus or None})
     return Meta(hosts=hosts, source="legacy", host_info={h: {k: v for k, v in i.items() if v is not None}
                                                          for h, i in host_info.items()},
                 collectors=_coverage(r), legacy_types=dict(sorted(r.legacy_types.items())))
-
-
-def _count(cpus: str) -> int:
-    from topology.legacy.values import cpu_list
-    return len(cpu_list(cpus, "cpus"))
 
 
 _NO_WINDOW = "legacy snapshot without a capture window"
