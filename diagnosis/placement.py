@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from diagnosis.scope import Scope, host_of, num, parse_cpulist
+from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
+from topology.ids import host_of
 
 
 @dataclass

@@ -16,17 +16,13 @@ from typing import Any
 
 from topology import Edge, Entity, Graph, cpulist
 from topology.errors import InputError
+from topology.ids import host_of
 
 IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue")
 # the relations the patterns follow, from their source and to their target
 OUT_TYPES = frozenset(("parent_of", "has_thread", "uses_device", "local_to", "numa_distance", "runs_on", "allocates_on",
                        "in_cgroup", "owns_connection", *IPC_EDGES))
 IN_TYPES = frozenset(("parent_of", "uses_device", "in_cgroup", *IPC_EDGES))
-
-
-def host_of(eid: str) -> str:
-    parts = eid.split(":", 2)
-    return parts[1] if len(parts) > 1 else ""
 
 
 def num(entity: Entity | Edge | None, metric: str) -> float | None:

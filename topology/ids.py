@@ -18,6 +18,12 @@ def edge_id(kind: str, source: str, target: str, qualifier: str | None = None) -
     return f"{base}|{qualifier}" if qualifier else base
 
 
+def host_of(eid: str) -> str:
+    """The host of an id: 'process:node1:42' -> 'node1' ('' for an id without one)."""
+    parts = eid.split(":", 2)
+    return parts[1] if len(parts) > 1 else ""
+
+
 def host_id(host: str) -> str:
     return entity_id("host", host)
 

@@ -8,8 +8,9 @@ from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
                              needs_workload, workload_devices)
-from diagnosis.scope import Scope, host_of, num, parse_cpulist
+from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
+from topology.ids import host_of
 
 DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.preprocessing_bottleneck")
 

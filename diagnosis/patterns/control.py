@@ -9,8 +9,9 @@ from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
 from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct, scope_cgroups
-from diagnosis.scope import Scope, host_of, num, parse_cpulist
+from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
+from topology.ids import host_of
 
 
 # -- control.scheduling_latency -----------------------------------------------------------

@@ -9,9 +9,10 @@ from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding
 from diagnosis.models import Evidence
 from diagnosis.placement import Placement, expected_remote_pct, placement_of
 from diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
-from diagnosis.scope import Scope, host_of, num, parse_cpulist
+from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
 from topology.cpulist import format_cpulist
+from topology.ids import host_of
 
 
 def _dist(values: dict[int, float]) -> dict[str, float]:

@@ -18,6 +18,7 @@ from typing import Any
 from topology.cpulist import parse_cpulist
 from topology.errors import GraphFormatError
 from topology.graph import Graph
+from topology.ids import host_of
 from topology.legacy.derive import colocation_pct, derive
 from topology.legacy.edges import read_edge
 from topology.legacy.reader import Reader
@@ -77,7 +78,7 @@ def _meta(r: Reader, env: dict) -> Meta:
         host_info[hosts[0]] = {k: str(env[k]) for k in ("hostname", "local_ip") if env.get(k) not in (None, "None")}
     host_info = {h: info for h, info in host_info.items() if info}
     for host in hosts:
-        numa = [e for e in r.graph.entities("numa_node") if e.id.split(":")[1] == host]
+        numa = [e for e in r.graph.entities("numa_node") if host_of(e.id) == host]
         cpus = sum(len(parse_cpulist(e.attrs.get("cpus"))) for e in numa)
         if numa:
             host_info.setdefault(host, {}).update({"numa_nodes": len(numa), "cpus": cpus or None})

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from topology.ids import host_of
 from topology.legacy import values as v
 from topology.legacy.reader import Reader
 from topology.models import Entity
@@ -56,14 +57,14 @@ def _process_tree(r: Reader) -> None:
 def _numa_topology(r: Reader) -> None:
     graph = r.graph
     for numa_set, nodes in r.numa_sets.items():
-        host = numa_set.split(":")[1]
+        host = host_of(numa_set)
         for n in nodes:
             target = f"numa_node:{host}:{n}"
             if graph.entity(target) is None:
                 r.add("numa_node", host, [n], {"node": n})
             graph.edge_of("numa_set_contains", numa_set, target)
     for node in graph.entities("numa_node"):
-        host = node.id.split(":")[1]
+        host = host_of(node.id)
         for other, distance in (node.attrs.get("distances") or {}).items():
             target = f"numa_node:{host}:{other}"
             if target != node.id and graph.entity(target) is not None:
@@ -72,7 +73,7 @@ def _numa_topology(r: Reader) -> None:
 
 def _node_order(r: Reader, host: str, length: int) -> list[int]:
     """The legacy vectors are indexed by the host's NUMA nodes in order; with no node list, by number."""
-    nodes = sorted(e.attrs["node"] for e in r.graph.entities("numa_node") if e.id.split(":")[1] == host)
+    nodes = sorted(e.attrs["node"] for e in r.graph.entities("numa_node") if host_of(e.id) == host)
     return nodes if len(nodes) == length else list(range(length))
 
 
@@ -86,7 +87,7 @@ def _placement(r: Reader) -> None:
     graph = r.graph
     for vec in r.placement:
         process = graph.entity(vec.process)
-        host = vec.process.split(":")[1]
+        host = host_of(vec.process)
         if vec.cpu and vec.pages and len(vec.cpu) != len(vec.pages):
             raise v.LegacyValueError(vec.where, f"{len(vec.cpu)} CPU shares but {len(vec.pages)} page counts")
         order = _node_order(r, host, max(len(vec.cpu), len(vec.pages)))
@@ -117,7 +118,7 @@ def _numa_cpus(r: Reader) -> dict[str, dict[int, set[int]]]:
     found: dict[str, dict[int, set[int]]] = {}
     for node in r.graph.entities("numa_node"):
         if node.attrs.get("cpus"):
-            found.setdefault(node.id.split(":")[1], {})[node.attrs["node"]] = set(
+            found.setdefault(host_of(node.id), {})[node.attrs["node"]] = set(
                 v.cpu_list(node.attrs["cpus"], node.id))
     return found
 
@@ -129,7 +130,7 @@ def _allowed_nodes(r: Reader) -> None:
             if not task.attrs.get("cpus_allowed"):
                 continue
             allowed = set(v.cpu_list(task.attrs["cpus_allowed"], task.id))
-            host = task.id.split(":")[1]
+            host = host_of(task.id)
             for n, cpus in sorted(numa_cpus.get(host, {}).items()):
                 if cpus & allowed:
                     r.graph.edge_of("allowed_on", task.id, f"numa_node:{host}:{n}",
@@ -141,7 +142,7 @@ def _device_nodes(r: Reader) -> None:
     numa_cpus = _numa_cpus(r)
     for kind in ("npu", "gpu"):
         for device in graph.entities(kind):
-            host = device.id.split(":")[1]
+            host = host_of(device.id)
             nodes = sorted({graph.entity(e.target).attrs["node"] for e, _ in graph.neighbours(device.id, "out", "local_to")})
             if not nodes and device.attrs.get("numa_affinity"):
                 nodes = v.cpu_list(device.attrs["numa_affinity"], device.id)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from topology.cpulist import format_cpulist
+from topology.ids import host_of
 from topology.legacy import values as v
 from topology.legacy.reader import PlacementVectors, Reader, kind_of, redact_values
 
@@ -240,7 +241,7 @@ def _legacy_attrs(edge: dict) -> dict[str, Any]:
 
 def _numa(r: Reader, near: str, node: int) -> str:
     """The NUMA node entity on the same host as `near` (created bare if the file never listed it)."""
-    host = near.split(":", 2)[1]
+    host = host_of(near)
     eid = f"numa_node:{host}:{node}"
     if r.graph.entity(eid) is None:
         r.add("numa_node", host, [node], {"node": node})
