@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import Collector, register
+from collectors.base import CounterCollector, register
 from collectors.procfs import parse_cgroup, parse_kv_numbers, parse_psi, read_text
-from collectors.sampling import SeriesTable, ratio_metrics, window_metrics
+from collectors.sampling import ratio_metrics, window_metrics
 from collectors.tasks import list_pids
 from topology import Graph
 from topology.ids import entity_id, process_id
@@ -52,12 +52,11 @@ def quota_cores(quota_text: str | None, period_text: str | None = None) -> float
 
 
 @register
-class CgroupCollector(Collector):
+class CgroupCollector(CounterCollector):
     name = "cgroup"
 
     def start(self) -> None:
         self.mounts = cgroup_mounts(read_text(f"{self.ctx.proc}/self/mounts") or "")
-        self.series = SeriesTable()
         self.members: dict[tuple[str, str], set[int]] = {}  # (version, path) -> pids
         self.dirs: dict[tuple[str, str], dict[str, str]] = {}  # (version, path) -> {role: directory}
         unified = self.mounts.get("")
@@ -69,7 +68,7 @@ class CgroupCollector(Collector):
             if groups is None:
                 groups = parse_cgroup(read_text(f"{self.ctx.proc}/{pid}/cgroup") or "")
             self._add(pid, groups)
-        self._read()
+        super().start()
 
     def _add(self, pid: int, groups: dict[str, str]) -> None:
         unified = self.mounts.get("")
@@ -82,9 +81,6 @@ class CgroupCollector(Collector):
             key = ("v2", groups[""])
             self.members.setdefault(key, set()).add(pid)
             self.dirs.setdefault(key, {})["v2"] = unified + groups[""].rstrip("/")
-
-    def sample(self) -> None:
-        self._read()
 
     def _read(self) -> None:
         for key, dirs in self.dirs.items():
