@@ -14,6 +14,8 @@ from typing import Any
 
 from converters.hints import CliHints, Hints
 from topology import Edge, Entity, Graph
+from topology.cpulist import format_cpulist, parse_cpulist
+from topology.ids import host_of
 
 # the diagnosis' layer numbers (diagnosis.LAYERS) by the name of their view
 LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
@@ -22,38 +24,21 @@ _ROLE_ORDER = {"trainer": 0, "inference": 0, "launcher": 2, "loader": 1}
 
 
 def cpu_list(value: Any) -> list[int]:
-    """'0-3,8,10-11' (or a list of ints) -> [0, 1, 2, 3, 8, 10, 11]."""
+    """'0-3,8,10-11' (or a list of ints) -> [0, 1, 2, 3, 8, 10, 11]; a value the kernel would
+    not write reads as no CPUs, so that a malformed attribute never stops a view."""
     if value is None or value == "":
         return []
     if isinstance(value, (list, tuple, set)):
         return sorted(int(v) for v in value)
-    out: list[int] = []
-    for part in str(value).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    try:
+        return parse_cpulist(str(value))
+    except ValueError:
+        return []
 
 
 def compact_list(values: list[int] | set[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    vals = sorted(set(values))
-    if not vals:
-        return "-"
-    parts, start, prev = [], vals[0], vals[0]
-    for v in vals[1:] + [None]:  # type: ignore[list-item]
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ",".join(parts)
+    """[0, 1, 2, 3, 8] -> '0-3,8'; nothing -> '-' (a table cell is never empty)."""
+    return format_cpulist(values) or "-"
 
 
 class GraphContext:
@@ -159,13 +144,13 @@ class GraphContext:
     # -- NUMA geometry --------------------------------------------------------------------
     @cached_property
     def numa_nodes(self) -> list[Entity]:
-        return sorted(self.entities("numa_node"), key=lambda n: (n.id.split(":")[1], _node_no(n)))
+        return sorted(self.entities("numa_node"), key=lambda n: (host_of(n.id), _node_no(n)))
 
     @cached_property
     def cpu_to_node(self) -> dict[tuple[str, int], int]:
         out: dict[tuple[str, int], int] = {}
         for node in self.numa_nodes:
-            host = node.id.split(":")[1]
+            host = host_of(node.id)
             for cpu in cpu_list(node.attrs.get("cpus")):
                 out[(host, cpu)] = _node_no(node)
         return out

@@ -12,19 +12,16 @@ from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, num, pct, unordered
 from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
 from converters.views.memory import pages_cell
+from topology.ids import host_of
 
 LAYER = "interconnect"
 NUMBER = 3
 TITLE = "interconnect (layer 3)"
 
 
-def _host(e) -> str:
-    return e.id.split(":")[1]
-
-
 def _allowed_nodes(ctx: GraphContext, e) -> list[int]:
     cpus = e.attrs.get("cpus_allowed")
-    nodes = ctx.nodes_of_cpus(_host(e), cpus) if cpus is not None else []
+    nodes = ctx.nodes_of_cpus(host_of(e.id), cpus) if cpus is not None else []
     if not nodes:
         nodes = sorted({_node_no(ctx, x.target) for x in ctx.out_edges(e.id, "allowed_on")} - {None})
     return nodes
