@@ -109,8 +109,12 @@ def sample_cost(samples: int) -> dict:
     collector.start()
     for _ in range(4):  # settle the scope (top consumers) and the idle streaks
         collector.sample()
-    scope = [pid for pid, p in collector.procs.items() if p.in_scope]
     full, raw_full, steady, raw_steady, read_counts = [], [], [], [], []
+
+    def scope_now() -> list[int]:
+        """The processes whose threads the collector has just read (the scope grows when a
+        process of the host becomes a top CPU consumer): the raw reader reads the same."""
+        return [pid for pid, p in collector.procs.items() if p.in_scope and not p.gone]
 
     def full_sample() -> None:
         with _no_gc():
@@ -119,13 +123,16 @@ def sample_cost(samples: int) -> dict:
     for _ in range(samples):
         everyone = [int(n) for n in os.listdir("/proc") if n.isdigit()]
         full.append(timed(full_sample))
+        scope = scope_now()
         raw_full.append(timed(lambda: raw_sample(everyone, scope)))
         steady.append(timed(collector.sample))
+        scope = scope_now()
         latest = max(p.times[-1] for p in collector.procs.values() if p.times)
         read_now = [pid for pid, p in collector.procs.items() if p.times and p.times[-1] == latest]
         read_counts.append(len(read_now))
         raw_steady.append(timed(lambda: raw_sample(read_now, scope)))
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
+    scope = scope_now()
     tasks = sum(len(p.threads) for p in collector.procs.values() if p.in_scope)
     return {"processes": len(collector.procs), "scope_processes": len(scope), "scope_threads": tasks,
             "full_sample_cpu_ms": round(med(full, 1) * 1e3, 2), "raw_full_cpu_ms": round(med(raw_full, 1) * 1e3, 2),
