@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.base import Context  # noqa: E402
 from collectors.engine import discover, run_window  # noqa: E402
-from collectors.process import ProcessCollector, _no_gc  # noqa: E402
+from collectors.process import ProcessCollector  # noqa: E402
+from topology.gcpause import gc_paused  # noqa: E402
 
 
 def start_crowd(procs: int, threads: int) -> int:
@@ -117,7 +118,7 @@ def sample_cost(samples: int) -> dict:
         return [pid for pid, p in collector.procs.items() if p.in_scope and not p.gone]
 
     def full_sample() -> None:
-        with _no_gc():
+        with gc_paused():
             collector._sample(everything=True)
 
     for _ in range(samples):

@@ -17,12 +17,10 @@ the window so far. Kernel threads appear only when they used at least 1 % of a c
 
 from __future__ import annotations
 
-import gc
 import heapq
 import os
 import time
 from datetime import datetime, timezone
-from contextlib import contextmanager
 from functools import lru_cache
 
 from collectors.base import Collector, register
@@ -34,6 +32,7 @@ from collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
 from collectors.tasks import (ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat,
                              read_status)
 from topology import Edge, Entity, Graph
+from topology.gcpause import gc_paused
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
 from topology.workload import classify_process
@@ -45,20 +44,6 @@ IDLE_EVERY = 5  # ...is read every 5th sample only, until it uses CPU again
 KERNEL_THREAD_MIN_PCT = 1.0
 MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
 TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
-
-@contextmanager
-def _no_gc():
-    """Pause the cyclic garbage collector while thousands of short-lived containers are made:
-    none of them form cycles (reference counting frees them), and full collections walking the
-    collector's state cost more than the work itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
 
 _redact = lru_cache(maxsize=4096)(redact_cmdline)  # forked workers share one command line
 
@@ -114,7 +99,7 @@ class ProcessCollector(Collector):
             self._endpoint(p, t)
 
     def sample(self) -> None:
-        with _no_gc():
+        with gc_paused():
             self._sample(everything=False)
 
     def _sample(self, everything: bool) -> None:
@@ -184,7 +169,7 @@ class ProcessCollector(Collector):
                         p.observe_io(t, io)
 
     def finish(self) -> Graph:
-        with _no_gc():
+        with gc_paused():
             self._sample(everything=True)
         t = time.monotonic()
         for p in self.procs.values():
@@ -195,7 +180,7 @@ class ProcessCollector(Collector):
                 self._numa_pages(p)
         self.ctx.cache["scope_pids"] = sorted(pid for pid, p in self.procs.items() if p.in_scope)
         self._report_unreadable()
-        with _no_gc():
+        with gc_paused():
             return self._graph()
 
     # -- reading ------------------------------------------------------------------------------
