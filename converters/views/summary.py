@@ -115,8 +115,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Lines(_layers(ctx), essential=True))
     ai = ctx.workload
     roles = Counter(p.attrs.get("role") or "other" for p in ai)
-    title = (f"workload: AI processes, {', '.join(f'{r} {n}' for r, n in sorted(roles.items()))}; "
-             f"of {len(ctx.entities('process'))} processes" if ai else "workload: no AI process recognised")
+    title = (f"workload: AI processes ({', '.join(f'{r} {n}' for r, n in sorted(roles.items()))}) "
+             f"of {len(ctx.entities('process'))} in the graph" if ai else "workload: no AI process recognised")
     out.append(Table(title, [ID, NAME, ROLE, Column("fw", lambda p: p.attrs.get("framework"), left=True), CPU,
                              Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True)],
                      ai, "processes", ctx.hints.query(type="process", where="ai=true", limit=200), weight=1.0))
