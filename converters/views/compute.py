@@ -6,6 +6,7 @@ from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ns, num, pct
 from converters.views.common import (accelerator_query, coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend,
                                      neg, rank)
+from topology.ids import host_of
 
 LAYER = "compute"
 NUMBER = 1
@@ -32,11 +33,11 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("iowait%", lambda h: pct(h.metrics.get("cpu_iowait_pct"))),
         Column("steal%", lambda h: pct(h.metrics.get("cpu_steal_pct"))),
         Column("load1", lambda h: num(h.metrics.get("load1"))),
-        Column("cpus", lambda h: num((ctx.graph.meta.host_info.get(h.id.split(':', 1)[1]) or {}).get("cpus"))),
+        Column("cpus", lambda h: num((ctx.graph.meta.host_info.get(host_of(h.id)) or {}).get("cpus"))),
     ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
     cpus, pinned = rank(ctx.entities("cpu"), lambda c: neg(c.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("cpus, busiest first", [
-        ID, Column("node", lambda c: num(ctx.cpu_to_node.get((c.id.split(':')[1], _int(c.id))))),
+        ID, Column("node", lambda c: num(ctx.cpu_to_node.get((host_of(c.id), _int(c.id))))),
         Column("util%", lambda c: pct(c.metrics.get("cpu_util_pct"))),
         Column("usr%", lambda c: pct(c.metrics.get("cpu_user_pct"))),
         Column("sys%", lambda c: pct(c.metrics.get("cpu_system_pct"))),

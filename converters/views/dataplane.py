@@ -6,6 +6,7 @@ from converters.context import GraphContext
 from converters.hints import Slot
 from converters.render import Block, Column, Table, num, pct, size
 from converters.views.common import coverage, edge_ends, edge_label, CPU, ID, NAME, findings_block, legend, neg, rank
+from topology.ids import host_of, process_id
 
 LAYER = "dataplane"
 NUMBER = 7
@@ -71,7 +72,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     loaders = [p for p in ctx.entities("process") if p.attrs.get("role") == "loader" or p.id in cited]
     loaders, pinned = rank(loaders, lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("loader workers, busiest first", [
-        ID, NAME, Column("parent", lambda p: f"process:{p.id.split(':')[1]}:{p.attrs['ppid']}"
+        ID, NAME, Column("parent", lambda p: process_id(host_of(p.id), p.attrs['ppid'])
                          if p.attrs.get("ppid") is not None else "", left=True), CPU,
         Column("rq_wait%", lambda p: pct(p.metrics.get("runqueue_wait_pct"))),
         Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),

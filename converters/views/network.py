@@ -5,6 +5,7 @@ from __future__ import annotations
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_us, num, pct, rate, size
 from converters.views.common import coverage, edge_ends, edge_label, ID, findings_block, legend, neg, rank
+from topology.ids import host_of, process_id
 
 LAYER = "network"
 NUMBER = 4
@@ -50,7 +51,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     conns, pinned = rank(ctx.entities("tcp_connection"), lambda c: (neg(c.metrics.get("rtt_us")),
                                                                     neg(c.metrics.get("retrans_total"))),
                          cited, ctx, workload=lambda c: owner.get(c.id) in ctx.workload_ids or (
-                             f"process:{c.id.split(':')[1]}:{c.attrs.get('pid')}" in ctx.workload_ids))
+                             process_id(host_of(c.id), c.attrs.get('pid')) in ctx.workload_ids))
     out.append(Table("TCP connections, workload first, then by rtt", [
         ID, Column("state", lambda c: c.attrs.get("state"), left=True),
         Column("process", lambda c: owner.get(c.id) or (f"pid {c.attrs['pid']}" if c.attrs.get("pid") else ""),
