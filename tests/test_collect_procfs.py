@@ -31,13 +31,22 @@ def test_kernel_thread_flag_on_kthreadd():
         assert procfs.parse_stat(text).kernel_thread
 
 
+def _spin_then_wait(done: threading.Event) -> None:
+    # time.thread_time() reads the kernel's own run-time account of this thread, so the spin ends
+    # only once schedstat's first field is non-zero: a thread that blocks at once may be charged
+    # 0 ns on a VM whose steal time eats its only timeslice
+    while time.thread_time() < 0.002:
+        pass
+    done.wait()
+
+
 def test_schedstat_status_io_of_a_thread():
     done = threading.Event()
-    worker = threading.Thread(target=done.wait, name="witty-worker")
+    worker = threading.Thread(target=_spin_then_wait, args=(done,), name="witty-worker")
     worker.start()
     try:
         tid = worker.native_id
-        # a thread still on its first timeslice has no run time accounted yet: wait until it blocks
+        # the run time is charged when the thread leaves the CPU: wait until it blocks
         deadline = time.monotonic() + 5
         while True:
             run, wait, slices = procfs.parse_schedstat(procfs.read_text(f"/proc/self/task/{tid}/schedstat"))
