@@ -29,20 +29,20 @@ def fmt(value: Any, unit: str = "") -> str:
 def entity(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
            severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
     return Evidence(kind="entity", ids=[eid], metric=metric, value=value, threshold=_threshold(levels, severity, bound),
-                    unit=unit or (levels.unit if levels else None), note=note)
+                    unit=unit or (levels.unit if levels else None), note=_within(note, levels, severity))
 
 
 def edge(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
          severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
     return Evidence(kind="edge", ids=[eid], metric=metric, value=value, threshold=_threshold(levels, severity, bound),
-                    unit=unit or (levels.unit if levels else None), note=note)
+                    unit=unit or (levels.unit if levels else None), note=_within(note, levels, severity))
 
 
 def statistic(ids: list[str], metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,
               severity: str | None = None, note: str | None = None, bound: Bound | None = None) -> Evidence:
     return Evidence(kind="statistic", ids=sorted(ids), metric=metric, value=value,
                     threshold=_threshold(levels, severity, bound), unit=unit or (levels.unit if levels else None),
-                    note=note)
+                    note=_within(note, levels, severity))
 
 
 def more(count: int, what: str) -> Evidence:
@@ -50,13 +50,26 @@ def more(count: int, what: str) -> Evidence:
 
 
 def _threshold(levels: Levels | None, severity: str | None, bound: Bound | None = None) -> Any:
+    """The level the value crossed; None when it crossed none, so that a threshold in the evidence
+    always means "past this" (the level it stayed within goes into the note)."""
     if bound is not None:
         return f"{bound[0]} {number(bound[1])}"
-    if levels is None:
+    if levels is None or severity is None:
         return None
-    sign = ">" if levels.direction == "above" else "<"
     limit = levels.limit(severity)
-    return None if limit is None else f"{sign} {number(limit)}"
+    return None if limit is None else f"{_sign(levels)} {number(limit)}"
+
+
+def _within(note: str | None, levels: Levels | None, severity: str | None) -> str | None:
+    """A metric shown beside the ones that fired, with the level it did not cross."""
+    if levels is None or severity is not None or levels.limit() is None:
+        return note
+    within = f"within the threshold ({_sign(levels)} {number(levels.limit())})"
+    return f"{note}; {within}" if note else within
+
+
+def _sign(levels: Levels) -> str:
+    return ">" if levels.direction == "above" else "<"
 
 
 def short(eid: str) -> str:
