@@ -105,7 +105,21 @@ BAD_INPUTS = {
     "bad --where syntax": lambda d, s: ["query", str(s), "--type", "npu", "--where", "numa_node"],
     "unknown id for --neighbours": lambda d, s: ["query", str(s), "--neighbours", "process:local:42"],
     "unknown option": lambda d, s: ["query", str(s), "--bogus"],
+    "no command": lambda d, s: [],
+    "an id given twice": lambda d, s: ["info", _file(d, "twice.json", _native(
+        '{"id":"process:h:1","type":"process"},{"id":"process:h:1","type":"thread"}', ""))],
+    "an edge to an entity the file lacks": lambda d, s: ["info", _file(d, "loose.json", _native(
+        '{"id":"process:h:1","type":"process"}',
+        '{"id":"pipe|process:h:1|process:h:2","type":"pipe","source":"process:h:1","target":"process:h:2"}'))],
+    "a NaN metric": lambda d, s: ["info", _file(d, "nan.json", _native(
+        '{"id":"process:h:1","type":"process","metrics":{"cpu_util_pct":NaN}}', ""))],
+    "JSON nested too deeply": lambda d, s: ["info", _file(d, "deep.json", "[" * 200_000)],
 }
+
+
+def _native(entities: str, edges: str) -> str:
+    return (f'{{"format":"witty-graph","schema_version":1,"meta":{{"hosts":["h"]}},'
+            f'"entities":[{entities}],"edges":[{edges}]}}')
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -80,6 +81,33 @@ def test_merge_rules():
     assert a.meta.started_at == "2026-12-02T09:00:00Z" and a.meta.duration_s == 15.0
 
 
+def test_merging_hosts_keeps_each_hosts_collector_status_and_edge_fields():
+    a = Graph(Meta(hosts=["n1"], collectors={"process": CollectorStatus(status="ok")}))
+    a.add_edge(Edge(id="tcp|x|y", type="tcp", source="x", target="y", metrics={"bytes_total": 10}, seen="n1"))
+    b = Graph(Meta(hosts=["n2"], collectors={"process": CollectorStatus(status="error", reason="boom")}))
+    b.add_edge(Edge(id="tcp|x|y", type="tcp", source="x", target="y", metrics={"bytes_total": 5}, lost="n2"))
+    a.merge(b)
+    assert {n: c.status for n, c in a.meta.collectors.items()} == {"process@n1": "ok", "process@n2": "error"}
+    c = Graph(Meta(hosts=["n3"], collectors={"process": CollectorStatus(status="partial")}))
+    a.merge(c)  # a third host: the names already qualified stay as they are
+    assert sorted(a.meta.collectors) == ["process@n1", "process@n2", "process@n3"]
+    edge = a.edge("tcp|x|y")
+    assert edge.metrics == {"bytes_total": 15} and edge.model_extra == {"seen": "n1", "lost": "n2"}
+    # the fragments of one host's round: the later status of a collector replaces the earlier
+    d = Graph(Meta(hosts=["n1"], collectors={"gpu": CollectorStatus(status="ok")}))
+    d.merge(Graph(Meta(hosts=["n1"], collectors={"gpu": CollectorStatus(status="error")})))
+    assert {n: c.status for n, c in d.meta.collectors.items()} == {"gpu": "error"}
+
+
+def test_a_non_finite_metric_is_written_as_null():
+    g = Graph(Meta(hosts=["h"]))
+    g.entity_of("process", "process:h:1", metrics={"cpu_util_pct": float("nan"), "rss_bytes": 1,
+                                                    "x_max": float("inf")})
+    text = dumps_graph(g)
+    assert "NaN" not in text and "Infinity" not in text
+    assert loads_graph(text).entity("process:h:1").metrics == {"cpu_util_pct": None, "rss_bytes": 1, "x_max": None}
+
+
 def test_queries():
     g = small_graph()
     assert [e.id for e in g.find("process", "metrics.cpu_util_pct>50")] == ["process:n1:10"]
@@ -100,9 +128,16 @@ def test_queries():
     ('{"format": "witty-graph", "schema_version": 9, "meta": {}}', "schema_version 9"),
     ('{"format": "witty-graph", "schema_version": 1, "entities": [{"type": "x"}]}', "entities.0.id"),
     ("[1, 2]", "not a witty graph"),
+    ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a"},'
+     '{"id":"a:h:1","type":"a"}],"edges":[]}', "entities[1]: id 'a:h:1' is given twice"),
+    ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a"}],'
+     '"edges":[{"id":"r|a:h:1|a:h:2","type":"r","source":"a:h:1","target":"a:h:2"}]}', "'a:h:2' is not an entity"),
+    ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a",'
+     '"metrics":{"m":Infinity}}],"edges":[]}', "metric m is inf"),
+    ("[" * 100_000, "nested too deeply"),
 ])
 def test_bad_documents_raise_one_clear_error(text, fragment):
-    with pytest.raises(GraphFormatError, match=fragment.replace("(", r"\(")):
+    with pytest.raises(GraphFormatError, match=re.escape(fragment)):
         loads_graph(text)
 
 

@@ -64,6 +64,8 @@ class Graph:
             return edge
         merge_attrs(old.attrs, edge.attrs)
         merge_metrics(old.metrics, edge.metrics)
+        if edge.model_extra:
+            old.__pydantic_extra__ = {**(old.model_extra or {}), **edge.model_extra}
         return old
 
     def edge_of(self, kind: str, source: str, target: str, attrs: dict[str, Any] | None = None,

@@ -11,6 +11,7 @@ same graph always gives the same bytes and files diff well.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,27 @@ from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocu
 
 # One encoder for every line: json.dumps with options builds a new encoder per call. Values that
 # JSON has no type for (tuples, sets, datetimes in attrs) are converted as pydantic's mode="json" does.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=to_jsonable_python)
+# NaN and Infinity are not JSON: a metric that came out non-finite is written as null (no value)
+# rather than as a token that other readers reject.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=to_jsonable_python,
+                            allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _encode(data: Any) -> str:
+    try:
+        return _ENCODER.encode(data)
+    except ValueError:  # the rare non-finite number: only then is the item walked
+        return _ENCODER.encode(_finite(data))
 
 
 def _item_line(item: Entity | Edge) -> str:
@@ -37,7 +58,7 @@ def _item_line(item: Entity | Edge) -> str:
         data["target"] = item.target
     if item.__pydantic_extra__:
         data.update(item.__pydantic_extra__)
-    return _ENCODER.encode(data)
+    return _encode(data)
 
 
 def dumps_graph(graph: Graph) -> str:
@@ -46,12 +67,10 @@ def dumps_graph(graph: Graph) -> str:
 
 
 def _dumps_graph(graph: Graph) -> str:
-    meta = json.dumps(graph.meta.model_dump(mode="json", exclude_none=True), sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False)
+    meta = _encode(graph.meta.model_dump(mode="json", exclude_none=True))
     entities = ",\n".join(_item_line(e) for e in graph.entities())
     edges = ",\n".join(_item_line(e) for e in graph.edges())
-    extra = "".join(f",\n{json.dumps(k)}:{json.dumps(v, sort_keys=True, separators=(',', ':'), ensure_ascii=False)}"
-                    for k, v in sorted(graph.extra.items()))
+    extra = "".join(f",\n{json.dumps(k)}:{_encode(v)}" for k, v in sorted(graph.extra.items()))
     return (f'{{"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},\n"meta":{meta},\n'
             f'"entities":[\n{entities}\n],\n"edges":[\n{edges}\n]{extra}}}\n')
 
@@ -64,14 +83,32 @@ def dump_graph(graph: Graph, path: str | os.PathLike[str]) -> None:
     os.replace(tmp, target)
 
 
-def graph_from_document(doc: GraphDocument) -> Graph:
+def graph_from_document(doc: GraphDocument, name: str = "<input>") -> Graph:
+    """The graph of a validated document. A file is one round's result, not fragments to merge:
+    an id given twice, an edge to an entity the file lacks or a number JSON cannot carry (NaN,
+    Infinity) is an error there, where merging would hide it."""
     graph = Graph(doc.meta)
-    for entity in doc.entities:
+    for i, entity in enumerate(doc.entities):
+        if entity.id in graph:
+            raise GraphFormatError(f"{name}: entities[{i}]: id {entity.id!r} is given twice")
+        _check_finite(entity, f"{name}: entities[{i}]")
         graph.add_entity(entity)
-    for edge in doc.edges:
+    for i, edge in enumerate(doc.edges):
+        if graph.edge(edge.id) is not None:
+            raise GraphFormatError(f"{name}: edges[{i}]: id {edge.id!r} is given twice")
+        for end in (edge.source, edge.target):
+            if end not in graph:
+                raise GraphFormatError(f"{name}: edges[{i}] ({edge.id}): {end!r} is not an entity of the file")
+        _check_finite(edge, f"{name}: edges[{i}]")
         graph.add_edge(edge)
     graph.extra = dict(doc.model_extra or {})
     return graph
+
+
+def _check_finite(item: Entity | Edge, where: str) -> None:
+    for metric, value in item.metrics.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise GraphFormatError(f"{where} ({item.id}): metric {metric} is {value}, not a number JSON can carry")
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -104,13 +141,17 @@ def _loads_text(text: str, name: str) -> Graph:
     head = text[:256]
     if f'"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},' in head.replace(" ", ""):
         try:  # fast path: our own writer's output, parsed and validated in one pass
-            return graph_from_document(GraphDocument.model_validate_json(text))
+            doc = GraphDocument.model_validate_json(text)
         except ValidationError:
             pass  # fall through for a precise message
+        else:
+            return graph_from_document(doc, name)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GraphFormatError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
     return graph_from_data(data, name)
 
 
@@ -118,9 +159,10 @@ def graph_from_data(data: Any, name: str = "<input>") -> Graph:
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         _check_version(data, name)
         try:
-            return graph_from_document(GraphDocument.model_validate(data))
+            doc = GraphDocument.model_validate(data)
         except ValidationError as exc:
             raise GraphFormatError(f"{name}: invalid witty graph: {_first_error(exc)}") from None
+        return graph_from_document(doc, name)
     from topology import legacy
     if legacy.is_legacy(data):
         return legacy.from_legacy(data, name)

@@ -5,8 +5,10 @@
 - every other metric is a gauge or a rate: the incoming (later) value wins, unless it is None;
 - attrs: the incoming value wins, except that dict values merge key by key (incoming wins) and
   list values become the ordered union of both;
-- meta: hosts are united, the window widens to cover both (earliest start, latest end),
-  collector statuses are kept per host-qualified name, the incoming one winning.
+- meta: hosts are united, the window widens to cover both (earliest start, latest end);
+  collector statuses of the same host(s) (the fragments of one round) are kept by name, the
+  incoming one winning; when graphs of different hosts merge, each status is kept under its
+  host-qualified name (``process@node1``), so that one host's failure does not hide another's.
 """
 
 from __future__ import annotations
@@ -74,8 +76,21 @@ def merge_meta(into: Meta, incoming: Meta) -> Meta:
         duration_s=duration,
         interval_s=into.interval_s if into.interval_s is not None else incoming.interval_s,
         host_info={**into.host_info, **incoming.host_info},
-        collectors={**into.collectors, **incoming.collectors},
+        collectors=_merge_collectors(into, incoming),
         source=into.source if into.source == incoming.source or not incoming.source else
         (incoming.source if not into.source else "merged"),
         **extra,
     )
+
+
+def _merge_collectors(into: Meta, incoming: Meta) -> dict[str, Any]:
+    if not into.hosts or not incoming.hosts or set(into.hosts) & set(incoming.hosts):
+        return {**into.collectors, **incoming.collectors}
+    return {**_host_qualified(into), **_host_qualified(incoming)}
+
+
+def _host_qualified(meta: Meta) -> dict[str, Any]:
+    if len(meta.hosts) != 1:  # a merge already: its names carry their host
+        return dict(meta.collectors)
+    host = meta.hosts[0]
+    return {name if "@" in name else f"{name}@{host}": status for name, status in meta.collectors.items()}

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
-        parser.print_help(sys.stderr)
+        print(f"witty-profiler: error: name a command ({', '.join(COMMANDS)}); "
+              "witty-profiler --help describes them", file=sys.stderr)
         return 2
     return guarded(lambda: args.handler(args))
 
