@@ -20,6 +20,7 @@ from pathlib import Path
 
 from collectors import fdscan, sockdiag
 from collectors.base import Collector, register
+from collectors.procfs import read_bytes
 from topology import Graph
 from topology.ids import entity_id, process_id
 
@@ -102,20 +103,8 @@ def _read(path: str) -> str | None:
 def _read_maps_shm(path: str) -> set[str]:
     """parse_maps_shm of /proc/PID/maps, read as bytes: most processes map no shared memory, and
     one search of the whole text finds that without decoding or splitting it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return set()
-    try:
-        chunks = []
-        while chunk := os.read(fd, 262144):  # seq_file: only an empty read is the end
-            chunks.append(chunk)
-    except OSError:
-        return set()
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    if b"/dev/shm/" not in raw and b"/SYSV" not in raw:
+    raw = read_bytes(path)
+    if raw is None or (b"/dev/shm/" not in raw and b"/SYSV" not in raw):
         return set()
     return parse_maps_shm(raw.decode("utf-8", "replace"))
 

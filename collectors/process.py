@@ -11,8 +11,9 @@ Expensive reads only for the processes in scope: maps and environ when a process
 scope, numa_maps at the end.
 
 The scope is the given pids and their descendants; without pids, the processes recognised as AI
-training/inference (name or command line) and their descendants, plus the top CPU consumers of
-the window so far. Kernel threads appear only when they used at least 1 % of a core.
+training/inference (name or command line, else framework libraries in maps or RANK/WORLD_SIZE in
+environ, searched once when a process is first seen) and their descendants, plus the top CPU
+consumers of the window so far. Kernel threads appear only when they used at least 1 % of a core.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collectors.base import Collector, register
 from collectors.numa import cpu_to_node
 from collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
                                parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
-                               parse_stat, read_small, read_text)
+                               parse_stat, read_bytes, read_small, read_text)
 from collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
 from collectors.tasks import (ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat,
                              read_status)
@@ -35,7 +36,7 @@ from topology import Edge, Entity, Graph
 from topology.gcpause import gc_paused
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
-from topology.workload import classify_process
+from topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
@@ -273,7 +274,26 @@ class ProcessCollector(Collector):
         if key not in cache:
             cache[key] = classify_process(p.name, p.cmdline or "", parent=parent_class)
         p.extra["class"] = dict(cache[key])
+        if not p.extra["class"].get("ai") and not p.kernel:
+            self._probe(p, key, parent_class)
         return p.extra["class"]
+
+    def _probe(self, p: ProcState, key: tuple, parent_class: dict | None) -> None:
+        """An AI process that its name and command line do not give away ('python app.py'): the
+        framework libraries it maps or a RANK in its environment. Searched as bytes, nothing kept
+        but the verdict; maps once per (name, command line, parent class), since forked workers
+        repeat them, environ per process, since ranks differ."""
+        cache = self.ctx.cache.setdefault("process_library_probe", {})
+        if key not in cache:
+            raw = read_bytes(f"{self.proc}/{p.pid}/maps") or b""
+            cache[key] = [m.decode()[1:] for m in LIBRARY_MARKERS if m in raw]
+        libraries = cache[key]
+        raw = read_bytes(f"{self.proc}/{p.pid}/environ") or b""
+        env: dict[str, str] = {}
+        if any(raw.startswith(m) or b"\0" + m in raw for m in RANK_MARKERS):
+            env = filter_env(parse_environ(raw.decode("utf-8", "replace")))  # allowlisted values only
+        if libraries or env:
+            p.extra["class"] = classify_process(p.name, p.cmdline or "", libraries, env, parent=parent_class)
 
     def _update_scope(self, t: float) -> None:
         """Roots and their descendants change only when processes appear (the scope never shrinks);

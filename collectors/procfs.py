@@ -39,21 +39,24 @@ def read_text(path: str, small: bool = False) -> str | None:
     the process collector reads thousands of small files per interval. With small=True one read
     is done: a /proc file under 64 KiB (stat, status, io, schedstat) comes back whole from one
     read, and the second read that would only confirm the end costs a system call per file."""
+    raw = read_small(path) or None if small else read_bytes(path)
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def read_bytes(path: str) -> bytes | None:
+    """The whole file as bytes (None when it cannot be read), for a search before any decoding.
+
+    seq_file-backed files (maps, numa_maps, net tables) return about a page per read and less
+    than a page when the next record does not fit: only an empty read means the end."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        chunk = os.read(fd, 65536)
-        if small:
-            return chunk.decode("utf-8", "replace")
-        # seq_file-backed files (maps, numa_maps, net tables) return about a page per read and
-        # less than a page when the next record does not fit: only an empty read means the end.
-        chunks = [chunk]
-        while chunk:
-            chunk = os.read(fd, 65536)
+        chunks = []
+        while chunk := os.read(fd, 262144):
             chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
+        return b"".join(chunks)
     except OSError:  # ESRCH when the task exits between open and read, EACCES for some files
         return None
     finally:

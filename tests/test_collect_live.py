@@ -4,7 +4,6 @@ exits and one that starts inside the window, a process with named threads."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -64,6 +63,7 @@ def window(tmp_path_factory):
         "secret": spawn([PY, "-c", "import time; time.sleep(60)", f"--password={SECRET_ARG}"], env=env),
         # both wait for a line on stdin, sent once the window has started: one exits, one forks a child
         "writer": spawn([PY, "-c", WRITER, str(out.with_suffix(".data"))]),
+        "ticker": spawn([PY, "-c", "import time\nwhile True: time.sleep(0.01)"]),  # blocks ~100 times a second
         "exits": spawn(["sh", "-c", "read line"], stdin=subprocess.PIPE),
         "forks": spawn(["sh", "-c", "read line; sleep 30 & wait"], stdin=subprocess.PIPE),
     }
@@ -200,9 +200,42 @@ def test_host_and_cpu_entities(window):
     assert nodes and all(graph.neighbours(n.id, "out", "has_cpu") for n in nodes)
 
 
-def test_named_threads_helper_is_real():
-    # guards the thread-name assertion above: prctl must be reachable from ctypes here
-    assert ctypes.CDLL(None).prctl is not None
+def test_context_switches_run_queue_per_slice_and_memory_policy(window):
+    ticker, busy, sleeper = (proc_entity(window, k) for k in ("ticker", "busy", "sleeper"))
+    # a 10 ms sleep loop blocks up to 100 times a second; a shared CPU stretches the loop, never to 0
+    assert 20 < ticker.metrics["voluntary_ctxt_switches_per_s"] <= 110, ticker.metrics
+    assert sleeper.metrics["voluntary_ctxt_switches_per_s"] <= 1, sleeper.metrics  # asleep the whole window
+    assert busy.metrics["voluntary_ctxt_switches_per_s"] <= 2, busy.metrics  # a loop never blocks
+    assert busy.metrics["nonvoluntary_ctxt_switches_per_s"] >= 0
+    # mean wait per timeslice = wait per second / timeslices per second
+    m = ticker.metrics
+    if m["timeslices_per_s"] > 0:
+        expected_us = m["runqueue_wait_ms_per_s"] * 1000 / m["timeslices_per_s"]
+        assert abs(m["runqueue_wait_per_slice_us"] - expected_us) <= max(1.0, 0.05 * expected_us), m
+    online = Path("/sys/devices/system/node/online")
+    nodes = online.read_text().strip() if online.exists() else "0"
+    assert sleeper.attrs["mems_allowed"] == nodes
+
+
+def test_host_memory_pressure_load_and_numa_rates(window):
+    graph = window["graph"]
+    host = graph.entities("host")[0].metrics
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    assert host["mem_total_bytes"] == int(meminfo["MemTotal"].split()[0]) * 1024
+    assert 0 < host["mem_used_pct"] < 100 and 0 < host["mem_available_bytes"] < host["mem_total_bytes"]
+    nodes = graph.entities("numa_node")
+    for n in nodes:  # a node's own total (on a VM with hot-plugged memory they need not add up to the host's)
+        text = Path(f"/sys/devices/system/node/node{n.attrs['node']}/meminfo").read_text()
+        total_kb = int(text.split("MemTotal:")[1].split()[0])
+        assert n.metrics["mem_total_bytes"] == total_kb * 1024
+    assert host["load1"] >= 0
+    for name in ("psi_cpu_some_pct", "psi_io_some_pct", "psi_memory_some_pct"):
+        if Path("/proc/pressure").exists():
+            assert 0 <= host[name] <= 100 and host[f"{name}_max"] >= host[f"{name}_p95"] >= 0
+    for name in ("major_faults_per_s", "swap_in_pages_per_s", "swap_out_pages_per_s", "numa_hit_per_s"):
+        assert host[name] >= 0 and host[f"{name}_max"] >= host[name] * 0.99
+    # the interpreters of this test allocate pages all the time: the NUMA hit counter moves
+    assert host["numa_hit_per_s"] > 0 and host["numa_local_per_s"] > 0
 
 
 def test_graph_file_is_deterministic_json(window):
@@ -226,3 +259,40 @@ def test_writer_rates_and_write_burst(window):
 
 def test_every_name_is_in_the_vocabulary(window):
     assert_known_names(window["graph"])
+
+
+# an idle interpreter that maps a framework library, and one started with a rank by a launcher:
+# neither name nor command line says AI, and neither uses CPU, yet both are the workload
+MAPS_LIBRARY = """
+import mmap, sys, time
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+time.sleep(60)
+"""
+
+
+def test_ai_processes_recognised_by_their_libraries_and_rank(tmp_path):
+    lib = tmp_path / "libtorch_cpu.so"
+    lib.write_bytes(b"\0" * 8192)
+    mapper = spawn([PY, "-c", MAPS_LIBRARY, str(lib)])
+    ranked = spawn([PY, "-c", "import time; time.sleep(60)"], env={**os.environ, "RANK": "5", "WORLD_SIZE": "8"})
+    plain = spawn([PY, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        out = tmp_path / "g.json"
+        done = subprocess.run([PY, "-m", "witty_profiler", "collect", "--duration", "1", "--interval", "0.5",
+                               "--collectors", "process", "-q", "-o", str(out)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    finally:
+        for p in (mapper, ranked, plain):
+            p.kill()
+            p.wait()
+    graph = load_graph(out)
+    host = graph.meta.hosts[0]
+    m, r, q = (graph.entity(f"process:{host}:{p.pid}") for p in (mapper, ranked, plain))
+    assert (m.attrs["ai"], m.attrs["framework"], m.attrs["in_scope"]) == (True, "pytorch", True), m.attrs
+    assert (r.attrs["ai"], r.attrs["rank"], r.attrs["world_size"], r.attrs["in_scope"]) == (True, 5, 8, True)
+    assert r.attrs["env"] == {"RANK": "5", "WORLD_SIZE": "8"}
+    assert graph.neighbours(m.id, "out", "has_thread") and graph.neighbours(r.id, "out", "has_thread")
+    assert q.attrs["ai"] is False and not q.attrs.get("in_scope")

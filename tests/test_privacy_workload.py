@@ -12,6 +12,7 @@ from topology.workload import classify_process
     ("python train.py --password=hunter2 --lr 0.1", "python train.py --password=<redacted> --lr 0.1"),
     ("python train.py --api-key abc123 --epochs 3", "python train.py --api-key <redacted> --epochs 3"),
     ("git clone https://bob:pa55w0rd@example.org/repo", "git clone https://bob:<redacted>@example.org/repo"),
+    ("pip install git+https://ghp_0123abc@github.com/org/repo", "pip install git+https://<redacted>@github.com/org/repo"),
     ("worker token=tok-9f8e secret=s3cr3t", "worker token=<redacted> secret=<redacted>"),
     ("AWS_SECRET_ACCESS_KEY=AKIAXYZ python upload.py", "AWS_SECRET_ACCESS_KEY=<redacted> python upload.py"),
     ("python run.py --hf_token ghp_abcdef", "python run.py --hf_token <redacted>"),

@@ -38,6 +38,8 @@ _SECRET_WORDS = r"[\w.-]*(?:password|passwd|secret|token(?!s)|api[_-]?key|access
 _PATTERNS = [
     # scheme://user:password@host -> scheme://user:<redacted>@host
     (re.compile(r"(\b[a-zA-Z][\w+.-]*://[^/\s:@]+:)[^@\s/]+(@)"), rf"\1{REDACTED}\2"),
+    # scheme://token@host (a token as the whole user part: https://ghp_xxx@github.com/...)
+    (re.compile(r"(\b[a-zA-Z][\w+.-]*://)[^/\s:@<]+(@)"), rf"\1{REDACTED}\2"),
     # --password=xyz, --api-key xyz, -p=..., token=xyz, SECRET: xyz
     (re.compile(rf"(--?{_SECRET_WORDS}[=:])\S+", re.I), rf"\1{REDACTED}"),
     (re.compile(rf"(--?{_SECRET_WORDS}\s+)(?!-)\S+", re.I), rf"\1{REDACTED}"),

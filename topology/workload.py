@@ -34,6 +34,11 @@ _LIBRARIES = [
     ("libtensorflow", "tensorflow"), ("libmindspore", "mindspore"), ("libxla", "jax"),
 ]
 
+# what to look for in a maps file before parsing it: the directory separator keeps 'libtorch' from
+# matching inside another name
+LIBRARY_MARKERS = tuple(f"/{prefix}".encode() for prefix, _ in _LIBRARIES)
+RANK_MARKERS = (b"RANK=", b"WORLD_SIZE=")  # at the start of an environ entry (after a NUL, or first)
+
 # Benchmark clients that drive a server: part of the experiment, not the workload being served.
 _LOAD_GENERATORS = re.compile(r"\bvllm\s+bench\b|benchmark_serving|\bsglang\.bench_serving\b|\bgenai-perf\b", re.I)
 _LOADER_NAMES = re.compile(r"pt_data_worker|dataloader|data_loader|loader|preprocess|pin_memory|pt_autograd", re.I)
