@@ -36,7 +36,7 @@ from topology import Edge, Entity, Graph
 from topology.gcpause import gc_paused
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
-from topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process
+from topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
@@ -482,6 +482,8 @@ class ProcessCollector(Collector):
                  "ran_on_cpus": format_cpulist(th.cpus)}
         if th.cpus_allowed:
             attrs["cpus_allowed"] = th.cpus_allowed
+        if role := thread_role(th.name, bool(p.extra.get("class", {}).get("ai"))):
+            attrs["role"] = role
         if th.node_ns:
             attrs["numa_runtime_ns"] = {str(n): v for n, v in sorted(th.node_ns.items())}
         if p.exited or (p.threads and th.run_ns.times and th.run_ns.times[-1] < p.last_t):

@@ -264,9 +264,13 @@ def test_every_name_is_in_the_vocabulary(window):
 # an idle interpreter that maps a framework library, and one started with a rank by a launcher:
 # neither name nor command line says AI, and neither uses CPU, yet both are the workload
 MAPS_LIBRARY = """
-import mmap, sys, time
+import ctypes, mmap, sys, threading, time
 f = open(sys.argv[1], "rb")
 m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+def pin():  # the name PyTorch gives a DataLoader's pin-memory thread
+    ctypes.CDLL(None).prctl(15, b"pt_data_pin", 0, 0, 0)
+    time.sleep(60)
+threading.Thread(target=pin, daemon=True).start()
 time.sleep(60)
 """
 
@@ -294,5 +298,7 @@ def test_ai_processes_recognised_by_their_libraries_and_rank(tmp_path):
     assert (m.attrs["ai"], m.attrs["framework"], m.attrs["in_scope"]) == (True, "pytorch", True), m.attrs
     assert (r.attrs["ai"], r.attrs["rank"], r.attrs["world_size"], r.attrs["in_scope"]) == (True, 5, 8, True)
     assert r.attrs["env"] == {"RANK": "5", "WORLD_SIZE": "8"}
-    assert graph.neighbours(m.id, "out", "has_thread") and graph.neighbours(r.id, "out", "has_thread")
+    threads = {t.attrs["name"]: t for _, t in graph.neighbours(m.id, "out", "has_thread")}
+    assert threads["pt_data_pin"].attrs["role"] == "loader" and len(threads) == 2, threads
+    assert graph.neighbours(r.id, "out", "has_thread")
     assert q.attrs["ai"] is False and not q.attrs.get("in_scope")

@@ -143,3 +143,16 @@ def test_small_queues_are_not_a_backlog():
     g = backlog(5e6)
     next(e for e in g.edges("unix_socket")).metrics["queued_bytes"] = 100
     assert diagnose(g).status("dataplane.ipc_backlog") == "clear"
+
+
+def test_loaders_without_cpu_figures_are_not_evaluated_and_no_loaders_are_clear():
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=5.0)
+    for pid in (11, 12):  # e.g. a legacy snapshot: the workers are there, their CPU use is not
+        process(g, pid, "pt_data_worker", ppid=10, role="loader")
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.preprocessing_bottleneck")
+    assert row.status == "not_evaluated" and "2 loader/producer process(es)" in row.reason, row
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=5.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.preprocessing_bottleneck")
+    assert row.status == "clear" and "no loader or preprocessing workers" in row.reason, row

@@ -46,3 +46,14 @@ def test_roles():
     assert classify_process("bash", "bash") == {"ai": False, "framework": None, "role": None}
     client = classify_process("vllm", "python3 /usr/bin/vllm bench serve --request-rate 4 --port 8001")
     assert client["role"] == "load_generator" and client["ai"] is False
+
+
+def test_thread_roles_from_the_names_pytorch_gives():
+    from topology.workload import thread_role
+    assert thread_role("pt_data_pin", True) == "loader"
+    assert thread_role("pt_autograd_0", True) == "compute" and thread_role("pt_main_thread", True) == "compute"
+    assert thread_role("pt_elastic", True) == "launcher"
+    assert thread_role("python3", True) is None
+    assert thread_role("pt_data_pin", False) is None  # only threads of an AI process have a role
+    # autograd threads compute the backward pass: not a loader even in a loader-looking process
+    assert classify_process("pt_autograd_0", "python train.py", parent={"ai": True, "role": "trainer"})["role"] != "loader"

@@ -41,7 +41,12 @@ RANK_MARKERS = (b"RANK=", b"WORLD_SIZE=")  # at the start of an environ entry (a
 
 # Benchmark clients that drive a server: part of the experiment, not the workload being served.
 _LOAD_GENERATORS = re.compile(r"\bvllm\s+bench\b|benchmark_serving|\bsglang\.bench_serving\b|\bgenai-perf\b", re.I)
-_LOADER_NAMES = re.compile(r"pt_data_worker|dataloader|data_loader|loader|preprocess|pin_memory|pt_autograd", re.I)
+# PyTorch names its DataLoader worker processes pt_data_worker and the pin-memory thread pt_data_pin
+# (torch.multiprocessing._set_thread_name); pt_autograd_N threads run the backward pass: compute
+_LOADER_NAMES = re.compile(r"pt_data_worker|pt_data_pin|dataloader|data_loader|loader|preprocess|pin_memory", re.I)
+# the names PyTorch gives threads of its own, by what they do
+_THREAD_ROLES = [("loader", _LOADER_NAMES), ("compute", re.compile(r"^pt_(main_thread|autograd|nccl|hccl)", re.I)),
+                 ("launcher", re.compile(r"^pt_elastic", re.I))]
 _RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
@@ -96,6 +101,15 @@ def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env
     if "WORLD_SIZE" in env:
         result["world_size"] = _int(env["WORLD_SIZE"])
     return result
+
+
+def thread_role(name: str, process_ai: bool) -> str | None:
+    """What a thread of an AI process does, from its OS name (a Python thread keeps the process's
+    name unless the program names it): ``loader`` (DataLoader / pin-memory / preprocessing),
+    ``compute`` (PyTorch's main, autograd and collective threads), ``launcher``, or None."""
+    if not process_ai or not name:
+        return None
+    return next((role for role, pattern in _THREAD_ROLES if pattern.search(name)), None)
 
 
 def _int(text: str) -> int | str:

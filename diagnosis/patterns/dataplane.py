@@ -146,18 +146,24 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["loader_cpu_util_pct"]
     waiting = scope.verdict("dataplane.data_loading_bottleneck")
     waiting_ids = set(waiting.subjects) if waiting is not None and waiting.status == "finding" else set()
-    groups = []
+    groups, unmeasured = [], set()
     for consumer in busy_candidates(scope):
-        workers = [p for p, _ in producers_of(scope, consumer) if num(p, "cpu_util_pct") is not None]
+        producers = [p for p, _ in producers_of(scope, consumer)]
+        workers = [p for p in producers if num(p, "cpu_util_pct") is not None]
+        unmeasured |= {p.id for p in producers if num(p, "cpu_util_pct") is None}
         if workers:
             groups.append((consumer, workers))
     grouped = {w.id for _, ws in groups for w in ws}
-    orphans = [p for p in scope.processes if p.attrs.get("role") == "loader" and p.id not in grouped
-               and num(p, "cpu_util_pct") is not None]
+    loaders = [p for p in scope.processes if p.attrs.get("role") == "loader" and p.id not in grouped]
+    orphans = [p for p in loaders if num(p, "cpu_util_pct") is not None]
+    unmeasured |= {p.id for p in loaders if num(p, "cpu_util_pct") is None}
     if orphans:
         groups.append((None, orphans))
     if not groups:
-        return clear(f"no loader or preprocessing workers measured in {scope.describe()}")
+        if unmeasured:
+            return not_evaluated(scope.missing(f"no CPU utilisation of the {len(unmeasured)} loader/producer "
+                                               f"process(es) of {scope.describe()}", "process"))
+        return clear(f"no loader or preprocessing workers in {scope.describe()}")
     hits = []
     for consumer, workers in groups:
         mean = sum(num(w, "cpu_util_pct") or 0.0 for w in workers) / len(workers)
