@@ -2,6 +2,9 @@
 
 Both graphs are diagnosed with the same thresholds and scope. A finding is matched by pattern id:
 `resolved` (before only), `new` (after only) or `persisting` (both, with the priority of each).
+Matching by pattern survives a restart that changes every pid; a persisting finding also says
+which of its subjects (processes, devices...) were resolved, are new or persist, so that a fix
+that moved the problem from one process to another is not read as "nothing changed".
 Metric deltas pair the evidence items of the two findings by (kind, ids, metric); for a resolved
 finding, each entity or edge metric it cited is looked up again in the after graph.
 """
@@ -35,6 +38,9 @@ class Change(_Model):
     before: str | None = Field(default=None, description="priority before, or None")
     after: str | None = Field(default=None, description="priority after, or None")
     deltas: list[Delta] = Field(default_factory=list)
+    subjects_resolved: list[str] = Field(default_factory=list, description="subjects of the finding before only")
+    subjects_new: list[str] = Field(default_factory=list, description="subjects of the finding after only")
+    subjects_persisting: list[str] = Field(default_factory=list, description="subjects of both findings")
 
 
 class Comparison(_Model):
@@ -60,6 +66,9 @@ class Comparison(_Model):
             for c in changes:
                 lines.append(f"### `{c.pattern}` — {c.title}: {c.before or '-'} → {c.after or '-'}")
                 lines.append("")
+                if c.before and c.after and (c.subjects_resolved or c.subjects_new):
+                    lines += [f"Subjects: {_ids('resolved', c.subjects_resolved)} · {_ids('new', c.subjects_new)} · "
+                              f"{_ids('persisting', c.subjects_persisting)}", ""]
                 if c.deltas:
                     lines += ["| ids | metric | before | after | delta |", "|---|---|---|---|---|"]
                     for d in c.deltas:
@@ -69,6 +78,11 @@ class Comparison(_Model):
                                      f"{_v(d.after)}{unit if d.after is not None else ''} | {_signed(d.delta)} |")
                     lines.append("")
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _ids(label: str, ids: list[str], shown: int = 4) -> str:
+    more = f" (+{len(ids) - shown})" if len(ids) > shown else ""
+    return f"{label} {len(ids)}" + (f": {', '.join(ids[:shown])}{more}" if ids else "")
 
 
 def _v(value: float | None) -> str:
@@ -123,8 +137,12 @@ def compare_diagnoses(before: Diagnosis, after: Diagnosis, after_graph: Graph) -
         fb, fa = b.get(pattern), a.get(pattern)
         ref = fb or fa
         assert ref is not None
+        before_subjects, after_subjects = set(fb.subjects if fb else ()), set(fa.subjects if fa else ())
         change = Change(pattern=pattern, title=ref.title, layer=ref.layer, before=fb.priority if fb else None,
-                        after=fa.priority if fa else None, deltas=_deltas(fb, fa, after_graph))
+                        after=fa.priority if fa else None, deltas=_deltas(fb, fa, after_graph),
+                        subjects_resolved=sorted(before_subjects - after_subjects),
+                        subjects_new=sorted(after_subjects - before_subjects),
+                        subjects_persisting=sorted(before_subjects & after_subjects))
         (result.persisting if fb and fa else result.resolved if fb else result.new).append(change)
     return result
 

@@ -251,3 +251,25 @@ def test_view_without_a_graph_reads_the_collect_default_file(tmp_path, monkeypat
     dump_graph(_graph(), tmp_path / "witty-graph.json")
     assert view.main(["--analyze"]) == 0
     assert capsys.readouterr().out == report(diagnose(_graph()), None)
+
+
+def test_compare_says_which_subjects_of_a_persisting_finding_moved():
+    from diagnosis_graphs import ipc, new_graph, process
+
+    def pipeline(waiting: set[int]):
+        g = new_graph()
+        for consumer, producer in ((10, 20), (30, 40)):
+            process(g, consumer, "train", cpu_util_pct=3.0 if consumer in waiting else 90.0,
+                    runqueue_wait_pct=1.0, voluntary_ctxt_switches_per_s=40.0)
+            process(g, producer, "reader", ai=False, role=None, cpu_util_pct=99.0)
+            ipc(g, "pipe", producer, consumer, bytes_per_s=4096.0)
+        return g
+
+    c = compare(pipeline({10}), pipeline({30}))
+    change = next(x for x in c.persisting if x.pattern == "dataplane.data_loading_bottleneck")
+    assert (change.subjects_resolved, change.subjects_new, change.subjects_persisting) == (
+        ["process:h1:10"], ["process:h1:30"], [])
+    assert "Subjects: resolved 1: process:h1:10 · new 1: process:h1:30 · persisting 0" in c.markdown()
+    same = next(x for x in compare(pipeline({10}), pipeline({10})).persisting
+                if x.pattern == "dataplane.data_loading_bottleneck")
+    assert same.subjects_persisting == ["process:h1:10"] and not same.subjects_resolved and not same.subjects_new
