@@ -1,9 +1,11 @@
-"""cgroups v1 and v2: CPU quota and throttling, CPU use, memory usage, limit and pressure.
+"""cgroups v1 and v2: CPU quota and throttling, CPU use, memory usage, limit, limit hits, major
+faults and pressure.
 
 Both layouts exist in the wild, often together (a hybrid host mounts v1 controllers under
 /sys/fs/cgroup/<controller> and an empty v2 tree at /sys/fs/cgroup/unified). The mount points
 come from /proc/self/mounts, the cgroups of interest from /proc/PID/cgroup of the processes;
-cpu.stat is read every interval, the rest at the end. The fragment holds the cgroups of the
+the counters (cpu.stat, cpuacct.usage, memory.stat, memory.failcnt or memory.events, *.pressure)
+are read every interval, usage, limits and quota at the end. The fragment holds the cgroups of the
 processes in scope (the process collector's scope, else the given pids, else every process)
 with their in_cgroup edges.
 """
@@ -93,11 +95,29 @@ class CgroupCollector(CounterCollector):
                 usage = read_text(f"{dirs['cpuacct']}/cpuacct.usage")
                 if usage and usage.strip().isdigit():
                     self.series[(key, "usage_ns")].add(t, int(usage))
+            mem_dir = dirs.get("memory") or dirs.get("v2")
+            if mem_dir:
+                self._read_memory(key, t, mem_dir, v1="memory" in dirs)
             if "v2" in dirs:
                 for resource in ("cpu", "io", "memory"):
                     psi = parse_psi(read_text(f"{dirs['v2']}/{resource}.pressure") or "")
                     for line, total in psi.items():
                         self.series[(key, f"psi_{resource}_{line}")].add(t, total)
+
+    def _read_memory(self, key: tuple[str, str], t: float, mem_dir: str, v1: bool) -> None:
+        """Major faults and hits of the memory limit: v1 has no PSI, and these two say whether a
+        container's limit makes its tasks wait for the disk (reclaimed page cache read again)."""
+        stat = parse_kv_numbers(read_text(f"{mem_dir}/memory.stat") or "", sep=" ")
+        faults = stat.get("total_pgmajfault", stat.get("pgmajfault"))  # v1 total_: with its children, as v2
+        if faults is not None:
+            self.series[(key, "pgmajfault")].add(t, faults)
+        if v1:
+            hits = read_text(f"{mem_dir}/memory.failcnt")
+            hits_count = int(hits) if hits and hits.strip().isdigit() else None
+        else:
+            hits_count = parse_kv_numbers(read_text(f"{mem_dir}/memory.events") or "", sep=" ").get("max")
+        if hits_count is not None:
+            self.series[(key, "limit_hits")].add(t, hits_count)
 
     def finish(self) -> Graph:
         self._read()
@@ -140,6 +160,10 @@ class CgroupCollector(CounterCollector):
             series = s.get((key, f"psi_{line}"))
             if series is not None:
                 m.update(window_metrics(f"psi_{line}_pct", series, scale=1e-4, digits=3))
+        if s.get((key, "pgmajfault")) is not None:
+            m.update(window_metrics("major_faults_per_s", s[(key, "pgmajfault")], digits=2))
+        if s.get((key, "limit_hits")) is not None:
+            m.update(window_metrics("memory_limit_hits_per_s", s[(key, "limit_hits")], digits=2))
         if "cpu" in dirs:
             cores = quota_cores(read_text(f"{dirs['cpu']}/cpu.cfs_quota_us"),
                                 read_text(f"{dirs['cpu']}/cpu.cfs_period_us"))

@@ -1,5 +1,6 @@
-"""A busy loop in a v1 cpu cgroup with a 0.1-core quota: the throttled process that the cgroup
-collector and the diagnosis tests look at. Skips where the host cannot make one."""
+"""Processes in v1 cgroups that the cgroup collector and the diagnosis tests look at: a busy loop
+under a 0.1-core CPU quota (throttled), and a reader of a 64 MiB file under a 16 MiB memory limit
+(its page cache evicted as fast as it reads: major faults). Skips where the host cannot make one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from pathlib import Path
 import pytest
 
 CPU_V1 = Path("/sys/fs/cgroup/cpu")
+MEMORY_V1 = Path("/sys/fs/cgroup/memory")
+
+# reads one byte of every page of the file at random-access readahead (one page per fault),
+# round and round: with the file larger than the limit, each page was evicted since its last read
+READER = """
+import mmap, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_RANDOM)
+total = 0
+while True:
+    for offset in range(0, len(m), 4096):
+        total += m[offset]
+"""
 
 
 @contextmanager
@@ -38,6 +53,42 @@ def busy_in_quota_cgroup(prefix: str) -> Iterator[tuple[Path, subprocess.Popen]]
             busy.kill()
             busy.wait()
         for _ in range(50):  # the kernel empties the group a moment after the exit
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@contextmanager
+def reader_in_memory_cgroup(prefix: str, data: Path) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """(the cgroup's folder, a process re-reading `data`, 64 MiB, under a 16 MiB memory limit)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a cgroup needs root")
+    if not (MEMORY_V1 / "memory.limit_in_bytes").exists():
+        pytest.skip(f"no cgroup v1 memory controller mounted at {MEMORY_V1}")
+    data.write_bytes(os.urandom(64 << 20))
+    fd = os.open(data, os.O_RDONLY)
+    try:  # out of the page cache: pages already cached stay charged to this test's cgroup, not the reader's
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    group = MEMORY_V1 / f"{prefix}-{os.getpid()}"
+    group.mkdir()
+    reader = None
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(16 << 20))
+        procs = str(group / "cgroup.procs")
+        reader = subprocess.Popen([sys.executable, "-c", READER, str(data)],
+                                  preexec_fn=lambda: Path(procs).write_text(str(os.getpid())))
+        time.sleep(0.5)
+        yield group, reader
+    finally:
+        if reader is not None:
+            reader.kill()
+            reader.wait()
+        for _ in range(50):
             try:
                 group.rmdir()
                 break

@@ -1,7 +1,8 @@
 """Bottlenecks created for real on this host, collected live and diagnosed.
 
 Each test starts real processes (busy loops, a pipe between a CPU-bound producer and a blocked
-consumer, a busy process in a v1 cpu cgroup with a small quota), collects a 2-3 s window and
+consumer, a busy process in a v1 cpu cgroup with a small quota, a reader under a memory limit
+smaller than its file), collects a 2-3 s window and
 checks the diagnosis. The host is shared with other work, so the tests ask for what contention
 cannot take away: more busy loops than CPUs always saturate them; a producer that is not running
 is still runnable.
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from cgroup_v1 import busy_in_quota_cgroup
+from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
 from witty_profiler import collect, diagnose
 
 BUSY = "while True: pass"
@@ -96,6 +97,19 @@ def test_busy_process_in_a_cgroup_with_a_small_quota(quota_cgroup):
     assert f.severity == "critical"  # a 0.1-core quota on a busy loop throttles nearly every period
     assert any(e.metric == "cpu_quota_cores" and e.value == 0.1 for e in f.evidence)
     assert any(e.kind == "edge" and e.ids[0].startswith(f"in_cgroup|process:{host}:{busy.pid}|") for e in f.evidence)
+
+
+def test_a_reader_under_a_small_memory_limit_is_memory_pressure(tmp_path):
+    with reader_in_memory_cgroup("witty-test-diagnose-mem", tmp_path / "data") as (group, reader):
+        g = collect(2.0, 0.5, pids=[reader.pid], collectors=COLLECTORS)
+    d = diagnose(g, pids=[reader.pid])
+    f = d.finding("memory.pressure")
+    assert f is not None, next(c.reason for c in d.coverage if c.pattern == "memory.pressure")
+    cid = f"cgroup:{g.meta.hosts[0]}:v1:/{group.name}"
+    assert cid in f.subjects, f.subjects
+    cited = {e.metric: e for e in f.evidence if e.ids == [cid]}
+    assert cited["major_faults_per_s"].threshold is not None and cited["major_faults_per_s"].value > 500
+    assert cited["memory_limit_bytes"].value == 16 << 20 and cited["memory_limit_hits_per_s"].value > 0
 
 
 def test_idle_host_has_no_p0():

@@ -116,8 +116,9 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
     hosts = scope.hosts()
     measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
     # the workload's own cgroups: a memory limit stalls it even when the host has memory to spare
+    # (v2 says so in its PSI; v1 has none, but a limit that evicts the page cache shows as major faults)
     cgroups = [c for c in scope_cgroups(scope) if scope.has_workload and not c.id.endswith(":/")
-               and num(c, "psi_memory_some_pct") is not None]
+               and (num(c, "psi_memory_some_pct") is not None or num(c, "major_faults_per_s") is not None)]
     measured += cgroups
     if not measured:
         return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
@@ -126,9 +127,13 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
 
 
 def _memory_sizes(e: Entity) -> list[Evidence]:
-    return [ev.entity(e.id, m, num(e, m), unit="bytes") for m in ("mem_available_bytes", "swap_used_bytes",
-                                                                 "memory_usage_bytes", "memory_limit_bytes")
-            if num(e, m) is not None]
+    items = [ev.entity(e.id, m, num(e, m), unit="bytes") for m in ("mem_available_bytes", "swap_used_bytes",
+                                                                  "memory_usage_bytes", "memory_limit_bytes")
+             if num(e, m) is not None]
+    if num(e, "memory_limit_hits_per_s"):
+        items.append(ev.entity(e.id, "memory_limit_hits_per_s", num(e, "memory_limit_hits_per_s"), unit="1/s",
+                               note="charges that hit the cgroup's memory limit and had to reclaim first"))
+    return items
 
 
 PRESSURE = Pattern(
@@ -137,7 +142,8 @@ PRESSURE = Pattern(
         "do not show up as CPU use; in the worst case the OOM killer ends the job.",
     metrics=("host.psi_memory_some_pct", "host.swap_in_pages_per_s", "host.swap_out_pages_per_s",
              "host.major_faults_per_s", "host.mem_available_bytes", "cgroup.psi_memory_some_pct",
-             "cgroup.memory_usage_bytes", "cgroup.memory_limit_bytes"),
+             "cgroup.major_faults_per_s", "cgroup.memory_usage_bytes", "cgroup.memory_limit_bytes",
+             "cgroup.memory_limit_hits_per_s"),
     thresholds=(Threshold("psi_memory_some_pct", "%", "above", "share of the window some task stalled on memory",
                           critical=30, warning=10),
                 Threshold("swap_pages_per_s", "pages/s", "above", "pages swapped in plus out per second",
@@ -145,8 +151,8 @@ PRESSURE = Pattern(
                 Threshold("major_faults_per_s", "1/s", "above", "major page faults per second",
                           warning=5000, notice=500)),
     evidence="The host's PSI memory stall share, swap rate and major-fault rate over their thresholds, with "
-             "available memory and swap in use; the PSI memory stall of the workload's own cgroups (a container "
-             "memory limit) with their usage and limit.",
+             "available memory and swap in use; the PSI memory stall or major-fault rate of the workload's own "
+             "cgroups (a container memory limit) with their usage, limit and limit hits.",
     recommendations=(
         "Lower the memory footprint: fewer data-loader workers (each copies the dataset object), smaller "
         "prefetch queues, shared memory for datasets.",
