@@ -170,3 +170,64 @@ def test_merge_never_shares_containers_with_its_source():
     merged.metrics["rss_bytes"] = 2
     assert b.entity("process:n1:5").attrs == {"env": {"RANK": "0"}, "tags": ["x"], "nested": {"l": [1]}}
     assert b.entity("process:n1:5").metrics == {"rss_bytes": 1}
+
+
+def test_queries_on_a_generated_graph_agree_with_a_plain_scan():
+    """Every query kind on a few thousand entities, against the answer a plain scan of the lists gives."""
+    from collections import deque
+
+    from benchmarks.synthetic import synthetic_graph
+    g = synthetic_graph(3000)
+    entities, edges = g.entities(), g.edges()
+    assert len(entities) > 2500 and len(edges) > 2500
+    # by type and predicate
+    busy = [e.id for e in entities if e.type == "thread" and (e.metrics.get("cpu_util_pct") or 0) > 10]
+    assert [e.id for e in g.find("thread", "metrics.cpu_util_pct>10")] == busy and busy
+    trainers = [e.id for e in entities if e.type == "process" and e.attrs.get("role") == "trainer"]
+    assert [e.id for e in g.find("process", "role=trainer")] == trainers and trainers
+    # top-N: the highest values first, ties by id; ascending the lowest
+    scored = sorted((e for e in entities if e.type == "thread" and isinstance(e.metrics.get("cpu_util_pct"), float)),
+                    key=lambda e: (-e.metrics["cpu_util_pct"], e.id))
+    top = g.top("cpu_util_pct", 15, kind="thread")
+    assert [e.id for e in top] == [e.id for e in scored[:15]]
+    low = g.top("cpu_util_pct", 5, kind="thread", ascending=True)
+    assert [e.id for e in low] == [e.id for e in sorted(scored, key=lambda e: (e.metrics["cpu_util_pct"], e.id))[:5]]
+    # neighbours by direction and edge type
+    rank = trainers[0]
+    out = sorted(e.id for e in edges if e.source == rank)
+    into = sorted(e.id for e in edges if e.target == rank)
+    assert sorted(e.id for e, _ in g.neighbours(rank, "out")) == out
+    assert sorted(e.id for e, _ in g.neighbours(rank, "in")) == into
+    assert sorted(e.id for e, _ in g.neighbours(rank, "both")) == sorted(set(out) | set(into))
+    devices = [e.id for e in edges if e.source == rank and e.type == "uses_device"]
+    assert [e.id for e, _ in g.neighbours(rank, "out", "uses_device")] == devices and devices
+
+    # k-hop subgraph, both directions, optionally along one edge type: breadth-first over the edge list
+    def hops(start: str, depth: int, kind: str | None = None) -> set[str]:
+        seen, todo = {start}, deque([(start, 0)])
+        while todo:
+            node, d = todo.popleft()
+            if d == depth:
+                continue
+            for e in edges:
+                if kind is not None and e.type != kind:
+                    continue
+                for a, b in ((e.source, e.target), (e.target, e.source)):
+                    if a == node and b not in seen and b in g:
+                        seen.add(b)
+                        todo.append((b, d + 1))
+        return seen
+
+    assert {e.id for e in g.subgraph(rank, depth=2).entities()} == hops(rank, 2)
+    assert {e.id for e in g.subgraph(rank, depth=3, edge_type="has_thread").entities()} == hops(rank, 3, "has_thread")
+    # paths: each one a chain of real edges, within the hop limit, shortest first, at most `limit`
+    gpu = g.neighbours(rank, "out", "uses_device")[0][1].id
+    numa = next(e.target for e in edges if e.source == gpu and e.type == "local_to")
+    pairs = {frozenset((e.source, e.target)) for e in edges}
+    found = g.paths(rank, numa, max_hops=3, limit=4)
+    assert found and len(found) <= 4 and [len(p) for p in found] == sorted(len(p) for p in found)
+    for path in found:
+        assert path[0] == rank and path[-1] == numa and len(path) - 1 <= 3 and len(set(path)) == len(path)
+        assert all(frozenset(step) in pairs for step in zip(path, path[1:]))
+    assert [rank, gpu, numa] in found
+    assert g.paths(rank, numa, max_hops=1) == []

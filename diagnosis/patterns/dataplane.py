@@ -57,11 +57,11 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             continue
         linked += 1
         devices = _device_util(scope, consumer)
-        if devices and max(u for _, u in devices) >= t["device_busy_pct"]:
+        if devices and max(u for _, u in devices) > t["device_busy_pct"]:
             continue  # its accelerator is busy: the input keeps up
         value = num(consumer, "cpu_util_pct")
         sev = levels.severity(value)
-        if not sev or (cpu_wait_pct(consumer) or 0.0) >= t["max_cpu_wait_pct"]:
+        if not sev or (cpu_wait_pct(consumer) or 0.0) > t["max_cpu_wait_pct"]:
             continue  # not waiting, or waiting for a CPU rather than for input (control.scheduling_latency)
         busy = [(p, e) for p, e in producers if (runnable_pct(p) or 0.0) > t["producer_busy_pct"]]
         if not busy:
@@ -85,7 +85,7 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         if cpu_wait_pct(consumer) is not None:
             items.append(ev.statistic([consumer.id], "cpu_wait_pct", cpu_wait_pct(consumer), unit="%",
                                       note="share of the window waiting for a CPU: not starved",
-                                      bound=("<", t["max_cpu_wait_pct"])))
+                                      bound=("<=", t["max_cpu_wait_pct"])))
         for producer, edge in busy[:ev.MAX_SUBJECTS]:
             if edge is not None:
                 volume = next(((m, num(edge, m)) for m in ("bytes_per_s", "bytes_total", "bytes_sent_total")
