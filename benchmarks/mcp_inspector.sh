@@ -3,55 +3,85 @@
 #
 #   benchmarks/mcp_inspector.sh [GRAPH]     (default: ../shared/fixtures/witty-profiler-vllm-8npu.json)
 #
-# Lists the tools, loads GRAPH, then summarises, queries, views a layer and matches patterns on it,
-# and checks that a bad graph id comes back as an isError result. Each answer is saved under
-# $OUT (default: a temporary directory) as <step>.json; STEPS="load_graph match_patterns" runs only
-# those steps (tools_list and load_graph always run). Needs node/npx; the first run downloads
-# @modelcontextprotocol/inspector from the npm registry. Graphs go to a throwaway state directory.
+# A whole session, one inspector call per step: list the tools, collect a 2 s live window, then
+# summarise it, rank its processes by CPU, view its compute layer, match patterns on it and write
+# the report (report.md under $OUT); ask for a graph that does not exist (an isError answer); load
+# GRAPH and match its interconnect layer (skipped, saying so, when the default sample is absent);
+# list the graphs. Each answer is saved under $OUT (default: a temporary directory) as <step>.json
+# and one line per step is printed with its wall time. Needs node/npx; the first run downloads
+# @modelcontextprotocol/inspector from the npm registry. Graphs go to a throwaway state directory,
+# which is how the steps share them: the inspector starts a new server for every call.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-graph="${1:-$here/../shared/fixtures/witty-profiler-vllm-8npu.json}"
+default_graph="$here/../shared/fixtures/witty-profiler-vllm-8npu.json"
+graph="${1:-$default_graph}"
 out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"  # absolute: the steps run inside it
 export WITTY_STATE_DIR="${WITTY_STATE_DIR:-$(mktemp -d)}"
-# Without INSPECTOR_VERSION npm picks the newest release whose engines accept the installed node.
-inspector=(npx -y "@modelcontextprotocol/inspector${INSPECTOR_VERSION:+@$INSPECTOR_VERSION}" --cli witty-mcp)
+# Pinned: the releases after 0.15.0 need node >= 22.7.5, and 2.x changed the CLI's exit codes and
+# argument handling; the answers below are what 0.15.0 prints. INSPECTOR_VERSION picks another.
+version="${INSPECTOR_VERSION:-0.15.0}"
+inspector=(npx -y "@modelcontextprotocol/inspector@$version" --cli witty-mcp)
 
-[ -f "$graph" ] || { echo "mcp_inspector.sh: $graph: no such file" >&2; exit 2; }
+if [ ! -f "$graph" ]; then
+    if [ $# -gt 0 ]; then echo "mcp_inspector.sh: $graph: no such file" >&2; exit 2; fi
+    echo "mcp_inspector.sh: no sample graph at $graph: the load_graph steps are skipped" >&2
+    graph=""
+else
+    graph="$(cd "$(dirname "$graph")" && pwd)/$(basename "$graph")"  # the server runs in $out
+fi
 command -v witty-mcp >/dev/null || { echo "mcp_inspector.sh: witty-mcp not installed (pip install -e .)" >&2; exit 2; }
+command -v npx >/dev/null || { echo "mcp_inspector.sh: npx not found: install Node.js" >&2; exit 2; }
 
+# one line per answer: the tool count, or isError and the start of the text the model reads
+brief='import json,sys; d=json.load(open(sys.argv[1]))
+if "tools" in d: print(len(d["tools"]), "tools:", ", ".join(t["name"] for t in d["tools"]))
+else: print("isError" if d.get("isError") else "ok", " ".join(d["content"][0]["text"].split())[:100])'
 step() {  # step NAME ARGS... : one inspector call; its answer in $out/NAME.json, one line printed
     local name="$1"; shift
     local t0 rc=0
-    case " tools_list load_graph ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
     t0=$(date +%s%N)
-    "${inspector[@]}" "$@" > "$out/$name.json" 2> "$out/$name.err" || rc=$?
-    printf '%-15s rc=%d %6.2f s  %s\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000 ))e-3" \
-        "$(tr -d '\n' < "$out/$name.json" | tr -s ' ' | head -c 140)"
-    if [ "$rc" -ne 0 ] && ! grep -q '"isError": true\|tool_is_error' "$out/$name.json"; then
+    # in $out, so that generate_report's output_path (inside the server's working directory) lands there
+    (cd "$out" && "${inspector[@]}" "$@") > "$out/$name.json" 2> "$out/$name.err" || rc=$?
+    printf '%-19s rc=%d %6.2f s  %s\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000 ))e-3" \
+        "$(python3 -c "$brief" "$out/$name.json" 2>/dev/null || head -c 100 "$out/$name.json")"
+    if [ "$rc" -ne 0 ] && ! grep -q '"isError": true' "$out/$name.json"; then
         grep -v '^npm warn' "$out/$name.err" >&2 || true
         echo "mcp_inspector.sh: $name failed (exit $rc)" >&2
         exit 1
     fi
 }
-field() {  # field FILE EXPR : a value from a saved answer (python, no jq needed)
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+field() {  # field STEP EXPR : a value from a saved answer, d being its JSON (python, no jq needed)
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$out/$1.json"
+}
+call() {  # call STEP TOOL KEY=VALUE... : tools/call with those arguments
+    local name="$1" tool="$2"; shift 2
+    local args=()
+    for a in "$@"; do args+=(--tool-arg "$a"); done
+    step "$name" --method tools/call --tool-name "$tool" "${args[@]}"
 }
 
+echo "MCP Inspector $version, witty-mcp $(witty-mcp --version | cut -d' ' -f2), answers in $out"
 step tools_list --method tools/list
-step load_graph --method tools/call --tool-name load_graph --tool-arg "path=$graph"
-gid=$(field "$out/load_graph.json" 'd["structuredContent"]["graph_id"]')
-step graph_summary --method tools/call --tool-name graph_summary --tool-arg "graph_id=$gid"
-step query_graph --method tools/call --tool-name query_graph --tool-arg "graph_id=$gid" --tool-arg type=process \
-    --tool-arg limit=5
-step convert_layer --method tools/call --tool-name convert_layer --tool-arg "graph_id=$gid" \
-    --tool-arg layer=interconnect
-step match_patterns --method tools/call --tool-name match_patterns --tool-arg "graph_id=$gid"
-step unknown_graph --method tools/call --tool-name graph_summary --tool-arg graph_id=no-such-graph
-step list_graphs --method tools/call --tool-name list_graphs
-
-echo "tools: $(field "$out/tools_list.json" 'len(d["tools"])'); graph: $gid"
-if [ -f "$out/match_patterns.json" ]; then
-    echo "findings: $(field "$out/match_patterns.json" \
-        '[f["pattern"] for f in d.get("structuredContent", {}).get("findings", [])]')"
+call collect collect duration_s=2 interval_s=0.5
+live=$(field collect 'd["structuredContent"]["graph_id"]')
+call graph_summary graph_summary "graph_id=$live"
+call query_graph query_graph "graph_id=$live" type=process top_by_metric=cpu_util_pct limit=5
+call convert_layer convert_layer "graph_id=$live" layer=compute
+call match_patterns match_patterns "graph_id=$live"
+call generate_report generate_report "graph_id=$live" format=md output_path=report.md overwrite=true
+call unknown_graph graph_summary graph_id=no-such-graph
+if [ -n "$graph" ]; then
+    call load_graph load_graph "path=$graph"
+    sample=$(field load_graph 'd["structuredContent"]["graph_id"]')
+    call match_interconnect match_patterns "graph_id=$sample" layer=interconnect
 fi
-echo "answers in $out"
+call list_graphs list_graphs
+
+echo "tools: $(field tools_list 'len(d["tools"])'); live graph: $live"
+echo "live findings: $(field match_patterns '[f["pattern"] for f in d["structuredContent"]["findings"]]')"
+echo "report: $out/report.md ($(field generate_report 'd["structuredContent"]["tokens"]') tokens)"
+if [ -n "$graph" ]; then
+    echo "sample findings: $(field match_interconnect \
+        '[f["pattern"] + " " + f["priority"] for f in d["structuredContent"]["findings"]]')"
+fi

@@ -1,11 +1,13 @@
 """Whole sessions through witty-mcp: a live capture of a real busy process with progress
 notifications, then summary, a layer view, the pattern match and the report; the real legacy
-sample; and the installed `witty-mcp` over real stdio."""
+sample; and the installed `witty-mcp` over real stdio, where one server process serves each
+session (tool schemas, the live session with its progress, the sample and the failures)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -15,10 +17,13 @@ import time
 from pathlib import Path
 
 import anyio
+import jsonschema
 import mcp
 import pytest
 from mcp import StdioServerParameters
 
+from diagnosis.catalog import catalog
+from diagnosis.models import LAYERS
 from mcp_server.budget import count_tokens
 from mcp_server.server import build_server
 from mcp_server.store import GraphStore
@@ -112,29 +117,156 @@ async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path,
                                                       after_id="later")
 
 
-async def test_stdio_server_lists_loads_fails_and_goes_on(tmp_path: Path) -> None:
+def _witty_mcp() -> str:
     exe = shutil.which("witty-mcp")
     if exe is None:
         pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    return exe
+
+
+READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
+ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+# the vLLM sample's tensor-parallel workers, the NPU each drives and that NPU's NUMA node
+WORKER_NPUS = {1895087: ("0000:c1:00.0", 6), 1895088: ("0000:c2:00.0", 6),
+               1895089: ("0000:81:00.0", 4), 1895090: ("0000:82:00.0", 4)}
+
+
+async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Path, busy_process) -> None:
+    """One installed server over real stdio serves the whole session: every answer is checked against
+    the output schema the server published, and against the numbers it should carry."""
+    exe = _witty_mcp()
     host_process_graph(tmp_path / "host.json")
-    params = StdioServerParameters(command=exe, args=["--log-level", "INFO"], cwd=str(tmp_path),
-                                   env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "state")})
+    pid = busy_process.pid
+    # --state-dir must win over the environment: an assistant's config names the folder it wants
+    params = StdioServerParameters(command=exe, args=["--state-dir", str(tmp_path / "state")], cwd=str(tmp_path),
+                                   env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "env-state")})
+    progress: list[tuple[float, float, float | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((time.monotonic(), done, total))
+
     async with mcp.Client(params) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert len(tools) == 9 and tools["query_graph"].annotations.read_only_hint is True
-        loaded = await call(client, "load_graph", path="host.json")
-        message = await call_error(client, "graph_summary", graph_id="missing")
-        assert "list_graphs" in message
-        page = await call(client, "query_graph", graph_id=loaded["graph_id"], type="process", limit=2)
-        assert len(page["entities"]) == 2 and page["next_cursor"]
-    # saved where WITTY_STATE_DIR says (test_mcp_server checks that a restarted server reads it back)
-    assert (tmp_path / "state" / "graphs" / f"{loaded['graph_id']}.json").is_file()
+        assert set(tools) == ALL_TOOLS
+        for name, tool in tools.items():
+            assert tool.input_schema["type"] == "object" and tool.input_schema["properties"], name
+            assert tool.output_schema and tool.output_schema["type"] == "object" and \
+                tool.output_schema["properties"], name
+            assert tool.annotations is not None, name
+            assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+            assert tool.annotations.open_world_hint is False, name
+        assert tools["generate_report"].annotations.destructive_hint is True  # it can replace a file
+
+        async def checked(tool: str, **arguments):
+            answer = await call(client, tool, **arguments)
+            jsonschema.validate(answer, tools[tool].output_schema)
+            return answer
+
+        started = time.monotonic()
+        result = await client.call_tool("collect", {"duration_s": 2, "interval_s": 0.5, "pids": [pid]},
+                                        progress_callback=on_progress)
+        returned = time.monotonic()
+        assert not result.is_error, result.content[0].text
+        collected = result.structured_content
+        jsonschema.validate(collected, tools["collect"].output_schema)
+        gid = collected["graph_id"]
+        assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
+        assert collected["duration_s"] == 2.0 and len(collected["hosts"]) == 1
+        assert sum(collected["entities_by_type"].values()) == collected["entity_count"]
+        assert sum(collected["edges_by_type"].values()) == collected["edge_count"]
+        states = {c["name"]: c["status"] for c in collected["collectors"]}
+        assert states["process"] in ("ok", "partial") and states["cpu"] == "ok", states
+        assert all(c["reason"] for c in collected["collectors"] if c["status"] != "ok")
+        # notifications came while the window ran, spread over it, not in one batch with the answer
+        assert len(progress) >= 3, progress
+        assert [p[1] for p in progress] == sorted(p[1] for p in progress)
+        assert all(p[2] == 2 for p in progress) and progress[-1][1] >= 1.5
+        assert started < progress[0][0] and progress[-1][0] <= returned
+        assert progress[-1][0] - progress[0][0] >= 0.75, [p[0] - started for p in progress]
+
+        host = collected["hosts"][0]
+        busy = await checked("query_graph", graph_id=gid, type="process", where=[f"pid={pid}"])
+        assert busy["total_entities"] == 1 and busy["entities"][0]["id"] == f"process:{host}:{pid}"
+        assert busy["entities"][0]["metrics"]["cpu_util_pct"] > 5  # a busy loop, on a shared host
+
+        summary = await checked("graph_summary", graph_id=gid)
+        assert {k: summary[k] for k in ("entity_count", "edge_count", "entities_by_type", "hosts")} == \
+            {k: collected[k] for k in ("entity_count", "edge_count", "entities_by_type", "hosts")}
+        assert "for 2s, every 0.5s" in summary["overview"] and summary["overview_tokens"] <= 8000
+        assert f"{collected['entity_count']} entities" in summary["overview"]
+
+        view = await checked("convert_layer", graph_id=gid, layer="compute")
+        assert view["layer"] == "compute" and view["tokens"] == count_tokens(view["text"]) <= 8000
+        row = re.search(rf"^process:{re.escape(host)}:{pid}\s.*?([\d.]+)%", view["text"], re.M)
+        assert row and float(row.group(1)) > 5, view["text"][:2000]  # the busy process, with its cpu%
+
+        matched = await checked("match_patterns", graph_id=gid, pids=[pid])
+        assert matched["summary"]["scope"]["pids"] == [pid]
+        rows = {r["pattern"]: r["status"] for r in matched["coverage"]}
+        assert len(rows) == len(matched["coverage"]) and set(rows) == set(catalog())
+        found = [f["pattern"] for f in matched["findings"]]
+        assert sorted(p for p, st in rows.items() if st == "finding") == sorted(set(found))
+        counts = {p: sum(f["priority"] == p for f in matched["findings"]) for p in ("P0", "P1", "P2")}
+        assert matched["summary"]["counts"] == counts
+
+        report = await checked("generate_report", graph_id=gid, format="md", pids=[pid], output_path="report.md")
+        written = (tmp_path / "report.md").read_text(encoding="utf-8")
+        assert report["written_to"] == str(tmp_path / "report.md") and report["text"] in written
+        assert f"- Scope: pid {pid} and descendants" in written
+        assert f"**P0: {counts['P0']} · P1: {counts['P1']} · P2: {counts['P2']}**" in written
+        assert f"(of {len(catalog())})" in written
+        assert all(f"## Layer {n}: {title}" in written for n, _, title in LAYERS)
+        as_json = await checked("generate_report", graph_id=gid, format="json", pids=[pid])
+        assert [f["pattern"] for f in json.loads(as_json["text"])["findings"]] == found
+
+        # a file relative to the server's working directory, paged through with the cursor
+        loaded = await checked("load_graph", path="host.json")
+        first = await checked("query_graph", graph_id=loaded["graph_id"], type="process", limit=2)
+        second = await checked("query_graph", graph_id=loaded["graph_id"], type="process", limit=2,
+                               cursor=first["next_cursor"])
+        assert first["total_entities"] == second["total_entities"] == loaded["entities_by_type"]["process"]
+        assert second["offset"] == 2
+        assert not {e["id"] for e in first["entities"]} & {e["id"] for e in second["entities"]}
+        listed = await checked("list_graphs")
+        assert {g["graph_id"] for g in listed["graphs"]} == {gid, loaded["graph_id"]}
+    assert all((tmp_path / "state" / "graphs" / f"{g}.json").is_file() for g in (gid, loaded["graph_id"]))
+    assert not (tmp_path / "env-state").exists()
+
+
+async def test_stdio_real_sample_mismatch_and_failures_that_leave_the_server_working(
+        tmp_path: Path, vllm_sample_path: Path) -> None:
+    exe = _witty_mcp()
+    params = StdioServerParameters(command=exe, cwd=str(tmp_path),
+                                   env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "state")})
+    async with mcp.Client(params) as client:
+        loaded = await call(client, "load_graph", path=str(vllm_sample_path))
+        gid = loaded["graph_id"]
+        assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
+        matched = await call(client, "match_patterns", graph_id=gid, layer="interconnect")
+        assert {f["layer"] for f in matched["findings"]} == {3}
+        (mismatch,) = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
+        assert mismatch["priority"] == "P0" and mismatch["severity"] == "critical"
+        subjects = set(mismatch["subjects"])
+        assert {s for s in subjects if s.startswith("process:")} == {f"process:local:{p}" for p in WORKER_NPUS}
+        assert {s for s in subjects if s.startswith("npu:")} == {f"npu:local:{n}" for n, _ in WORKER_NPUS.values()}
+        ids = {i for ev in mismatch["evidence"] for i in ev["ids"]}
+        for pid, (npu, node) in WORKER_NPUS.items():
+            assert f"uses_device|process:local:{pid}|npu:local:{npu}" in ids, pid
+            assert f"local_to|npu:local:{npu}|numa_node:local:{node}" in ids, pid
+
+        # each failure is one actionable sentence, and the server answers the next call
+        failures = [("graph_summary", {"graph_id": "missing"}, "list_graphs"),
+                    ("convert_layer", {"graph_id": gid, "layer": "gpu"}, "interconnect"),
+                    ("collect", {"duration_s": 301}, "cap of 300 s"),
+                    ("load_graph", {"path": "missing.json"}, "no such file")]
+        for tool, arguments, expected in failures:
+            assert expected in await call_error(client, tool, **arguments), tool
+            assert (await call(client, "graph_summary", graph_id=gid))["entity_count"] == loaded["entity_count"]
+    assert (tmp_path / "state" / "graphs" / f"{gid}.json").is_file()  # where WITTY_STATE_DIR says
 
 
 def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    exe = shutil.which("witty-mcp")
-    if exe is None:
-        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    exe = _witty_mcp()
     done = subprocess.run([exe, "--thresholds", str(tmp_path / "none.toml")], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and done.stdout == ""
@@ -142,9 +274,7 @@ def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -> None:
-    exe = shutil.which("witty-mcp")
-    if exe is None:
-        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    exe = _witty_mcp()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -171,9 +301,7 @@ async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -
 
 
 def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
-    exe = shutil.which("witty-mcp")
-    if exe is None:
-        pytest.skip("witty-mcp is not installed: run `python3 -m pip install -e .`")
+    exe = _witty_mcp()
     host_process_graph(tmp_path / "host.json")
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,80 @@ def test_the_wheel_ships_the_skill(tmp_path):
     assert skill.same_tree(src / "skills" / "bottleneck-identification", tmp_path / "skills" / "bottleneck-identification")
 
 
+# -- scripts -------------------------------------------------------------------------------------
+# the vLLM sample's workers: the NPU each drives, that NPU's NUMA node, the node the worker runs on
+WORKERS = {1895087: (0, "0000:c1:00.0", 6, 7), 1895088: (1, "0000:c2:00.0", 6, 1),
+           1895089: (2, "0000:81:00.0", 4, 6), 1895090: (3, "0000:82:00.0", 4, 7)}
+
+
+def _script(name: str, *args: str) -> subprocess.CompletedProcess:
+    if shutil.which("witty-profiler") is None:
+        pytest.skip("witty-profiler is not installed: run `python3 -m pip install -e .`")
+    return subprocess.run(["bash", str(SKILL / "scripts" / name), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_diagnose_script_reports_the_mismatch_of_the_real_sample(vllm_sample_path, tmp_path):
+    out = tmp_path / "out"
+    done = _script("diagnose.sh", str(vllm_sample_path), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"graph:  {vllm_sample_path}", f"report: {out}/report.md",
+                                        f"json:   {out}/report.json"]
+    report = json.loads((out / "report.json").read_text())
+    (mismatch,) = [f for f in report["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
+    assert mismatch["priority"] == "P0"
+    assert set(mismatch["subjects"]) == {f"process:local:{pid}" for pid in WORKERS} | \
+        {f"npu:local:{npu}" for _, npu, _, _ in WORKERS.values()}
+    assert report["summary"]["counts"]["P0"] == sum(f["priority"] == "P0" for f in report["findings"])
+    md = (out / "report.md").read_text()
+    for pid, (index, npu, device_node, cpu_node) in WORKERS.items():
+        sentence = (rf"pid {pid} \(python3\) uses NPU{index} \({npu}\) on NUMA node {device_node} "
+                    rf"but runs on node {cpu_node}\b")
+        assert re.search(sentence, md), pid
+    assert f"**P0: {report['summary']['counts']['P0']} ·" in md
+
+    # an existing report is kept unless --force; --pid narrows both reports to that worker
+    before = (out / "report.md").read_text()
+    kept = _script("diagnose.sh", str(vllm_sample_path), "--out", str(out), "--pid", "1895089")
+    assert kept.returncode == 2 and "--force" in kept.stderr and (out / "report.md").read_text() == before
+    narrowed = _script("diagnose.sh", str(vllm_sample_path), "--out", str(out), "--pid", "1895089", "--force")
+    assert narrowed.returncode == 0, narrowed.stderr
+    one = json.loads((out / "report.json").read_text())
+    assert one["summary"]["scope"]["pids"] == [1895089]
+    assert {f["pattern"]: sorted(f["subjects"]) for f in one["findings"]} == {
+        "interconnect.device_numa_mismatch": ["npu:local:0000:81:00.0", "process:local:1895089"]}
+    assert "- Scope: pid 1895089 and descendants (1 process)" in (out / "report.md").read_text()
+
+
+def test_verify_fix_script_sees_the_mismatch_resolved_and_not_the_other_way_round(vllm_sample_path, tmp_path):
+    """AFTER: the sample with its workers no longer using the NPUs, so the mismatch must come out
+    resolved; the same files in the other order must show it as new."""
+    import witty_profiler as wp
+    from topology import Graph
+    sample = wp.load(vllm_sample_path)
+    after = Graph(sample.meta)
+    for entity in sample.entities():
+        after.add_entity(entity)
+    for edge in sample.edges():
+        if edge.type != "uses_device":
+            after.add_edge(edge)
+    wp.dump_graph(after, tmp_path / "after.json")
+    done = _script("verify_fix.sh", str(vllm_sample_path), str(tmp_path / "after.json"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (tmp_path / "compare.md").read_text()  # the comparison is printed as written
+    compared = json.loads((tmp_path / "compare.json").read_text())
+    (resolved,) = [c for c in compared["resolved"] if c["pattern"] == "interconnect.device_numa_mismatch"]
+    assert resolved["before"] == "P0" and resolved["after"] is None
+    assert "interconnect.cross_numa_access" in [c["pattern"] for c in compared["persisting"]]
+    assert compared["new"] == [] and compared["after_counts"]["P0"] == compared["before_counts"]["P0"] - 1
+    assert re.search(r"## Resolved \(1\)\s+### `interconnect\.device_numa_mismatch`.*: P0 → -", done.stdout)
+    swapped = _script("verify_fix.sh", str(tmp_path / "after.json"), str(vllm_sample_path), "--out",
+                      str(tmp_path / "swapped"))
+    assert swapped.returncode == 0, swapped.stderr
+    back = json.loads((tmp_path / "swapped" / "compare.json").read_text())
+    assert [c["pattern"] for c in back["new"]] == ["interconnect.device_numa_mismatch"] and not back["resolved"]
+
+
 # -- evals --------------------------------------------------------------------------------------
 def test_evals_file_has_at_least_eight_cases_with_value_level_assertions():
     assert len(CASES) >= 8
@@ -253,6 +328,75 @@ def test_the_checks_pass_and_fail_on_values():
     md = {"type": "md_matches", "all": ["{consumer.pid}"]}
     assert runner.check(md, None, "the consumer (pid 42) waits", ctx)[0]
     assert not runner.check(md, None, "the consumer (pid 421) waits", ctx)[0]
+
+
+def _assertion(case_name: str, **match) -> dict:
+    case = next(c for c in CASES if c["name"] == case_name)
+    (found,) = [a for a in case["assertions"] if all(a.get(k) == v for k, v in match.items())]
+    return found
+
+
+def _throttling(pid=4242, cgroup="cgroup:h:v1:/witty-eval-99", periods=100.0, quota=0.1, evidence=None):
+    """control.cpu_throttling as the tool reports it (values of a real run: 100 % of periods, 0.1 core)."""
+    items = [{"kind": "entity", "ids": [cgroup], "metric": "throttled_periods_pct", "value": periods,
+              "threshold": "> 50", "unit": "%"},
+             {"kind": "entity", "ids": [cgroup], "metric": "cpu_quota_cores", "value": quota, "unit": "cores"},
+             {"kind": "edge", "ids": [f"in_cgroup|process:h:{pid}|{cgroup}"], "metric": "in_cgroup",
+              "value": f"pid {pid} (python3)"}]
+    return {"pattern": "control.cpu_throttling", "layer": 6, "priority": "P0", "severity": "critical",
+            "subjects": [cgroup], "evidence": items if evidence is None else evidence}
+
+
+def _saturation(ids=("host:h",), value=99.9):
+    return {"pattern": "compute.cpu_saturation", "layer": 1, "priority": "P0", "severity": "critical",
+            "subjects": list(ids), "evidence": [{"kind": "entity", "ids": list(ids), "metric": "cpu_util_pct",
+                                                 "value": value, "threshold": "> 95", "unit": "%"}]}
+
+
+@pytest.mark.parametrize("case_name, match, wrong", [
+    ("live-cgroup-cpu-quota", {"type": "finding"}, _throttling(pid=5151)),
+    ("live-cgroup-cpu-quota", {"type": "finding_evidence"}, _throttling(cgroup="cgroup:h:v1:/system.slice/x")),
+    ("live-cgroup-cpu-quota", {"type": "finding_evidence"}, _throttling(pid=5151)),
+    ("live-cgroup-cpu-quota", {"metric": "throttled_periods_pct"}, _throttling(periods=3.0)),
+    ("live-cgroup-cpu-quota", {"metric": "throttled_periods_pct"}, _throttling(evidence=[])),
+    ("live-cgroup-cpu-quota", {"metric": "cpu_quota_cores"}, _throttling(quota=1.0)),
+    ("live-cgroup-cpu-quota", {"metric": "cpu_quota_cores"}, _throttling(quota="0.1 core")),
+    ("live-cpu-oversubscribed", {"metric": "cpu_util_pct"}, _saturation(value=50.0)),
+    ("live-cpu-oversubscribed", {"metric": "cpu_util_pct"}, _saturation(ids=("cpu:h:0",))),
+    ("live-cpu-oversubscribed", {"metric": "cpu_util_pct"}, None),
+], ids=["throttling-names-another-process", "throttling-another-cgroup", "throttling-cgroup-of-another-process",
+        "barely-throttled", "throttling-without-evidence", "quota-of-a-whole-core", "quota-not-a-number",
+        "host-cpu-at-half", "saturation-of-one-cpu-not-the-host", "no-saturation-finding"])
+def test_each_value_check_fails_on_a_report_without_the_value(case_name, match, wrong):
+    """The throttling (case 8) and saturation (case 6) checks pass on the tool's kind of report and
+    fail on one that lacks the value they look for."""
+    runner = skill.load_eval_runner(SKILL)
+    ctx = {"roles": {"throttled": [4242], "busy": [4242]}, "host": "h", "layers": [], "catalog": {}}
+    a = _assertion(case_name, **match)
+    good = _report([_throttling() if case_name == "live-cgroup-cpu-quota" else _saturation()])
+    assert runner.check(a, good, None, ctx)[0], runner.check(a, good, None, ctx)
+    ok, detail = runner.check(a, _report([wrong] if wrong else []), None, ctx)
+    assert not ok, detail
+
+
+def test_the_summary_budget_check_fails_on_the_uncut_view(vllm_sample_path):
+    """Case 5 asks for a budget the uncut summary does not fit, so the bound can fail; the views
+    are the tool's own, on the real sample."""
+    import witty_profiler as wp
+    runner = skill.load_eval_runner(SKILL)
+    case = next(c for c in CASES if c["name"] == "vllm-summary-view-fits-budget")
+    graph = wp.load(vllm_sample_path)
+    uncut = wp.convert(graph, layer="summary")
+    cut = wp.convert(graph, layer="summary", max_tokens=case["run"]["view"]["max_tokens"])
+    def results(view) -> dict[str, bool]:
+        ctx = {"view": {"text": view.text, "tokens": view.tokens}}
+        return {a["text"]: runner.check(a, None, None, ctx)[0] for a in case["assertions"]}
+
+    bound = _assertion(case["name"], type="view_tokens_at_most")["text"]
+    assert all(results(cut).values()), results(cut)  # the facts survive the cut
+    assert not results(uncut)[bound], uncut.tokens
+    # the uncut view cuts nothing, so it cannot say what it left out
+    assert not results(uncut)[_assertion(case["name"], all=["left out"])["text"]]
 
 
 # Cases the tool's own reports do not pass yet, and why. Strict: once the tool is fixed the case

@@ -47,7 +47,10 @@ def resolve_input(path: str, inputs: str | None) -> Path | None:
 
 
 def expand(value: Any, roles: dict[str, list[int]], host: str) -> list[str]:
-    """'{role}' -> the role's process ids; '{role.pid}' -> a regex for each pid; else [value]."""
+    """'{role}' -> the role's process ids; '{role.pid}' -> a regex for each pid; '{host}' inside a
+    string -> the graph's host (a live graph's ids carry it: 'host:{host}'); else [value]."""
+    if isinstance(value, str) and "{host}" in value:
+        return [value.replace("{host}", host)]
     m = re.fullmatch(r"\{(\w+)(\.pid)?\}", value) if isinstance(value, str) else None
     if not m:
         return [value]
@@ -125,6 +128,23 @@ def _finding_evidence(a, report, md, ctx):
     return not missing, f"evidence lacks {missing}" if missing else "evidence has all"
 
 
+def _evidence_value(a, report, md, ctx):
+    """The pattern's findings carry an evidence item for `metric` (on one of `ids_any`, if given)
+    whose number lies within [at_least, at_most]: the finding rests on the measured value, not
+    only on its name."""
+    ids = set(_expand_all(a.get("ids_any", []), ctx["roles"], ctx["host"]))
+    items = [ev for f in _findings(report, a["pattern"]) for ev in f.get("evidence", [])
+             if ev.get("metric") == a["metric"] and (not ids or ids & set(ev.get("ids", [])))]
+    values = [ev["value"] for ev in items if isinstance(ev.get("value"), (int, float))
+              and not isinstance(ev["value"], bool)]
+    low, high = a.get("at_least", float("-inf")), a.get("at_most", float("inf"))
+    if not values:
+        where = f" on {sorted(ids)}" if ids else ""
+        return False, f"no {a['pattern']} evidence gives {a['metric']}{where}"
+    inside = [v for v in values if low <= v <= high]
+    return bool(inside), f"{a['metric']} {values} (expected within [{low}, {high}])"
+
+
 def _no_finding(a, report, md, ctx):
     anyof = set(_expand_all(a.get("mentions_any", []), ctx["roles"], ctx["host"]))
     bad = [f["pattern"] for f in _findings(report, a.get("pattern"), a.get("priority"))
@@ -175,8 +195,8 @@ def _compare_change(a, report, md, ctx):
 
 MD_CHECKS = {"md_matches": _md_matches, "md_not_matches": _md_not_matches, "md_layer_sections": _md_layer_sections}
 VIEW_CHECKS = {"view_tokens_at_most": _view_tokens_at_most, "view_matches": _view_matches}
-JSON_CHECKS = {"finding": _finding, "finding_evidence": _finding_evidence, "no_finding": _no_finding,
-               "coverage": _coverage, "coverage_complete": _coverage_complete,
+JSON_CHECKS = {"finding": _finding, "finding_evidence": _finding_evidence, "evidence_value": _evidence_value,
+               "no_finding": _no_finding, "coverage": _coverage, "coverage_complete": _coverage_complete,
                "findings_in_layer": _findings_in_layer, "compare_change": _compare_change}
 ASSERTION_TYPES = {*MD_CHECKS, *VIEW_CHECKS, *JSON_CHECKS}
 
