@@ -19,9 +19,13 @@ from topology.ids import entity_id, pci_address, process_id
 
 NVLINK_TX, NVLINK_RX, ALL_LINKS = 138, 139, 0xFFFFFFFF  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, every link
 NVLINK_FIELDS = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]
-MAX_NVLINKS = 18  # Hopper; Blackwell reports NOT_SUPPORTED / INVALID_ARGUMENT past its own count
-# bytes/s one NVLink carries per direction, by NVML's nvmlNvlinkVersion_t (1 = 1.0 ... 6 = 4.0, 7 = 5.0)
-NVLINK_BYTES_PER_S = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 25e9, 6: 25e9, 7: 50e9}
+# NVML_NVLINK_MAX_LINKS (36 since NVLink 6); a GPU answers NOT_SUPPORTED / INVALID_ARGUMENT past its own count
+MAX_NVLINKS = 36
+# bytes/s one NVLink carries per direction, by NVML's nvmlNvlinkVersion_t: 1 = 1.0 (P100, 4 x 40 GB/s
+# both ways), 2 = 2.0 and 3 = 2.2 (V100), 4 = 3.0 and 5 = 3.1 (A100: 12 x 50 GB/s both ways), 6 = 4.0
+# (H100: 18 x 50), 7 = 5.0 (B200: 18 x 100), 8 = 6.0 (Rubin: 36 links, 3.6 TB/s per GPU both ways)
+NVLINK_BYTES_PER_S = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 25e9, 6: 25e9, 7: 50e9, 8: 50e9}
+SM, MEM = 1, 2  # nvmlClockType_t: NVML_CLOCK_SM, NVML_CLOCK_MEM
 # usable bytes/s per PCIe lane and direction, by generation (after 8b/10b or 128b/130b encoding)
 PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 985e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
 THERMAL = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
@@ -104,7 +108,8 @@ class GpuCollector(Collector):
                     s[metric].append(kb * 1024)
             for metric, fn, args, scale in (("power_w", "nvmlDeviceGetPowerUsage", (), 1e-3),
                                             ("temperature_c", "nvmlDeviceGetTemperature", (0,), 1),
-                                            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (1,), 1),
+                                            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (SM,), 1),
+                                            ("mem_clock_mhz", "nvmlDeviceGetClockInfo", (MEM,), 1),
                                             ("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration", (), 1),
                                             ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", (), 1)):
                 value = self._try(fn, i, *args)
@@ -153,16 +158,18 @@ class GpuCollector(Collector):
             "gen_max": self._try("nvmlDeviceGetMaxPcieLinkGeneration", i),
             "width_max": self._try("nvmlDeviceGetMaxPcieLinkWidth", i),
             "power_limit_mw": self._try("nvmlDeviceGetEnforcedPowerLimit", i),
-            "sm_clock_max": self._try("nvmlDeviceGetMaxClockInfo", i, 1),
+            "sm_clock_max": self._try("nvmlDeviceGetMaxClockInfo", i, SM),
+            "mem_clock_max": self._try("nvmlDeviceGetMaxClockInfo", i, MEM),
             "samples": defaultdict(list), "throttle": 0, "processes": {}, "nvlinks": [], "nvlink_version": None,
-            "xids": [],
+            "nvlinks_present": 0, "xids": [],
         }
         for link in range(MAX_NVLINKS):
             state = self._try("nvmlDeviceGetNvLinkState", i, link)
             if state is None:
                 break  # no NVLink, or past the last link of this GPU
+            d["nvlinks_present"] += 1
             if not state:
-                continue
+                continue  # counted as down: a GPU that lost a link shows it beside its peers
             remote = self._try("nvmlDeviceGetNvLinkRemotePciInfo", i, link)
             kind = self._try("nvmlDeviceGetNvLinkRemoteDeviceType", i, link)
             d["nvlinks"].append((pci_address(_text(remote.busId)) if remote is not None else None, kind))
@@ -237,7 +244,7 @@ class GpuCollector(Collector):
     def _metrics(self, d: dict) -> dict[str, float]:
         s, m = d["samples"], {}
         for name in ("util_pct", "mem_bw_util_pct", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "power_w",
-                     "temperature_c", "sm_clock_mhz"):
+                     "temperature_c", "sm_clock_mhz", "mem_clock_mhz"):
             m.update(gauge(name, s[name]))
         if s["memory_used_bytes"]:
             m["memory_used_bytes"] = s["memory_used_bytes"][-1]
@@ -261,13 +268,18 @@ class GpuCollector(Collector):
             m["power_limit_w"] = d["power_limit_mw"] / 1000
         if d["sm_clock_max"]:
             m["sm_clock_max_mhz"] = d["sm_clock_max"]
+        if d["mem_clock_max"]:
+            m["mem_clock_max_mhz"] = d["mem_clock_max"]
         m["throttle_thermal"] = int(bool(d["throttle"] & THERMAL))
         m["throttle_power"] = int(bool(d["throttle"] & POWER))
         if d["ecc_start"] is not None and d.get("ecc_end") is not None and d["ecc_end"] >= d["ecc_start"]:
             m["ecc_errors_total"] = d["ecc_end"] - d["ecc_start"]
         m["xid_errors_total"] = len(d["xids"])
-        if d["nvlinks"]:
+        if d["nvlinks_present"]:
+            m["nvlink_links"] = d["nvlinks_present"]
             m["nvlink_links_up"] = len(d["nvlinks"])
+            m["nvlink_links_down"] = d["nvlinks_present"] - len(d["nvlinks"])
+        if d["nvlinks"]:
             m.update(self._nvlink_rates(d))
         return m
 

@@ -3,9 +3,13 @@ power, health, the processes on each chip, and the topology table (link types, C
 
 `npu-smi info` (the table) is read at the start, every interval and at the end; it takes about a
 second on a loaded host, so intervals shorter than that stretch. `-t usages` and `-t common` per
-NPU are read at both ends, `-t board` and `-t topo` once. The parsers are pure functions of the
-text and tolerate the differences between generations and driver versions: extra or missing
-columns (Phy-ID, Device, HBM-Usage), several chips per NPU, 'NA' and '-' for unknown values.
+NPU are read at both ends, `-t board` and `-t topo` once. HCCS: `-t hccs` per chip once (lane
+mode and speed of each link: how many links are up and what they can carry) and `-t hccs-bw` per
+chip at both ends (the links' throughput over a short sampling time); models without HCCS (the
+310 series) answer that they do not support it, which leaves those metrics out without making the
+collector partial. The parsers are pure functions of the text and tolerate the differences
+between generations and driver versions: extra or missing columns (Phy-ID, Device, HBM-Usage),
+several chips per NPU, 'NA' and '-' for unknown values.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ MiB = 1024 * 1024
 _BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _PAIR = re.compile(r"(\S+)\s*/\s*(\S+)|(\S+)")
 LINK_TYPES = {"HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS"}
+HCCS_BW_SAMPLE_MS = 100  # npu-smi measures the links this long per call; it runs per chip at both ends
+GB = 1e9  # hccs-bw prints GB/S, the unit of DCMI's dcmi_hccs_bandwidth_info it reads
 
 
 def _number(text: str | None) -> float | None:
@@ -134,6 +140,63 @@ def parse_per_chip(text: str) -> dict[int, dict[str, str]]:
     return out
 
 
+def parse_hccs_bw(text: str) -> dict | None:
+    """`npu-smi info -t hccs-bw -i N -c C -time MS`: HCCS throughput per link and in total, bytes/s.
+
+    A header names the two columns (``tx_bandwidth(GB/S)`` then ``rx_bandwidth(GB/S)``; the order is
+    taken from the header, not assumed), then one row per link index and a ``total`` row. A chip
+    without HCCS prints "This device does not support querying hccs-bw." instead: None.
+    """
+    order: list[str] | None = None
+    links: dict[int, dict[str, float]] = {}
+    total: dict[str, float] | None = None
+    for line in text.splitlines():
+        tokens = line.split()
+        if order is None:
+            cols = [tok.lower()[:2] for tok in tokens if tok.lower().startswith(("tx_bandwidth", "rx_bandwidth"))]
+            if sorted(cols) == ["rx", "tx"]:
+                order = cols
+            continue
+        if len(tokens) < 3 or not (tokens[0].isdigit() or tokens[0].lower() == "total"):
+            continue
+        values = [_number(tok) for tok in tokens[1:3]]
+        if None in values:
+            continue
+        row = {name: v * GB for name, v in zip(order, values)}  # type: ignore[operator]
+        if tokens[0].isdigit():
+            links[int(tokens[0])] = row
+        else:
+            total = row
+    if order is None or (total is None and not links):
+        return None
+    if total is None:
+        total = {k: sum(r[k] for r in links.values()) for k in ("tx", "rx")}
+    return {"links": links, "tx_bytes_per_s": total["tx"], "rx_bytes_per_s": total["rx"]}
+
+
+def parse_hccs(text: str) -> dict | None:
+    """`npu-smi info -t hccs -i N -c C`: per-link lists in brackets (``hccs lane mode : [4  4 ...]``).
+
+    Returns the health, the lane count and the speed (Gbit/s: 56 Gbit/s per lane, the tool's own
+    definition) of each link; None when the chip reports no lane modes (no HCCS, or the 310
+    series, which prints packet counters only).
+    """
+    fields: dict[str, object] = {}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, value = (part.strip() for part in line.split(":", 1))
+        key = key.lower()
+        fields[key] = value[1:-1].split() if value.startswith("[") and value.endswith("]") else value
+    modes, speeds = fields.get("hccs lane mode"), fields.get("hccs link speed")
+    if not isinstance(modes, list) or not modes:
+        return None
+    lanes = [int(m) if m.isdigit() else 0 for m in modes]
+    gbps = [_number(s) or 0.0 for s in speeds] if isinstance(speeds, list) and len(speeds) == len(modes) else []
+    health = fields.get("hccs health status")
+    return {"health": health if isinstance(health, str) else None, "lanes": lanes, "speed_gbps": gbps}
+
+
 def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str], dict[str, str]]:
     """`npu-smi info -t topo`: device names, link type per ordered pair, CPU affinity per device."""
     names: list[str] = []
@@ -173,17 +236,24 @@ class NpuCollector(Collector):
         self.per_npu: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         self.topo: tuple[list[str], dict, dict] = ([], {}, {})
         self.boards: dict[int, dict[str, str]] = {}
+        self.hccs: dict[tuple[int, int], dict] = {}
+        self.unsupported: set[str] = set()  # optional sub-commands this host's NPUs do not answer
         self.version: str | None = None
 
-    def _run(self, *args: str) -> str | None:
+    def _run(self, *args: str, optional: bool = False) -> str | None:
+        """The output of `npu-smi ARGS`; None on failure, which makes the collector partial unless the
+        query is optional (one that older drivers or other NPU models do not have)."""
         try:
             out = subprocess.run([self.npu_smi, *args], capture_output=True, text=True, timeout=20,
                                  env={**os.environ, "LC_ALL": "C"})
         except (OSError, subprocess.TimeoutExpired) as e:
-            self.partial(f"npu-smi {' '.join(args)} failed: {e}")
+            if not optional:
+                self.partial(f"npu-smi {' '.join(args)} failed: {e}")
             return None
         if out.returncode != 0:
-            self.partial(f"npu-smi {' '.join(args)} exited {out.returncode}: {(out.stdout + out.stderr).strip()[:120]}")
+            if not optional:
+                self.partial(f"npu-smi {' '.join(args)} exited {out.returncode}: "
+                             f"{(out.stdout + out.stderr).strip()[:120]}")
             return None
         return out.stdout
 
@@ -202,6 +272,8 @@ class NpuCollector(Collector):
             if board:
                 self.boards[npu] = {k: v for b in parse_kv(board) for k, v in b.items()}
             self._usages(npu)
+        self._hccs_links()
+        self._hccs_bw()
 
     def sample(self) -> None:
         if self.chips:
@@ -220,6 +292,7 @@ class NpuCollector(Collector):
                 s = self.samples[(npu, chip)]
                 s["clock"].append(_number(block.get("Aicore curFreq(MHZ)")))
                 s["clock_max"].append(_number(block.get("Aicore Freq(MHZ)")))
+        self._hccs_bw()
         return self._graph()
 
     # -- reading --------------------------------------------------------------------------
@@ -255,6 +328,33 @@ class NpuCollector(Collector):
             bw = block.get("HBM Bandwidth Usage Rate(%)") or block.get("Memory Bandwidth Usage Rate(%)")
             self.samples[(npu, chip)]["bw"].append(_number(bw))
 
+    def _optional_per_chip(self, kind: str, parse, *extra: str):
+        """(chip, parsed output) of `npu-smi info -t KIND -i N -c C EXTRA` for every chip. A first chip
+        that does not answer ends the round: the NPUs of one host are one model, the others would not
+        either; a later chip that fails is only left out."""
+        answered = False
+        for c in self.chips:
+            if kind in self.unsupported:
+                return
+            text = self._run("info", "-t", kind, "-i", str(c["npu"]), "-c", str(c["chip"]), *extra, optional=True)
+            parsed = parse(text or "")
+            if parsed is None:
+                if not answered:
+                    self.unsupported.add(kind)
+                continue
+            answered = True
+            yield c, parsed
+
+    def _hccs_links(self) -> None:
+        for c, links in self._optional_per_chip("hccs", parse_hccs):
+            self.hccs[(c["npu"], c["chip"])] = links
+
+    def _hccs_bw(self) -> None:
+        for c, bw in self._optional_per_chip("hccs-bw", parse_hccs_bw, "-time", str(HCCS_BW_SAMPLE_MS)):
+            s = self.samples[(c["npu"], c["chip"])]
+            s["hccs_tx"].append(bw["tx_bytes_per_s"])
+            s["hccs_rx"].append(bw["rx_bytes_per_s"])
+
     # -- building -------------------------------------------------------------------------
     def _graph(self) -> Graph:
         g = self.fragment()
@@ -264,6 +364,8 @@ class NpuCollector(Collector):
         ids: dict[tuple[int, int], str] = {}
         seen: set[str] = set()
         for order, c in enumerate(self.chips):
+            # npu-smi prints one Bus-Id for both chips of a 310P Duo card: the first chip listed keeps
+            # the bare address (the id of the card's PCI function), the next ones add their chip id
             key = c["bus_id"] if c["bus_id"] not in seen else f"{c['bus_id']}:{c['chip']}"
             seen.add(key)
             eid = ids[(c["npu"], c["chip"])] = entity_id("npu", host, key)
@@ -276,6 +378,9 @@ class NpuCollector(Collector):
                     attrs[k] = c[k]
             if c["npu"] in self.boards:
                 attrs["firmware_version"] = self.boards[c["npu"]].get("Firmware Version")
+            hccs = self.hccs.get((c["npu"], c["chip"]))
+            if hccs and hccs["health"]:
+                attrs["hccs_health"] = hccs["health"]
             if topo_name and topo_name in affinity:
                 attrs["cpu_affinity"] = affinity[topo_name]
             attrs.update(place_device(g, sys_root, host, eid, c["bus_id"]))
@@ -284,7 +389,7 @@ class NpuCollector(Collector):
                 attrs["numa_node"] = node
                 if node is not None:
                     g.edge_of("local_to", eid, numa_id(host, node))
-            g.entity_of("npu", eid, attrs, self._metrics(s))
+            g.entity_of("npu", eid, attrs, self._metrics(s, hccs))
             link_nearest_nics(g, sys_root, host, eid, c["bus_id"], attrs.get("numa_node"), nics)
         for (npu, chip, pid), p in sorted(self.processes.items()):
             if (npu, chip) in ids:
@@ -298,7 +403,7 @@ class NpuCollector(Collector):
                 g.edge_of("device_link", order_ids[ia], order_ids[ib], {"link_type": kind})
         return g
 
-    def _metrics(self, s: dict[str, list]) -> dict[str, float]:
+    def _metrics(self, s: dict[str, list], hccs: dict | None = None) -> dict[str, float]:
         m: dict[str, float] = {}
         m.update(gauge("util_pct", s["util"]))
         m.update(gauge("mem_bw_util_pct", s["bw"]))
@@ -314,6 +419,17 @@ class NpuCollector(Collector):
             m["memory_used_bytes_max"] = int(max(u for u, _ in mem) * MiB)
             m["memory_total_bytes"] = int(total * MiB)
             m["memory_used_pct"] = round(100 * used / total, 2)
+        m.update(gauge("nvlink_tx_bytes_per_s", s["hccs_tx"], 1))
+        m.update(gauge("nvlink_rx_bytes_per_s", s["hccs_rx"], 1))
+        if hccs:
+            up = [i for i, lanes in enumerate(hccs["lanes"]) if lanes > 0]  # 0 lanes: the link did not train
+            m["nvlink_links"] = len(hccs["lanes"])
+            m["nvlink_links_up"] = len(up)
+            m["nvlink_links_down"] = len(hccs["lanes"]) - len(up)
+            capacity = sum(hccs["speed_gbps"][i] for i in up) * GB / 8 if hccs["speed_gbps"] else 0
+            busiest = max(m.get("nvlink_tx_bytes_per_s", -1), m.get("nvlink_rx_bytes_per_s", -1))
+            if capacity and busiest >= 0:
+                m["nvlink_util_pct"] = round(100 * busiest / capacity, 2)
         return m
 
     def _node_of_cpus(self, cpus: list[int]) -> int | None:

@@ -7,11 +7,16 @@ objects with the same field names, lists of structs, ints, strings). An answer
 ``{"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}`` raises that NVML error; a call that the recording
 does not hold raises NVML_ERROR_NOT_SUPPORTED, as a driver does for a feature a device lacks.
 XID critical-error events are recorded under ``"xid_events"``: per drain, [device index, XID] pairs.
+`RecordingNvml` wraps either and writes down every answer in that format, so that a window on a
+real GPU host becomes a recording the tests replay (``python3 -m benchmarks.record_nvml``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -100,6 +105,11 @@ def _to_object(value: Any) -> Any:
     return value
 
 
+def call_key(fn: str, args: tuple) -> str:
+    """How a recording names a call: the function, with its arguments after the device if any."""
+    return f"{fn}({','.join(str(a) for a in args)})" if args else fn
+
+
 class RecordedNvml:
     def __init__(self, path: Path | str) -> None:
         self.pynvml = _pynvml()
@@ -110,7 +120,7 @@ class RecordedNvml:
         return self._answer(self.recording, (fn,), fn)
 
     def call(self, fn: str, index: int, *args: Any) -> Any:
-        key = f"{fn}({','.join(str(a) for a in args)})" if args else fn
+        key = call_key(fn, args)
         return self._answer(self.recording["devices"][index], (index, key), key)
 
     def common_ancestor(self, a: int, b: int) -> int:
@@ -136,3 +146,74 @@ class RecordedNvml:
         if isinstance(answer, dict) and "nvml_error" in answer:
             raise self.pynvml.NVMLError(getattr(self.pynvml, answer["nvml_error"]))
         return _to_object(answer)
+
+
+def to_json(value: Any) -> Any:
+    """An NVML answer (ctypes structs, unions and arrays, nvidia-ml-py's friendly objects, bytes) as
+    plain JSON values with the same field names."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # a union's double read from an integer's bits
+    if isinstance(value, (list, tuple, ctypes.Array)):
+        return [to_json(v) for v in value]
+    if isinstance(value, (ctypes.Structure, ctypes.Union)):
+        return {f[0]: to_json(getattr(value, f[0])) for f in value._fields_}
+    if isinstance(value, ctypes._SimpleCData):
+        return to_json(value.value)
+    if hasattr(value, "__dict__"):
+        return {k: to_json(v) for k, v in vars(value).items()}
+    return str(value)
+
+
+class RecordingNvml:
+    """Passes every call to `inner` (LiveNvml on a GPU host) and keeps each answer, or the NVML error
+    it raised, in call order: `recording()` is a dict RecordedNvml replays to the same answers."""
+
+    def __init__(self, inner: Any, source: str = "") -> None:
+        self.inner = inner
+        self.pynvml = inner.pynvml
+        self.data: dict[str, Any] = {"source": source}
+        self.devices: list[dict[str, list]] = []
+
+    def system(self, fn: str) -> Any:
+        return self._keep(self.data, fn, lambda: self.inner.system(fn))
+
+    def call(self, fn: str, index: int, *args: Any) -> Any:
+        return self._keep(self._device(index), call_key(fn, args), lambda: self.inner.call(fn, index, *args))
+
+    def common_ancestor(self, a: int, b: int) -> int:
+        return self._keep(self._device(a), call_key("nvmlDeviceGetTopologyCommonAncestor", (f"gpu{b}",)),
+                          lambda: self.inner.common_ancestor(a, b))
+
+    def xid_events(self, indices: list[int]) -> list[tuple[int, int]]:
+        return self._keep(self.data, "xid_events", lambda: self.inner.xid_events(indices))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def recording(self) -> dict[str, Any]:
+        return {**self.data, "devices": self.devices}
+
+    def _device(self, index: int) -> dict[str, list]:
+        while len(self.devices) <= index:
+            self.devices.append({})
+        return self.devices[index]
+
+    def _keep(self, record: dict, key: str, answer: Callable[[], Any]) -> Any:
+        try:
+            value = answer()
+        except self.pynvml.NVMLError as e:
+            record.setdefault(key, []).append({"nvml_error": error_name(self.pynvml, e)})
+            raise
+        record.setdefault(key, []).append(to_json(value))
+        return value
+
+
+def error_name(pynvml: Any, error: Exception) -> str:
+    """NVML_ERROR_NOT_SUPPORTED for an NVMLError of that code (RecordedNvml raises it back by name)."""
+    code = getattr(error, "value", None)
+    names = sorted(n for n in dir(pynvml) if n.startswith("NVML_ERROR_") and getattr(pynvml, n) == code)
+    return names[0] if names else "NVML_ERROR_UNKNOWN"

@@ -137,3 +137,17 @@ def assert_threshold(build, pattern: str, level: str, limit: float, direction: s
             assert f.severity in lower, (pattern, value, f.severity)
         else:
             assert d.status(pattern) == "clear", (pattern, value, d.coverage)
+
+
+def linked_devices(g: Graph, kind: str, name: str, links_up: list[float], links: float | None = None,
+                   **metrics: Any) -> list[str]:
+    """GPUs or NPUs of one model on the host, the i-th with links_up[i] NVLink/HCCS links up of `links`
+    (the most up, by default)."""
+    top = links if links is not None else max(links_up)
+    ids = []
+    for i, up in enumerate(links_up):
+        did = device(g, kind, f"0000:{0x1b + i:02x}:00.0", i, nvlink_links=top, nvlink_links_up=up,
+                     nvlink_links_down=top - up, **metrics)
+        g.entity(did).attrs["name"] = name
+        ids.append(did)
+    return ids

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from collectors.base import Context
-from collectors.gpu import GpuCollector, gpu_link
+from collectors.gpu import MAX_NVLINKS, NVLINK_BYTES_PER_S, GpuCollector, gpu_link
 from collectors.nvml import RecordedNvml
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
@@ -54,10 +55,11 @@ def test_hgx_h100_devices(hgx_sysfs):
     assert m["mem_bw_util_pct"] == pytest.approx(59.67, abs=0.01)
     assert m["memory_total_bytes"] == 85520809984 and m["memory_used_pct"] == pytest.approx(92.8, abs=0.1)
     assert m["pcie_link_gen"] == 5 and m["pcie_link_gen_max"] == 5 and m["pcie_link_width"] == 16
-    assert m["nvlink_links_up"] == 18
+    assert m["nvlink_links_up"] == 18 and m["nvlink_links"] == 18 and m["nvlink_links_down"] == 0
     assert m["nvlink_tx_bytes_per_s"] == pytest.approx(152e9, rel=1e-3)
     assert m["nvlink_util_pct"] == pytest.approx(152e9 / (18 * 25e9) * 100, rel=1e-3)
     assert m["power_limit_w"] == 700 and 600 < m["power_w"] < 660
+    assert m["sm_clock_mhz"] == 1980 and m["mem_clock_mhz"] == 2619 and m["mem_clock_max_mhz"] == 2619
     assert m["throttle_thermal"] == 0 and m["throttle_power"] == 0 and m["ecc_errors_total"] == 0
     assert g0.attrs["numa_node"] == 0 and g0.attrs["local_cpus"] == "0-55,112-167"
     assert g0.attrs["pcie_link_degraded"] is False and g0.attrs["driver_version"] == "535.129.03"
@@ -70,6 +72,11 @@ def test_hgx_h100_devices(hgx_sysfs):
     slow = g.entity("gpu:n1:0000:61:00.0")  # the rank that waits: lower SM and HBM activity
     assert slow.metrics["util_pct"] < 60 and slow.metrics["nvlink_tx_bytes_per_s"] < 100e9
     assert slow.metrics["xid_errors_total"] == 1 and slow.attrs["xid_codes"] == [74]  # an NVLink error
+    # ... and it lost link 17: 17 of its 18 links up, the utilisation counted over the 17 left
+    links = [slow.metrics[k] for k in ("nvlink_links", "nvlink_links_up", "nvlink_links_down")]
+    assert links == [18, 17, 1]
+    assert slow.metrics["nvlink_util_pct"] == pytest.approx(
+        100 * max(slow.metrics["nvlink_tx_bytes_per_s"], slow.metrics["nvlink_rx_bytes_per_s"]) / (17 * 25e9), abs=0.01)
     assert m["xid_errors_total"] == 0 and "xid_codes" not in g0.attrs
 
 
@@ -81,7 +88,10 @@ def test_hgx_h100_edges(hgx_sysfs):
     assert u0.source == "process:n1:52001" and u0.attrs["pid"] == 52001
     assert u0.metrics["memory_used_bytes"] == (75690 - 512) * 1024 * 1024
     links = g.edges("device_link")
-    assert len(links) == 28 and {e.attrs["link_type"] for e in links} == {"NV18"}
+    assert len(links) == 28 and {e.attrs["link_type"] for e in links} == {"NV18", "NV17"}
+    assert {e.source for e in links if e.attrs["link_type"] == "NV17"} | {
+        e.target for e in links if e.attrs["link_type"] == "NV17"} >= {"gpu:n1:0000:61:00.0"}
+    assert sum(e.attrs["link_type"] == "NV17" for e in links) == 7  # every pair with the GPU that lost a link
     assert {e.attrs["via"] for e in links} == {"nvswitch"}
     near = {e.source: (e.target, e.attrs["link_type"]) for e in g.edges("near_nic")}
     assert near["gpu:n1:0000:1b:00.0"] == ("nic:n1:ibp28s0", "PIX")
@@ -105,6 +115,9 @@ def test_pcie_only_l4(tmp_path):
     assert_known_names(g)
     busy, idle = g.entity("gpu:n1:0000:01:00.0"), g.entity("gpu:n1:0000:81:00.0")
     assert busy.metrics["util_pct"] == pytest.approx(45.0) and "nvlink_links_up" not in busy.metrics
+    assert "nvlink_links" not in busy.metrics  # NVLinkState answers NOT_SUPPORTED: no NVLink at all
+    assert busy.metrics["mem_clock_mhz"] == 6251 and idle.metrics["mem_clock_mhz"] == 405
+    assert idle.metrics["mem_clock_max_mhz"] == 6251
     assert busy.metrics["pcie_rx_bytes_per_s"] == pytest.approx(112666.67 * 1024, rel=1e-4)
     assert busy.metrics["pcie_util_pct"] < 1
     assert idle.metrics["util_pct"] == 0 and idle.attrs["throttle_reasons"] == ["gpu_idle"]
@@ -135,3 +148,119 @@ def test_no_nvml_on_this_host():
     g = c.finish()
     assert len(g) == 0 and c.status.status == "unavailable"
     assert "NVML library not found" in c.status.reason
+
+
+def test_nvlink_rates_cover_every_nvml_version():
+    """NVLINK_BYTES_PER_S is keyed by nvmlNvlinkVersion_t, whose values are not the version numbers
+    (3 is NVLink 2.2, 6 is 4.0): every version the installed nvidia-ml-py defines has a rate."""
+    pynvml = pytest.importorskip("pynvml")
+    versions = {name: getattr(pynvml, name) for name in dir(pynvml) if name.startswith("NVML_NVLINK_VERSION_")}
+    assert versions["NVML_NVLINK_VERSION_4_0"] == 6 and versions["NVML_NVLINK_VERSION_5_0"] == 7
+    assert {v for n, v in versions.items() if n != "NVML_NVLINK_VERSION_INVALID"} <= set(NVLINK_BYTES_PER_S)
+    assert NVLINK_BYTES_PER_S[versions["NVML_NVLINK_VERSION_4_0"]] == 25e9  # H100: 18 links, 900 GB/s both ways
+    assert MAX_NVLINKS >= getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
+
+
+def test_hgx_gpu_that_lost_a_nvlink_is_found(hgx_sysfs):
+    """From the recording to the finding: the straggler's inactive link 17 and its XID 74."""
+    from diagnosis import diagnose
+    _, g = run("hgx-h100-8gpu.json", hgx_sysfs)
+    f = diagnose(g).finding("interconnect.pcie_link_degraded")
+    assert f is not None and f.severity == "warning" and f.subjects == ["gpu:n1:0000:61:00.0"]
+    assert "has 17 of 18 NVLink links up" in f.description
+    assert {e.metric for e in f.evidence} >= {"link_capacity_pct", "nvlink_links_down", "nvlink_links_up", "xid_codes"}
+
+
+@pytest.mark.parametrize("recording", ["hgx-h100-8gpu.json", "pcie-2x-l4.json"])
+def test_recording_a_replay_gives_the_same_answers(recording, hgx_sysfs, tmp_path):
+    """RecordingNvml writes what it is answered in RecordedNvml's format: recording the replay of a
+    fixture and replaying that gives the collector the same answers, hence the same graph, and
+    recording it once more gives the same recording."""
+    from collectors.nvml import RecordingNvml
+    from topology.io import dumps_graph
+
+    def window(nvml):
+        c = GpuCollector(Context(host="n1", sys=hgx_sysfs), nvml=nvml)
+        c.start()
+        c.sample()
+        return c, c.finish()
+
+    recorder = RecordingNvml(RecordedNvml(FIXTURES / recording), source="a replay")
+    _, through_recorder = window(recorder)
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(recorder.recording(), indent=1))
+    again = RecordingNvml(RecordedNvml(copy))
+    c, replayed = window(again)
+    assert c.status.status == "ok"
+    _, direct = run(recording, hgx_sysfs)
+    assert dumps_graph(replayed) == dumps_graph(through_recorder) == dumps_graph(direct)
+    first, second = recorder.recording(), again.recording()
+    assert {k: v for k, v in second.items() if k != "source"} == {k: v for k, v in first.items() if k != "source"}
+
+
+def test_recorder_keeps_errors_and_ctypes_answers():
+    """Live answers are ctypes structs, unions and arrays; errors are kept by name and raised again."""
+    import ctypes
+
+    import pynvml as nvml_module
+
+    from collectors.nvml import RecordingNvml, to_json
+
+    pynvml = nvml_module
+
+    class Live:
+        pynvml = nvml_module
+
+        def system(self, fn):
+            return b"535.129.03" if fn == "nvmlSystemGetDriverVersion" else 1
+
+        def call(self, fn, index, *args):
+            if fn == "nvmlDeviceGetFieldValues":
+                values = (pynvml.c_nvmlFieldValue_t * 1)()
+                values[0].fieldId, values[0].nvmlReturn, values[0].timestamp = 138, 0, 5
+                values[0].value.ullVal = 1234
+                return values
+            if fn == "nvmlDeviceGetUtilizationRates":
+                return pynvml.c_nvmlUtilization_t(gpu=40, memory=7)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+        def xid_events(self, indices):
+            return [(0, 79)]
+
+        def close(self):
+            pass
+
+    rec = RecordingNvml(Live())
+    assert rec.system("nvmlSystemGetDriverVersion") == b"535.129.03"
+    rec.call("nvmlDeviceGetUtilizationRates", 0)
+    rec.call("nvmlDeviceGetFieldValues", 0, [(138, 0)])
+    with pytest.raises(pynvml.NVMLError):
+        rec.call("nvmlDeviceGetNvLinkState", 0, 0)
+    rec.xid_events([0])
+    data = rec.recording()
+    assert data["nvmlSystemGetDriverVersion"] == ["535.129.03"] and data["xid_events"] == [[[0, 79]]]
+    dev = data["devices"][0]
+    assert dev["nvmlDeviceGetUtilizationRates"] == [{"gpu": 40, "memory": 7}]
+    (field,) = dev["nvmlDeviceGetFieldValues([(138, 0)])"][0]
+    assert field["fieldId"] == 138 and field["value"]["ullVal"] == 1234
+    assert dev["nvmlDeviceGetNvLinkState(0)"] == [{"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}]
+    assert to_json(ctypes.c_uint(7)) == 7 and to_json(float("nan")) is None
+
+
+def test_record_nvml_window_without_samples(hgx_sysfs, tmp_path):
+    """benchmarks.record_nvml's window, with no interval: start and finish only."""
+    from benchmarks.record_nvml import describe, record
+
+    recording, collector, graph = record(RecordedNvml(FIXTURES / "pcie-2x-l4.json"), 0.0, 0.0, sys_root=hgx_sysfs)
+    assert collector.status.status == "ok" and len(graph.entities("gpu")) == 2
+    assert describe(recording).startswith("2x NVIDIA L4, driver 550.54.15, recorded ")
+    path = tmp_path / "l4.json"
+    path.write_text(json.dumps(recording))
+    c = GpuCollector(Context(host="recorded", sys=hgx_sysfs), nvml=RecordedNvml(path))
+    c.start()
+    assert dumps(c.finish()) == dumps(graph)
+
+
+def dumps(graph):
+    from topology.io import dumps_graph
+    return dumps_graph(graph)

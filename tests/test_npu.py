@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collectors.base import Context
-from collectors.npu import NpuCollector, parse_info, parse_kv, parse_per_chip, parse_topo
+from collectors.npu import NpuCollector, parse_hccs, parse_hccs_bw, parse_info, parse_kv, parse_per_chip, parse_topo
 from graph_checks import assert_known_names
 from sysfs_tree import add_pci, write
 
@@ -38,9 +38,11 @@ def test_parse_info_310p_chip_device_columns():
     info = parse_info(text("310p", "info.txt"))
     assert info["version"] == "23.0.0" and len(info["chips"]) == 4
     c = info["chips"][1]
-    assert (c["npu"], c["chip"], c["device"]) == (1, 1, 1) and c["bus_id"] == "0000:83:00.0"
+    # both chips of a Duo card print the card's Bus-Id; the second reports a little less memory
+    assert (c["npu"], c["chip"], c["device"]) == (1, 1, 1) and c["bus_id"] == "0000:82:00.0"
+    assert [ch["bus_id"] for ch in info["chips"]] == ["0000:82:00.0"] * 2 + ["0000:05:00.0"] * 2
     assert c["power"] is None and c["aicore"] == 41  # 'NA' power on the 310P
-    assert (c["memory_usage_used"], c["memory_usage_total"]) == (20960, 44280) and "hbm_usage_total" not in c
+    assert (c["memory_usage_used"], c["memory_usage_total"]) == (20960, 43693) and "hbm_usage_total" not in c
     assert [(p["npu"], p["chip"], p["pid"]) for p in info["processes"]] == [(1, 0, 40321), (1, 1, 40322)]
 
 
@@ -67,6 +69,22 @@ def test_parse_topo():
     assert set(links.values()) == {"HCCS"} and affinity["NPU0"] == "144-167" and affinity["NPU7"] == "48-71"
     names, links, affinity = parse_topo(text("310p", "info_t_topo.txt"))
     assert links[("NPU0", "NPU1")] == "PIX" and links[("NPU1", "NPU2")] == "SYS" and affinity["NPU3"] == "0-31"
+
+
+def test_parse_hccs_bw_and_links():
+    bw = parse_hccs_bw(text("910b", "info_t_hccsbw_i_0_c_0_time_100.txt"))
+    assert sorted(bw["links"]) == list(range(1, 8))  # the 7 links of a 910B in an 8-NPU mesh
+    assert bw["links"][1] == {"tx": pytest.approx(9.612345e9), "rx": pytest.approx(9.414111e9)}  # GB/S, tx first
+    assert bw["tx_bytes_per_s"] == pytest.approx(28.653106e9) and bw["rx_bytes_per_s"] == pytest.approx(28.433710e9)
+    # the column order comes from the header, not from habit
+    swapped = parse_hccs_bw("hccs link  rx_bandwidth(GB/S)  tx_bandwidth(GB/S)\n1  2.0  5.0\ntotal  2.0  5.0\n")
+    assert swapped["tx_bytes_per_s"] == 5e9 and swapped["rx_bytes_per_s"] == 2e9
+    assert parse_hccs_bw(text("310p", "info_t_hccsbw_i_1_c_0_time_100.txt")) is None  # "does not support"
+    links = parse_hccs(text("910b", "info_t_hccs_i_3_c_0.txt"))
+    assert links["health"] == "NOK" and links["lanes"] == [4, 4, 4, 0, 4, 4, 4]
+    assert links["speed_gbps"] == [224, 224, 224, 0, 224, 224, 224]  # 56 Gbit/s a lane
+    assert parse_hccs(text("910b", "info_t_hccs_i_0_c_0.txt"))["health"] == "OK"
+    assert parse_hccs(text("310p", "info_t_hccs_i_1_c_0.txt")) is None  # packet counters only
 
 
 @pytest.fixture()
@@ -121,6 +139,16 @@ def test_atlas_800t_a2_end_to_end(fake_npu_smi, tmp_path):
     assert len(links) == 28 and {e.attrs["link_type"] for e in links} == {"HCCS"}
     local = {e.source: e.target for e in g.edges("local_to")}
     assert local[n0.id] == "numa_node:a2:6"
+    # HCCS: -t hccs gives the links and their speed, -t hccs-bw the throughput at both ends of the window
+    assert (m["nvlink_links"], m["nvlink_links_up"], m["nvlink_links_down"]) == (7, 7, 0)
+    assert m["nvlink_tx_bytes_per_s"] == pytest.approx(28.653106e9)
+    assert m["nvlink_rx_bytes_per_s"] == pytest.approx(28.43371e9)
+    assert m["nvlink_util_pct"] == pytest.approx(100 * 28.653106e9 / (7 * 224e9 / 8), abs=0.01)
+    assert n0.attrs["hccs_health"] == "OK" and idle.metrics["nvlink_util_pct"] == 0
+    lost = g.entity("npu:a2:0000:82:00.0")  # NPU 3: its link 4 did not train
+    assert (lost.metrics["nvlink_links_up"], lost.metrics["nvlink_links_down"]) == (6, 1)
+    assert lost.attrs["hccs_health"] == "NOK"
+    assert lost.metrics["nvlink_util_pct"] == pytest.approx(100 * 28.652694e9 / (6 * 224e9 / 8), abs=0.01)
 
 
 def test_atlas_300i_duo_end_to_end(fake_npu_smi, tmp_path):
@@ -131,14 +159,41 @@ def test_atlas_300i_duo_end_to_end(fake_npu_smi, tmp_path):
     write(sys_root / "devices" / "system" / "node" / "node1" / "cpulist", "32-63")
     c, g = run(Context(host="duo", sys=sys_root))
     assert c.status.status == "ok", c.status.reason
-    chip = g.entity("npu:duo:0000:83:00.0")
+    chip = g.entity("npu:duo:0000:82:00.0:1")
     assert chip.attrs["chip"] == 1 and chip.attrs["device"] == 1 and chip.attrs["numa_node"] == 1
     assert chip.metrics["util_pct"] == 41 and chip.metrics["mem_bw_util_pct"] == 19
     assert chip.metrics["memory_used_bytes"] == 20960 * 2**20 and "power_w" not in chip.metrics
     kinds = {(e.source, e.target): e.attrs["link_type"] for e in g.edges("device_link")}
-    assert kinds[("npu:duo:0000:82:00.0", "npu:duo:0000:83:00.0")] == "PIX"
-    assert kinds[("npu:duo:0000:83:00.0", "npu:duo:0000:05:00.0")] == "SYS"
+    assert kinds[("npu:duo:0000:82:00.0", "npu:duo:0000:82:00.0:1")] == "PIX"
+    assert kinds[("npu:duo:0000:82:00.0:1", "npu:duo:0000:05:00.0")] == "SYS"
     assert {e.source for e in g.edges("uses_device")} == {"process:duo:40321", "process:duo:40322"}
+    # no HCCS figures on the 310P: its `-t hccs` has packet counters only and `-t hccs-bw` is refused,
+    # which leaves the metrics out without making the collector partial
+    assert not any(k.startswith("nvlink_") for e in g.entities("npu") for k in e.metrics)
+    assert c.unsupported == {"hccs", "hccs-bw"}
+
+
+def test_duo_chips_sharing_a_bus_id_are_two_npus_with_stable_ids(fake_npu_smi, tmp_path):
+    """npu-smi prints one Bus-Id for the two chips of an Atlas 300I Duo card: each chip is its own
+    entity, the first keeping the bare address, with its own memory, and the ids do not change
+    from one collection to the next."""
+    fake_npu_smi("310p")
+    ids = []
+    for _ in range(2):
+        c, g = run(Context(host="duo", sys=tmp_path))
+        assert c.status.status == "ok", c.status.reason
+        ids.append([e.id for e in g.entities("npu")])
+    assert ids[0] == ids[1] == ["npu:duo:0000:05:00.0", "npu:duo:0000:05:00.0:1",
+                                "npu:duo:0000:82:00.0", "npu:duo:0000:82:00.0:1"]
+    first, second = g.entity("npu:duo:0000:82:00.0"), g.entity("npu:duo:0000:82:00.0:1")
+    assert (first.attrs["chip"], second.attrs["chip"]) == (0, 1)
+    assert first.attrs["pci_address"] == second.attrs["pci_address"] == "0000:82:00.0"
+    assert (first.metrics["memory_used_bytes"], first.metrics["memory_total_bytes"]) == (21380 * 2**20, 44280 * 2**20)
+    assert (second.metrics["memory_used_bytes"], second.metrics["memory_total_bytes"]) == (20960 * 2**20, 43693 * 2**20)
+    assert second.metrics["memory_used_pct"] == pytest.approx(100 * 20960 / 43693, abs=0.01)
+    assert first.metrics["util_pct"] == 76 and second.metrics["util_pct"] == 41
+    users = {e.attrs["pid"]: e.target for e in g.edges("uses_device")}
+    assert users == {40321: first.id, 40322: second.id}  # the process table's Chip column picks the chip
 
 
 def test_a3_table_without_other_recordings_is_partial(fake_npu_smi, tmp_path):

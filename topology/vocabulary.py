@@ -104,7 +104,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("mem_used_pct", "%", "used share of memory"),
     _M("swap_total_bytes", "bytes", "swap configured"),
     _M("swap_used_bytes", "bytes", "swap in use"),
-    _M("major_faults_per_s", "1/s", "major page faults per second (host or process)"),
+    _M("major_faults_per_s", "1/s", "major page faults per second (host, process or cgroup)"),
     _M("swap_in_pages_per_s", "pages/s", "pages swapped in per second"),
     _M("swap_out_pages_per_s", "pages/s", "pages swapped out per second"),
     _M("numa_pages_total", "pages", "pages a process has mapped, all nodes together (numa_maps)"),
@@ -166,6 +166,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("throttled_periods_pct", "%", "share of enforcement periods in which the cgroup was throttled"),
     _M("throttled_ms_per_s", "ms/s", "time throttled per second of the window"),
     _M("memory_limit_bytes", "bytes", "cgroup memory limit"),
+    _M("memory_limit_hits_per_s", "1/s", "times per second the cgroup's usage hit its memory limit (v1 memory.failcnt, "
+       "v2 memory.events max)"),
     _M("memory_usage_bytes", "bytes", "cgroup memory usage"),
     # accelerators
     _M("util_pct", "%", "device busy share (GPU SM / NPU AI Core utilisation)"),
@@ -188,8 +190,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("nvlink_rx_bytes_per_s", "bytes/s", "NVLink/HCCS bytes received"),
     _M("nvlink_util_pct", "%", "NVLink/HCCS throughput as a share of the links' capacity"),
     _M("nvlink_links_up", "links", "active NVLink links"),
+    _M("nvlink_links", "links", "NVLink/HCCS links the device reports a state for, up or not"),
+    _M("nvlink_links_down", "links", "NVLink/HCCS links of the device that are not active (did not train, "
+                                     "failed, or are not wired on this board)"),
     _M("sm_clock_mhz", "MHz", "current SM / AI Core clock"),
     _M("sm_clock_max_mhz", "MHz", "maximum SM / AI Core clock"),
+    _M("mem_clock_mhz", "MHz", "current device memory clock"),
+    _M("mem_clock_max_mhz", "MHz", "maximum device memory clock"),
     _M("temperature_c", "degC", "device temperature"),
     _M("power_w", "W", "device power draw"),
     _M("power_limit_w", "W", "device power limit"),

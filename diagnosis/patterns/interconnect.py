@@ -24,7 +24,8 @@ def _dist(values: dict[int, float]) -> dict[str, float]:
 def _process_remote(scope: Scope, process: Entity, min_pages: float) -> tuple[float | None, Placement | None]:
     measured = num(process, "numa_remote_pages_pct")
     p = placement_of(scope, process)
-    if sum(p.pages.values()) < min_pages and measured is None:
+    # too small to matter; a measured share without known pages is still judged
+    if sum(p.pages.values()) < min_pages and (measured is None or p.pages):
         return None, None
     return (measured if measured is not None else expected_remote_pct(p)), p
 
@@ -264,6 +265,35 @@ def _link(e: Entity) -> tuple[float, float, float, float] | None:
     return speed, top, width, wmax  # type: ignore[return-value]
 
 
+def _link_word(device: Entity) -> str:
+    return "HCCS" if device.type == "npu" else "NVLink"
+
+
+def _device_links(scope: Scope, levels: Any) -> tuple[int, list[tuple[Entity, float, tuple, str]]]:
+    """NVLink/HCCS links up on each GPU/NPU against the most up on a device of the same model on its
+    host. The peers set the expectation: a board may wire fewer links than the chip has (PCIe cards
+    with bridges), but devices of one model in one host are wired alike, so one with fewer links up
+    than its peers lost some. A model with no link up anywhere is not NVLink-connected at all."""
+    groups: dict[tuple[str, str, Any], list[Entity]] = {}
+    for device in scope.graph.entities("gpu") + scope.graph.entities("npu"):
+        if num(device, "nvlink_links_up") is not None:
+            groups.setdefault((host_of(device.id), device.type, device.attrs.get("name")), []).append(device)
+    measured, hits = 0, []
+    for members in groups.values():
+        best = max(num(d, "nvlink_links_up") or 0.0 for d in members)
+        if best <= 0:
+            continue
+        peers = [d.id for d in members if num(d, "nvlink_links_up") == best]
+        for device in members:
+            measured += 1
+            up = num(device, "nvlink_links_up") or 0.0
+            capacity = up * 100 / best
+            sev = levels.severity(capacity)
+            if sev:
+                hits.append((device, capacity, ("links", up, best, num(device, "nvlink_links_down"), peers), sev))
+    return measured, hits
+
+
 def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["link_capacity_pct"]
     candidates = scope.graph.entities("gpu") + scope.graph.entities("npu") + scope.graph.entities("nic") + [
@@ -282,59 +312,117 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
         capacity = speed * width * 100 / (top * wmax)
         sev = levels.severity(capacity)
         if sev:
-            hits.append((device, capacity, link, sev))
-    if not measured:
+            hits.append((device, capacity, ("pcie", *link), sev))
+    linked, link_hits = _device_links(scope, levels)
+    hits += link_hits
+    if not measured and not linked:
         return not_evaluated(scope.missing("no PCIe link speed/width of devices in this graph", "pci", "gpu", "nvml"))
     if not hits:
-        extra = f" ({idle_skipped} idle device(s) at reduced speed ignored: power saving)" if idle_skipped else ""
-        return clear(f"{measured} PCIe links checked; each at its maximum width and speed{extra}")
+        parts = []
+        if measured:
+            extra = f" ({idle_skipped} idle device(s) at reduced speed ignored: power saving)" if idle_skipped else ""
+            parts.append(f"{measured} PCIe links checked; each at its maximum width and speed{extra}")
+        if linked:
+            parts.append(f"{linked} device(s) with NVLink/HCCS links checked; none has fewer links up than its "
+                         f"peers of the same model")
+        return clear("; ".join(parts))
     hits.sort(key=lambda h: (h[3] != "critical", h[1], h[0].id))
     items = []
-    for device, capacity, (speed, top, width, wmax), sev in hits[:ev.MAX_SUBJECTS]:
+    for device, capacity, detail, sev in hits[:ev.MAX_SUBJECTS]:
+        if detail[0] == "pcie":
+            _, speed, top, width, wmax = detail
+            items.append(ev.entity(device.id, "link_capacity_pct", capacity, levels=levels, severity=sev,
+                                   note=f"{ev.name_of(device)}: x{number(width)} at {number(speed)} GT/s of "
+                                        f"x{number(wmax)} at {number(top)} GT/s"))
+            continue
+        _, up, best, down, peers = detail
+        word = _link_word(device)
         items.append(ev.entity(device.id, "link_capacity_pct", capacity, levels=levels, severity=sev,
-                               note=f"{ev.name_of(device)}: x{number(width)} at {number(speed)} GT/s of x{number(wmax)} at {number(top)} GT/s"))
-    device, capacity, (speed, top, width, wmax), _ = hits[0]
-    return finding(worst(*(h[3] for h in hits)) or "warning",
-                   f"{len(hits)} PCIe link(s) trained below their maximum: {ev.name_of(device)} runs x{number(width)} at "
-                   f"{number(speed)} GT/s instead of x{number(wmax)} at {number(top)} GT/s ({ev.fmt(capacity, '%')} of its bandwidth).",
-                   items, subjects=[h[0].id for h in hits])
+                               note=f"{ev.name_of(device)}: {number(up)} {word} links up where its peers of the "
+                                    f"same model have {number(best)}"))
+        if down:
+            items.append(ev.entity(device.id, "nvlink_links_down", down, unit="links",
+                                   note=f"{word} links of {ev.name_of(device)} reported inactive"))
+        items.append(ev.statistic(peers, "nvlink_links_up", best, unit="links",
+                                  note=f"the most {word} links up on a device of this model on the host"))
+        xids = device.attrs.get("xid_codes")
+        if xids:
+            items.append(ev.entity(device.id, "xid_codes", xids, note="XID errors during the window (74: NVLink "
+                                                                        "error)"))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "degraded links"))
+    device, capacity, detail, _ = hits[0]
+    if detail[0] == "pcie":
+        _, speed, top, width, wmax = detail
+        text = (f"{len(hits)} device link(s) below their capacity: {ev.name_of(device)} runs PCIe x{number(width)} "
+                f"at {number(speed)} GT/s instead of x{number(wmax)} at {number(top)} GT/s "
+                f"({ev.fmt(capacity, '%')} of its bandwidth).")
+    else:
+        _, up, best, _, _ = detail
+        text = (f"{len(hits)} device link(s) below their capacity: {ev.name_of(device)} has {number(up)} of "
+                f"{number(best)} {_link_word(device)} links up ({ev.fmt(capacity, '%')} of its peers' "
+                f"{_link_word(device)} bandwidth).")
+    return finding(worst(*(h[3] for h in hits)) or "warning", text, items, subjects=[h[0].id for h in hits])
 
 
 PCIE_LINK_DEGRADED = Pattern(
-    id="interconnect.pcie_link_degraded", layer=3, title="PCIe link degraded",
+    id="interconnect.pcie_link_degraded", layer=3, title="PCIe or NVLink/HCCS link degraded",
     why="A link that trained at fewer lanes or a lower generation than it supports (a bad riser, a dirty "
-        "slot, a BIOS setting) silently halves or quarters the device's host bandwidth.",
+        "slot, a BIOS setting) silently halves or quarters the device's host bandwidth; a GPU or NPU that lost "
+        "NVLink/HCCS links carries its collectives on the ones left, and every rank waits for it.",
     metrics=("pci_device.link_speed_gts", "pci_device.link_speed_max_gts", "pci_device.link_width",
-             "pci_device.link_width_max", "gpu.pcie_link_gen", "gpu.pcie_link_width"),
-    thresholds=(Threshold("link_capacity_pct", "%", "below", "current speed x width as a share of the maximum",
-                          critical=50, warning=100),),
-    params=(Param("min_util_pct", 10, "%", "a device less busy than this may lower its link speed to save power; "
-                  "then only a width loss counts"),),
-    evidence="Each accelerator, NIC or NVMe link below its maximum, with current and maximum width and speed.",
+             "pci_device.link_width_max", "gpu.pcie_link_gen", "gpu.pcie_link_width", "gpu.nvlink_links_up",
+             "gpu.nvlink_links_down", "npu.nvlink_links_up", "npu.nvlink_links_down"),
+    thresholds=(Threshold("link_capacity_pct", "%", "below", "PCIe: current speed x width as a share of the "
+                          "maximum; NVLink/HCCS: links up as a share of the most up on a device of the same "
+                          "model on the host", critical=50, warning=100),),
+    params=(Param("min_util_pct", 10, "%", "a device less busy than this may lower its PCIe link speed to save "
+                  "power; then only a width loss counts"),),
+    evidence="Each accelerator, NIC or NVMe link below its maximum, with current and maximum width and speed; "
+             "each GPU/NPU with fewer NVLink/HCCS links up than its peers, with its links down, the peers "
+             "that have the most up and its XID errors.",
     recommendations=(
         "Reseat the device or its riser and check the slot's wiring (x16 slot wired x8?).",
         "Check BIOS PCIe settings (forced generation, bifurcation).",
         "Compare with lspci -vv (LnkSta vs LnkCap) under load; replace the riser or cable if it persists.",
+        "NVLink: nvidia-smi nvlink -s and -e show the inactive link and its error counters; if it stays down "
+        "after a GPU reset, have the baseboard or NVSwitch tray serviced (NPU: npu-smi info -t hccs).",
     ),
     check=_pcie_link_degraded)
 
 
 # -- interconnect.nvlink_contention -------------------------------------------------------
+def _fewer_links(device: Entity) -> list[Evidence]:
+    down = num(device, "nvlink_links_down")
+    if not down:
+        return []
+    return [ev.entity(device.id, "nvlink_links_down", down, unit="links",
+                      note=f"{number(num(device, 'nvlink_links_up') or 0)} {_link_word(device)} links up: the "
+                           f"traffic shares fewer links (interconnect.pcie_link_degraded)")]
+
+
 def _nvlink_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
-    return metric_check(scope, workload_devices(scope), t["nvlink_util_pct"], "nvlink_util_pct",
+    devices = workload_devices(scope)
+    if devices and all(d.type == "npu" and num(d, "nvlink_util_pct") is None for d in devices):
+        return not_evaluated(scope.missing(
+            "no HCCS utilisation of the NPUs: npu-smi info -t hccs (link speeds) and -t hccs-bw (throughput) "
+            "answered nothing here; this NPU model or driver does not report them", "npu"))
+    return metric_check(scope, devices, t["nvlink_util_pct"], "nvlink_util_pct",
                         "accelerators of the workload", ("gpu", "npu", "nvml", "nvlink"),
-                        "NVLink/HCCS is contended on {n} device(s): {names} at {worst} (threshold > {limit}).")
+                        "NVLink/HCCS is contended on {n} device(s): {names} at {worst} (threshold > {limit}).",
+                        extra=_fewer_links)
 
 
 NVLINK_CONTENTION = Pattern(
     id="interconnect.nvlink_contention", layer=3, title="NVLink/HCCS contention",
     why="Collectives and tensor-parallel exchanges share the device links; past about 40 % sustained use "
         "they start to queue behind each other and the step waits on communication.",
-    metrics=("gpu.nvlink_util_pct", "gpu.nvlink_tx_bytes_per_s", "gpu.nvlink_rx_bytes_per_s", "npu.nvlink_util_pct"),
+    metrics=("gpu.nvlink_util_pct", "gpu.nvlink_tx_bytes_per_s", "gpu.nvlink_rx_bytes_per_s", "npu.nvlink_util_pct",
+             "npu.nvlink_tx_bytes_per_s", "npu.nvlink_rx_bytes_per_s", "gpu.nvlink_links_down"),
     thresholds=(Threshold("nvlink_util_pct", "%", "above", "NVLink/HCCS throughput, share of the links' capacity",
                           critical=80, warning=40),),
-    needs="a GPU (NVML NVLink counters) or NPU (HCCS) collector",
-    evidence="Each device of the workload over the threshold.",
+    needs="a GPU (NVML NVLink counters) or NPU (npu-smi -t hccs and -t hccs-bw) collector",
+    evidence="Each device of the workload over the threshold, with its links down if it lost some.",
     recommendations=(
         "Overlap communication with compute (bucketed all-reduce, async tensor-parallel collectives).",
         "Reduce tensor-parallel degree or place TP groups on fully connected device sets.",
