@@ -49,15 +49,7 @@ def busy_in_quota_cgroup(prefix: str) -> Iterator[tuple[Path, subprocess.Popen]]
         time.sleep(0.3)
         yield group, busy
     finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-        for _ in range(50):  # the kernel empties the group a moment after the exit
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        _remove(group, busy)
 
 
 @contextmanager
@@ -85,12 +77,16 @@ def reader_in_memory_cgroup(prefix: str, data: Path) -> Iterator[tuple[Path, sub
         time.sleep(0.5)
         yield group, reader
     finally:
-        if reader is not None:
-            reader.kill()
-            reader.wait()
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        _remove(group, reader)
+
+
+def _remove(group: Path, member: subprocess.Popen | None) -> None:
+    if member is not None:
+        member.kill()
+        member.wait()
+    for _ in range(50):  # the kernel empties the group a moment after the exit
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
