@@ -113,3 +113,12 @@ def test_imbalance_uses_device_work_when_every_worker_has_it():
 def test_eBPF_patterns_say_what_they_need():
     row = next(c for c in diagnose(imbalance(0.0)).coverage if c.pattern == "control.lock_contention")
     assert row.status == "not_evaluated" and "eBPF" in row.reason
+
+
+def test_idle_worker_groups_are_clear_not_unevaluated():
+    g = new_graph()
+    process(g, 10, "torchrun", role="launcher", cpu_util_pct=0.5)
+    process(g, 11, "worker", ppid=10, cpu_util_pct=4.0)
+    process(g, 12, "worker", ppid=10, cpu_util_pct=0.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
+    assert row.status == "clear" and "all idle" in row.reason, row

@@ -229,7 +229,7 @@ def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
     groups = _groups(scope)
     if not groups:
         return clear(f"no group of sibling workers or ranks in {scope.describe()}")
-    measured, hits = 0, []
+    measured, idle, hits = 0, 0, []
     for group in groups:
         work = _work(scope, group)
         if work is None:
@@ -237,12 +237,16 @@ def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
         metric, values = work
         top, low = max(values.values()), min(values.values())
         if top < t["min_work_pct"]:
+            idle += 1  # measured, and idle: nothing to balance
             continue
         measured += 1
         imbalance = (top - low) * 100 / top
         sev = levels.severity(imbalance)
         if sev:
             hits.append((group, metric, values, imbalance, sev))
+    if not measured and idle:
+        return clear(f"{idle} worker group(s) measured, all idle (busiest member under "
+                     f"{number(t['min_work_pct'])} %): nothing to balance")
     if not measured:
         return not_evaluated(scope.missing(f"{len(groups)} worker groups, but no comparable work measure (CPU or "
                                            f"device utilisation over the window) for all members", "process", "gpu"))
@@ -324,6 +328,9 @@ def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
         sev = levels.severity(ratio)
         if sev:
             hits.append((host, known, total, n_cpus, ratio, sev))
+    if not measured and idle:
+        return clear(f"{idle} worker group(s) measured, all idle (busiest member under "
+                     f"{number(t['min_work_pct'])} %): nothing to balance")
     if not measured:
         return not_evaluated(scope.missing("no runnable-thread counts of the workload's processes", "process"))
     if not hits:
