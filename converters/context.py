@@ -47,6 +47,7 @@ class GraphContext:
         self.hints = hints  # how the view says to get what it left out (shell commands or MCP tool calls)
         self._diagnosis = diagnosis
         self._blocks: dict[str, list[Any]] = {}
+        self._values: dict[str, dict[tuple[str, str], str]] = {}
         self.by_type: dict[str, list[Edge]] = defaultdict(list)
         self.out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         self.inc: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
@@ -111,9 +112,10 @@ class GraphContext:
 
     def blocks(self, layer: str) -> list[Any]:
         """The blocks of a layer view, built once per context (ranking 100k threads is not free).
-        Cited ids that no table of the view can show are named on a line of their own."""
+        Cited ids that no table of the view can show get a row of their own, with what the
+        findings cite of them, in a table before the others."""
         if layer not in self._blocks:
-            from converters.render import Lines, Table, unordered
+            from converters.render import Table, unordered
             from converters.views import module
             blocks = module(layer).blocks(self)
             cited = self.cited(layer) if layer in LAYER_NUMBERS else set()
@@ -125,12 +127,29 @@ class GraphContext:
                     for item in unordered(block.items):
                         covered.update(block.covers(item))
             missing = sorted(i for i in cited - covered if "|" not in i)
-            if missing:
-                at = next((k + 1 for k, b in enumerate(blocks) if isinstance(b, Lines) and b.lines
-                           and b.lines[0].startswith("findings:")), len(blocks))
-                blocks.insert(at, Lines([f"also cited: {', '.join(missing)}"], essential=True))
+            if missing:  # first of the tables: cited rows go first
+                at = next((k for k, b in enumerate(blocks) if isinstance(b, Table)), len(blocks))
+                blocks.insert(at, self._cited_table(layer, missing))
             self._blocks[layer] = blocks
         return self._blocks[layer]
+
+    def _cited_table(self, layer: str, ids: list[str]) -> Any:
+        """A row per cited id that no table of the layer shows: its name and the values the findings
+        cite of it."""
+        from converters.render import Column, Table
+        from converters.views.common import evidence_value
+        values: dict[str, list[str]] = defaultdict(list)
+        for f in self.findings(layer):
+            for ev in f.evidence:
+                if ev.kind != "edge" and ev.metric and ev.value is not None:
+                    for i in ev.ids or []:
+                        values[i].append(f"{ev.metric} {evidence_value(ev.value, ev.unit)}")
+        rows = [self.entity(i) or Entity(id=i, type=i.split(":", 1)[0]) for i in ids]
+        return Table("cited, shown in no table above", [
+            Column("id", lambda e: e.id, left=True),
+            Column("name", lambda e: (e.attrs.get("name") or "")[:24], left=True),
+            Column("cited", lambda e: "; ".join(dict.fromkeys(values.get(e.id, []))), left=True),
+        ], rows, "cited entities", self.hints.around(), pinned=len(rows))
 
     def process_of_id(self, eid: str) -> str:
         """The process id of a thread id (thread:<host>:<pid>:<tid>), else ''."""
@@ -205,7 +224,8 @@ class GraphContext:
 
     def cited(self, layer: str) -> set[str]:
         """Entity and edge ids that the findings of a layer cite, with the two ends of every
-        cited edge: the rows that show an edge are its source's and its target's."""
+        cited edge (the rows that show an edge are its source's and its target's) and the entity
+        a value over edges belongs to (the process of the threads whose run time it adds up)."""
         raw = {i for f in self.findings(layer) for ev in f.evidence for i in (ev.ids or [])}
         ends = set()
         for i in raw:
@@ -216,7 +236,23 @@ class GraphContext:
                 else:
                     kind, *rest = i.split("|")
                     ends.update(rest[:2])
-        return raw | ends
+        return raw | ends | {owner for owner, _ in self.cited_values(layer)}
+
+    def cited_values(self, layer: str) -> dict[tuple[str, str], str]:
+        """(entity id, metric) -> the value the findings of a layer cite of it, as the findings
+        block writes it: for a table column that shows what a finding computed on the row of the
+        entity it belongs to."""
+        if layer not in self._values:
+            from converters.views.common import evidence_value, item_owner
+            out: dict[tuple[str, str], str] = {}
+            for f in self.findings(layer):
+                for ev in f.evidence:
+                    owner = item_owner(ev.ids or [])
+                    if owner is not None and ev.metric and ev.kind != "edge":
+                        text, key = evidence_value(ev.value, ev.unit), (owner, ev.metric)
+                        out[key] = text if out.get(key, text) == text else f"{out[key]}; {text}"
+            self._values[layer] = out
+        return self._values[layer]
 
 
 def _pin_once(table: Any, cited: set[str], shown: set[str]) -> None:

@@ -34,14 +34,18 @@ class CliHints:
         return shlex.quote(self.ref)
 
     def query(self, *, type: str | None = None, where: str | None = None, top: str | None = None,
-              neighbours: str | None = None, edge_type: str | None = None, limit: int | None = None) -> str:
+              neighbours: str | None = None, around: str | None = None, depth: int | None = None,
+              edge_type: str | None = None, limit: int | None = None) -> str:
         """The request that lists rows a view folded away: entities of a type, matching a condition,
-        ranked by a metric, or the neighbours of one entity along one edge type."""
+        ranked by a metric, the neighbours of one entity along one edge type, or the edges of one type
+        within `depth` hops `around` an entity."""
         args = ["witty-profiler query", self.graph]
         for flag, value in (("--type", type), ("--where", where), ("--top", top), ("--neighbours", neighbours),
-                            ("--edge-type", edge_type)):
+                            ("--around", around), ("--edge-type", edge_type)):
             if value is not None:
                 args += [flag, value if isinstance(value, Slot) else shlex.quote(value)]
+        if depth is not None and depth != 1:
+            args += ["--depth", str(depth)]
         if limit is not None:
             args += ["-n", str(limit)]
         return " ".join(args)
@@ -72,11 +76,14 @@ class McpHints:
         return f"{tool}({', '.join(given)})"
 
     def query(self, *, type: str | None = None, where: str | None = None, top: str | None = None,
-              neighbours: str | None = None, edge_type: str | None = None, limit: int | None = None) -> str:
-        # query_graph's `around` with the default depth 1 lists the neighbours (edge_type narrows them)
+              neighbours: str | None = None, around: str | None = None, depth: int | None = None,
+              edge_type: str | None = None, limit: int | None = None) -> str:
+        # query_graph's `around` with the default depth 1 lists the neighbours (edge_type narrows them);
+        # a page is at most MCP_PAGE rows, the rest follows with next_cursor, so a listing asks for full pages
         return self._call("query_graph", type=type, where=[where] if where is not None else None,
-                          around=neighbours, edge_type=edge_type, top_by_metric=top,
-                          limit=min(limit, MCP_PAGE) if limit is not None else None)
+                          around=around if around is not None else neighbours,
+                          depth=depth if depth not in (None, 1) else None, edge_type=edge_type,
+                          top_by_metric=top, limit=MCP_PAGE if limit is not None else None)
 
     def around(self) -> str:
         return self._call("query_graph", around=Slot("ID"))

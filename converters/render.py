@@ -148,6 +148,8 @@ class Column:
     header: str
     cell: Callable[[Any], Any]  # item -> text ('' / None / '-' = nothing to show)
     left: bool = False  # text columns align left, numbers right
+    optional: bool = False  # context, not evidence (a name, a ratio of other columns): the first to go when
+    #                         the rows that findings cite would not fit otherwise
 
 
 @dataclass
@@ -161,6 +163,7 @@ class Table:
     weight: float = 1.0  # share of the budget relative to the other tables
     covers: Callable[[Any], tuple[str, ...]] = lambda item: (item.id,)  # ids a row shows
     label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: the ids it shows)
+    slim: bool = False  # render without the optional columns (set by fit for one budget)
     _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)
     _costs: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -197,7 +200,8 @@ def render_table(table: Table, shown: int) -> list[str]:
     if shown == 0:
         return [f"{table.title}: {total} {table.noun} left out{_cited_rest(table, 0)}: {table.more}"]
     rows = [table.cells(i) for i in range(shown)]
-    keep = [c for c in range(len(table.columns)) if any(r[c] != "-" for r in rows)] or [0]
+    keep = [c for c in range(len(table.columns)) if any(r[c] != "-" for r in rows)
+            and not (table.slim and table.columns[c].optional)] or [0]
     title = f"{table.title} ({total})" if shown == total else f"{table.title} ({shown} of {total})"
     out = [title]
     grid = [[table.columns[c].header for c in keep]] + [[r[c] for c in keep] for r in rows]
@@ -244,6 +248,8 @@ def _with_header(header: Callable[[int], str], body: str) -> tuple[str, int]:
 def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | None) -> Fitted:
     """Render `blocks` under `header` into at most `max_tokens` tokens (None = everything)."""
     tables = [i for i, b in enumerate(blocks) if isinstance(b, Table)]
+    for i in tables:
+        blocks[i].slim = False  # the same blocks serve several budgets
     shown = [len(b.items) if isinstance(b, Table) else 0 for b in blocks]
     dropped: set[int] = set()
     if max_tokens is not None:
@@ -284,10 +290,18 @@ def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | Non
 
 
 def _shedding(blocks: list[Block], shown: list[int], dropped: set[int]):
-    """Ways to make a view smaller, least harmful first (each a callable)."""
+    """Ways to make a view smaller, least harmful first (each a callable): notes, the fold lines
+    of tables that cite nothing, the columns that other columns imply, and only then the rows that
+    findings cite."""
     for i, b in enumerate(blocks):
         if isinstance(b, Lines) and not b.essential:
             yield lambda i=i: dropped.add(i)
+    for i, b in reversed(list(enumerate(blocks))):
+        if isinstance(b, Table) and not shown[i]:
+            yield lambda i=i: dropped.add(i)
+    for b in blocks:
+        if isinstance(b, Table) and any(c.optional for c in b.columns):
+            yield lambda b=b: setattr(b, "slim", True)
     for i, b in reversed(list(enumerate(blocks))):
         if isinstance(b, Table) and shown[i]:
             yield lambda i=i: shown.__setitem__(i, 0)

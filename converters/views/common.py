@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
-from converters.render import Column, Lines, Ranked, num, pct
+from converters.render import Column, Lines, Ranked, num, pct, size
 from topology import Entity
 
 LEGEND_START = "legend: ids work as "
@@ -31,12 +31,6 @@ LAYER_COLLECTORS = {
 
 def legend(ctx: GraphContext, *extra: str) -> Lines:
     return Lines([legend_line(ctx), *extra])
-
-
-def accelerator_query(ctx: GraphContext, top: str) -> str:
-    """The request per accelerator type of this graph (gpu, npu) that ranks them by `top`."""
-    kinds = sorted({d.type for d in ctx.accelerators}) or ["gpu"]
-    return " ; ".join(ctx.hints.query(type=kind, top=top, limit=100) for kind in kinds)
 
 
 def coverage(ctx: GraphContext, layer: str) -> Lines:
@@ -82,12 +76,13 @@ def metric(name: str) -> Callable[[Any], Any]:
     return lambda x: x.metrics.get(name)
 
 
-def findings_block(ctx: GraphContext, layer: str) -> list[Lines]:
+def findings_block(ctx: GraphContext, layer: str, on_rows: dict[str, tuple[str, ...]] | None = None) -> list[Lines]:
     """What the diagnosis found in this layer (essential), then what it could not evaluate.
 
     Per finding: one line per metric with the observed values and the threshold. The entities
     and relations a finding cites are rows of the tables below, pinned first; ids no table can
-    show are named on an `also cited` line."""
+    show get a row of their own. `on_rows`: metric -> the entity types whose rows show it (a column
+    of the metric, or of ctx.cited_values); their values are left to those rows."""
     diag, why = ctx.diagnosis
     if diag is None:
         return [Lines([f"findings: {why}"], essential=True)]
@@ -98,52 +93,97 @@ def findings_block(ctx: GraphContext, layer: str) -> list[Lines]:
     lines = [f"findings: {len(found)} · clear {clear} · not evaluated {len(skipped)}"]
     for f in found:
         lines.append(f"[{f.priority}] {f.pattern}: {f.title}")
-        lines.extend("  " + line for line in evidence_lines(f.evidence))
+        lines.extend("  " + line for line in evidence_lines(f.evidence, on_rows or {}))
     return [Lines(lines, essential=True),
             Lines([f"not evaluated: {r.pattern} ({short(r.reason, 70)})" for r in skipped])]
 
 
-def evidence_lines(evidence: list[Any]) -> list[str]:
-    """One line per measured metric: `metric (> threshold): value id; value id...` (long runs shrink
-    to their range). Relations and settings (a device used, a node, allowed CPUs, pages or run
-    time per node) are the rows of the tables below: they are named on one line, with the edges
-    counted by type."""
+LIST_MAX = 12  # values of one metric named one by one; a longer run reads as its range
+
+
+def evidence_lines(evidence: list[Any], on_rows: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """One line per measured metric: `metric (> threshold): value id; value id...`, each value with
+    the entity it belongs to, so that a figure the diagnosis computed (a share, an imbalance) is
+    read where no table has a column for it. Relations and settings (a device used, a node, allowed
+    CPUs) and the metrics of `on_rows` are in the rows of the tables below: they are named on one
+    line."""
     by_metric: dict[str, list[Any]] = {}
     for ev in evidence:
-        by_metric.setdefault(ev.metric or ev.kind, []).append(ev)
-    out, shown_below, edges = [], [], []
+        relation = ev.kind == "edge" and ev.ids and "|" in ev.ids[0] and ev.ids[0].split("|", 1)[0]
+        by_metric.setdefault(ev.metric or relation or ev.kind, []).append(ev)
+    out, shown_below = [], []
     for name, items in by_metric.items():
-        edges += [i for ev in items for i in (ev.ids or []) if "|" in i]
-        numbers = [ev.value for ev in items if isinstance(ev.value, (int, float)) and not isinstance(ev.value, bool)]
-        if len(numbers) < len(items) or all(ev.kind == "edge" for ev in items):  # a relation: its rows show it
-            shown_below.append(name)
-            continue
-        thresholds = sorted({_value(ev.threshold, ev.unit) for ev in items if ev.threshold is not None})
+        thresholds = sorted({evidence_value(ev.threshold, ev.unit) for ev in items if ev.threshold is not None})
         head = name + (f" ({' / '.join(thresholds)})" if thresholds else "")
-        if len(items) > 4:
-            values = f"{_value(min(numbers), items[0].unit)}..{_value(max(numbers), items[0].unit)} ({len(items)} values)"
+        if not all(_measured(ev.value) for ev in items) or all(ev.kind == "edge" for ev in items):
+            shown_below.append(name)  # a relation or a setting: its rows show it
+            continue
+        kinds = (on_rows or {}).get(name, ())
+        if kinds and all((item_owner(ev.ids or []) or "").split(":", 1)[0] in kinds for ev in items):
+            shown_below.append(head)  # a column of the rows of the entities the values belong to
+            continue
+        numbers = [ev.value for ev in items if not isinstance(ev.value, dict)]
+        if len(items) > LIST_MAX and len(numbers) == len(items):
+            unit = items[0].unit
+            values = f"{evidence_value(min(numbers), unit)}..{evidence_value(max(numbers), unit)} ({len(items)} values)"
         else:
-            values = "; ".join(_value(ev.value, ev.unit) + _named(ev.ids or []) for ev in items)
+            values = "; ".join(evidence_value(ev.value, ev.unit) + _named(ev.ids or []) for ev in items)
         out.append(f"{head}: {values}")
-    if shown_below or edges:
-        kinds = " ".join(sorted({i.split("|", 1)[0] for i in edges}))
-        out.append(f"in the rows below: {', '.join(shown_below) or 'relations'}" + (f" (edges {kinds})" if kinds else ""))
+    if shown_below:
+        out.append(f"in the rows below: {', '.join(shown_below)}")
     return out
 
 
-def _value(value: Any, unit: str | None) -> str:
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _measured(value: Any) -> bool:
+    """A number, or numbers by key (pages or run time per NUMA node)."""
+    if isinstance(value, dict):
+        return bool(value) and all(is_number(v) for v in value.values())
+    return is_number(value)
+
+
+def evidence_value(value: Any, unit: str | None) -> str:
+    """An evidence value as the findings block writes it: `94.9%`, `18 ms`, `1.5GiB`, or by key, largest first,
+    `7:70.4% 5:29.5%` (run time per NUMA node), `6:573587 0:40779` (pages per node)."""
     unit = unit or ""
     sep = "" if unit in ("%", "") else " "
+    if isinstance(value, dict):
+        pairs = sorted(value.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        return " ".join(f"{k}:{num(v)}{'%' if unit == '%' else ''}" for k, v in pairs if v)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
+    if unit in ("bytes", "bytes/s"):
+        return size(value, per_s=unit == "bytes/s")
     return f"{num(value)}{sep}{unit}"
 
 
 def _named(ids: list[str]) -> str:
+    """The entities a value belongs to: the first id cited (and how many more), or its owner."""
     ents = [i for i in ids if "|" not in i]
-    if not ents:
-        return ""
-    return " " + (ents[0] if len(ents) == 1 else f"{ents[0]} +{len(ents) - 1}")
+    if len(ents) > 1:
+        return f" {ents[0]} +{len(ents) - 1}"
+    owner = item_owner(ids)
+    return f" {owner}" if owner else ""
+
+
+def item_owner(ids: list[str]) -> str | None:
+    """The one entity an evidence value belongs to: its only entity id, or for edges their common
+    source (or the process of the threads whose run time a share adds up)."""
+    ents = [i for i in ids if "|" not in i]
+    if ents:
+        return ents[0] if len(ents) == 1 else None
+    sources = {i.split("|")[1] for i in ids if i.count("|") >= 2}
+    owners = {owner_of(src) for src in sources}
+    return next(iter(sources)) if len(sources) == 1 else next(iter(owners)) if len(owners) == 1 else None
+
+
+def owner_of(eid: str) -> str:
+    """The process id of a thread id (thread:<host>:<pid>:<tid>); any other id is its own owner."""
+    parts = eid.split(":")
+    return f"process:{parts[1]}:{parts[2]}" if parts[0] == "thread" and len(parts) >= 4 else eid
 
 
 def edge_ends(edge: Any) -> tuple[str, ...]:
@@ -158,6 +198,8 @@ def edge_label(edge: Any) -> str:
 # -- common columns ---------------------------------------------------------------------------
 ID = Column("id", lambda e: e.id, left=True)
 NAME = Column("name", lambda e: (e.attrs.get("name") or "")[:24], left=True)
+# where many rows are cited the name goes before any of them: the id and the role say which it is
+SHORT_NAME = Column("name", NAME.cell, left=True, optional=True)
 
 
 def role_cell(e: Entity) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ns, num, pct
-from converters.views.common import (accelerator_query, coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend,
-                                     neg, rank)
+from converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.folds import accelerator_query, fold_query
 from topology.ids import host_of
 
 LAYER = "compute"
@@ -34,7 +34,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("steal%", lambda h: pct(h.metrics.get("cpu_steal_pct"))),
         Column("load1", lambda h: num(h.metrics.get("load1"))),
         Column("cpus", lambda h: num((ctx.graph.meta.host_info.get(host_of(h.id)) or {}).get("cpus"))),
-    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
+    ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     cpus, pinned = rank(ctx.entities("cpu"), lambda c: neg(c.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("cpus, busiest first", [
         ID, Column("node", lambda c: num(ctx.cpu_to_node.get((host_of(c.id), _int(c.id))))),
@@ -42,20 +42,20 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("usr%", lambda c: pct(c.metrics.get("cpu_user_pct"))),
         Column("sys%", lambda c: pct(c.metrics.get("cpu_system_pct"))),
         Column("iowait%", lambda c: pct(c.metrics.get("cpu_iowait_pct"))),
-    ], cpus, "cpus", ctx.hints.query(type="cpu", top="cpu_util_pct", limit=500), pinned, weight=0.7))
+    ], cpus, "cpus", fold_query(ctx, "cpu", cpus, top="cpu_util_pct"), pinned, weight=0.7))
     procs, pinned = rank(ctx.entities("process"), lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("processes, workload first, then by cpu", [
         ID, NAME, ROLE, CPU, Column("usr%", lambda p: pct(p.metrics.get("cpu_user_pct"))),
         Column("sys%", lambda p: pct(p.metrics.get("cpu_system_pct"))),
         Column("threads", lambda p: num(p.metrics.get("num_threads"))), ALLOWED,
         Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True),
-    ], procs, "processes", ctx.hints.query(type="process", top="cpu_util_pct", limit=200), pinned, weight=1.5))
+    ], procs, "processes", fold_query(ctx, "process", procs, top="cpu_util_pct"), pinned, weight=1.5))
     threads, pinned = rank(ctx.entities("thread"), lambda t: (neg(t.metrics.get("cpu_util_pct")),
                                                               neg(_runtime_ns(t))), cited, ctx)
     out.append(Table("threads, workload first, then by cpu", [
         ID, NAME, CPU, Column("runtime", lambda t: duration_ns(_runtime_ns(t))), ALLOWED,
         Column("ran_on_cpus", lambda t: t.attrs.get("ran_on_cpus"), left=True),
-    ], threads, "threads", ctx.hints.query(type="thread", top="cpu_util_pct", limit=200), pinned, weight=1.5))
+    ], threads, "threads", fold_query(ctx, "thread", threads, top="cpu_util_pct"), pinned, weight=1.5))
     devices, pinned = rank(ctx.accelerators, lambda d: neg(d.metrics.get("util_pct")), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids for e in
                                                   ctx.in_edges(d.id, "uses_device")))
@@ -68,7 +68,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("power", lambda d: _power(d.metrics)),
         Column("throttle", lambda d: _throttle(d.metrics), left=True),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "accelerators", accelerator_query(ctx, "util_pct"), pinned))
+    ], devices, "accelerators", accelerator_query(ctx, "util_pct", devices), pinned))
     return out
 
 

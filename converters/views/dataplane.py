@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from converters.context import GraphContext
-from converters.hints import Slot
 from converters.render import Block, Column, Table, num, pct, size
 from converters.views.common import coverage, edge_ends, edge_label, CPU, ID, NAME, findings_block, legend, neg, rank
+from converters.views.folds import edge_query, fold_query
 from topology.ids import host_of, process_id
 
 LAYER = "dataplane"
@@ -67,7 +67,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("channels", lambda e: num(e.metrics.get("channels"))),
         Column("volume", _volume_cell, left=True),
         Column("queued", _queue_cell, left=True),
-    ], ipc, "ipc edges", ctx.hints.query(neighbours=Slot("PROCESS_ID"), edge_type="pipe"), pinned, weight=2.0,
+    ], ipc, "ipc edges", edge_query(ctx, ipc), pinned, weight=2.0,
         covers=edge_ends, label=edge_label))
     loaders = [p for p in ctx.entities("process") if p.attrs.get("role") == "loader" or p.id in cited]
     loaders, pinned = rank(loaders, lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
@@ -77,14 +77,14 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("rq_wait%", lambda p: pct(p.metrics.get("runqueue_wait_pct"))),
         Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),
         Column("threads", lambda p: num(p.metrics.get("num_threads"))),
-    ], loaders, "loaders", ctx.hints.query(type="process", where="role=loader", limit=200), pinned))
+    ], loaders, "loaders", fold_query(ctx, "process", loaders, where="role=loader"), pinned))
     shm = ctx.entities("shared_memory")
     shm, pinned = rank(shm, lambda s: -len(ctx.in_edges(s.id, "uses_shm")), cited, ctx,
                        workload=lambda s: any(e.source in ctx.workload_ids for e in ctx.in_edges(s.id, "uses_shm")))
     out.append(Table("shared memory objects", [
         ID, Column("size", lambda s: size(s.attrs.get("size_bytes") or s.metrics.get("size_bytes"))),
         Column("users", lambda s: len(ctx.in_edges(s.id, "uses_shm")) or ""),
-    ], shm, "shared memory objects", ctx.hints.query(type="shared_memory", limit=200), pinned, weight=0.5))
+    ], shm, "shared memory objects", fold_query(ctx, "shared_memory", shm), pinned, weight=0.5))
     return out
 
 

@@ -8,15 +8,17 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 from __future__ import annotations
 
 from converters.context import GraphContext, compact_list
-from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, num, pct, unordered
 from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
-from converters.views.memory import pages_cell
+from converters.views.folds import edge_query, fold_query
+from converters.views.memory import pages_by_node, pages_cell
 from topology.ids import host_of
 
 LAYER = "interconnect"
 NUMBER = 3
 TITLE = "interconnect (layer 3)"
+# what the placement findings compute per process, shown on its placement row (its pages in pages_by_node)
+PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", "runtime_share_pct")
 
 
 def _allowed_nodes(ctx: GraphContext, e) -> list[int]:
@@ -88,8 +90,9 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out: list[Block] = [legend(ctx, "distance: SLIT, 10 = local; pages_by_node = node:pages (4 KiB), most first, "
                                     "+N = pages on the other nodes (all in the memory view); dev_node = the device's "
                                     "NUMA node; OFF-NODE: cpus = no allowed CPU on dev_node, pages = under half the "
-                                    "pages on it; tid->7:60%,3:40% = a thread's run time split across nodes"),
-                        *findings_block(ctx, LAYER),
+                                    "pages on it; tid->7:60%,3:40% = a thread's run time split across nodes, "
+                                    "+N = threads not named"),
+                        *findings_block(ctx, LAYER, on_rows={m: ("process",) for m in (*PLACEMENT_VALUES, "pages")}),
                         coverage(ctx, LAYER)]
     nodes = ctx.numa_nodes
     numbers = [n.attrs.get("node", i) for i, n in enumerate(nodes)][:32]
@@ -97,19 +100,32 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
         n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
         Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(n, numbers), left=True)],
-        ranked_nodes, "numa nodes", ctx.hints.query(type="numa_node", limit=100), pinned, weight=3.0))
+        ranked_nodes, "numa nodes", fold_query(ctx, "numa_node", ranked_nodes), pinned, weight=3.0))
+    values = ctx.cited_values(LAYER)
     users = [p for p in ctx.entities("process") if p.id in ctx.workload_ids or ctx.out_edges(p.id, "uses_device")
              or p.id in cited]
+    placed = {p.id for p in users}
+    threads = [t for t in ctx.entities("thread") if t.id in cited or (
+        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.out_edges(t.id, "runs_on")))]
+    groups: dict[str, list] = {}
+    for t in sorted(threads, key=lambda t: neg(_runtime(t))):
+        groups.setdefault(ctx.process_of(t), []).append(t)
+    ran = {pid: _some(ts, cited) for pid, ts in groups.items() if pid in placed}  # on the placement row
     users, pinned = rank(users, lambda p: (not ctx.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
                          cited, ctx)
     out.append(Table("workload placement: device, cpus, pages", [
         ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True),
         Column("dev_node", lambda p: ",".join(map(str, _dev_nodes(ctx, p)))),
-        ALLOWED, Column("allowed_nodes", lambda p: compact_list(_allowed_nodes(ctx, p)), left=True),
-        Column("placement", lambda p: _placement_flag(ctx, p), left=True),
-        Column("pages_by_node", lambda p: pages_cell(p, top=3), left=True),
-    ], users, "processes", ctx.hints.query(type="process", where="ai=true", limit=200), pinned, weight=2.0,
-        covers=lambda p: (p.id, *(d.id for d in ctx.devices_of(p)))))
+        ALLOWED, Column("allowed_nodes", lambda p: compact_list(_allowed_nodes(ctx, p)), left=True, optional=True),
+        Column("placement", lambda p: _placement_flag(ctx, p), left=True, optional=True),
+        *(Column(name, lambda p, name=name: values.get((p.id, name)), left=True) for name in PLACEMENT_VALUES),
+        # a cited process shows all its nodes: the finding cites the whole distribution
+        Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p), top=None if p.id in cited else 3),
+               left=True),
+        Column("threads_ran_on", lambda p: _tids(*ran[p.id]) if p.id in ran else "", left=True),
+    ], users, "processes", fold_query(ctx, "process", users, where="ai=true"), pinned, weight=2.0,
+        covers=lambda p: (p.id, *(d.id for d in ctx.devices_of(p)), *(t.id for t in ran.get(p.id, ([],))[0])),
+        label=lambda p: p.id))
     devices, pinned = rank(ctx.accelerators + ctx.entities("nic") + ctx.entities("rdma_port"),
                            lambda d: (d.type not in ("gpu", "npu"), d.id), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
@@ -122,7 +138,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
         Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "devices", " ; ".join(ctx.hints.query(type=t, limit=100) for t in
+    ], devices, "devices", " ; ".join(fold_query(ctx, t, [d for d in unordered(devices) if d.type == t]) for t in
                                       sorted({d.type for d in unordered(devices)})), pinned, weight=1.5))
     degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
@@ -130,36 +146,41 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("class", lambda p: p.attrs.get("class"), left=True),
         Column("node", lambda p: num(p.attrs.get("numa_node"))),
         Column("link", lambda p: _link_text(p.metrics), left=True),
-    ], degraded, "pci devices", ctx.hints.query(type="pci_device", limit=500), pinned, weight=0.5))
+    ], degraded, "pci devices", fold_query(ctx, "pci_device", degraded), pinned, weight=0.5))
     links = ctx.edges("device_link") + ctx.edges("near_nic")
     links, pinned = rank(links, lambda e: e.attrs.get("link_type") or "", cited, ctx, workload=lambda e: False)
     out.append(Table("device links", [
         Column("source", lambda e: e.source, left=True), Column("target", lambda e: e.target, left=True),
         Column("type", lambda e: e.type, left=True), Column("link", lambda e: e.attrs.get("link_type"), left=True),
         Column("util%", lambda e: pct(e.metrics.get("nvlink_util_pct"))),
-    ], links, "links", ctx.hints.query(neighbours=Slot("DEVICE_ID"), edge_type="device_link"), pinned, weight=0.5,
+    ], links, "links", edge_query(ctx, links), pinned, weight=0.5,
         covers=edge_ends, label=edge_label))
-    threads = [t for t in ctx.entities("thread") if t.id in cited or (
-        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.out_edges(t.id, "runs_on")))]
-    groups: dict[str, list] = {}
-    for t in sorted(threads, key=lambda t: neg(_runtime(t))):
-        groups.setdefault(ctx.process_of(t), []).append(t)
-    procs = [(pid, ts) for pid, ts in groups.items()]
+    procs = [(pid, ts) for pid, ts in groups.items() if pid not in placed]
     with_cited = {pid for pid, ts in procs if pid in cited or any(t.id in cited for t in ts)}
     procs, pinned = rank(procs, lambda g: neg(sum(_runtime(t) or 0 for t in g[1])), with_cited, ctx,
                          ident=lambda g: g[0], workload=lambda g: g[0] in ctx.workload_ids)
-    out.append(Table("threads by process: tid->node it ran on", [
+    out.append(Table("threads of other processes: tid->node it ran on", [
         Column("process", lambda g: g[0], left=True),
         Column("threads", lambda g: _tids(g[1]), left=True),
-    ], procs, "processes", ctx.hints.query(type="thread", limit=500), pinned,
+    ], procs, "processes", fold_query(ctx, "thread", threads), pinned,
         covers=lambda g: (g[0], *(t.id for t in g[1])), label=lambda g: f"{g[0]} {_tids(g[1])}"))
     if not nodes and not users:
         out.append(Lines(["no NUMA or placement data in this graph"]))
     return out
 
 
-def _tids(threads: list) -> str:
-    return " ".join(f"{t.attrs.get('tid', t.id.rsplit(':', 1)[1])}->{_thread_ran_on(t) or '-'}" for t in threads)
+SOME_THREADS = 4  # threads a placement row names besides the cited ones (the busiest)
+
+
+def _some(threads: list, cited: set[str]) -> tuple[list, int]:
+    """The cited threads and the busiest others, in run-time order, and how many are left out."""
+    keep = {t.id for t in threads if t.id in cited} | set([t.id for t in threads if t.id not in cited][:SOME_THREADS])
+    return [t for t in threads if t.id in keep], len(threads) - len(keep)
+
+
+def _tids(threads: list, rest: int = 0) -> str:
+    return " ".join(f"{t.attrs.get('tid', t.id.rsplit(':', 1)[1])}->{_thread_ran_on(t) or '-'}"
+                    for t in threads) + (f" +{rest}" if rest else "")
 
 
 def _runtime(t) -> float | None:

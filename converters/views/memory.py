@@ -4,24 +4,35 @@ from __future__ import annotations
 
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, num, pct, rate, size
-from converters.views.common import (accelerator_query, coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg,
-                                     rank)
+from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.folds import accelerator_query, fold_query
 
 LAYER = "memory"
 NUMBER = 2
 TITLE = "memory (layer 2)"
 
 
-def pages_cell(e, top: int | None = None) -> str:
+def pages_by_node(ctx: GraphContext, e) -> dict[str, float]:
+    """Pages of a process per NUMA node: its allocates_on edges, else its numa_pages (the order the
+    diagnosis reads them in, so that a row shows the distribution a finding cites)."""
+    pages: dict[str, float] = {}
+    for edge in ctx.out_edges(e.id, "allocates_on"):
+        node, value = ctx.entity(edge.target), edge.metrics.get("pages")
+        if node is not None and isinstance(node.attrs.get("node"), int) and isinstance(value, (int, float)):
+            key = str(node.attrs["node"])
+            pages[key] = pages.get(key, 0) + value
+    if not pages and isinstance(e.attrs.get("numa_pages"), dict):
+        pages = {str(k): v for k, v in e.attrs["numa_pages"].items() if isinstance(v, (int, float))}
+    return pages
+
+
+def pages_cell(pages: dict[str, float], top: int | None = None) -> str:
     """'6:573587 0:40779 ...': pages per NUMA node, most first (exact, as numa_maps counts them);
     with `top`, the pages on the other nodes are summed as '+N'."""
-    pages = e.attrs.get("numa_pages")
-    if not isinstance(pages, dict) or not pages:
-        return ""
     items = sorted(((str(k), v) for k, v in pages.items() if v), key=lambda kv: (-kv[1], kv[0]))
-    head = " ".join(f"{k}:{v}" for k, v in items[:top])
+    head = " ".join(f"{k}:{num(v)}" for k, v in items[:top])
     rest = items[top:] if top is not None else []
-    return head + (f" +{sum(v for _, v in rest)}" if rest else "")
+    return head + (f" +{num(sum(v for _, v in rest))}" if rest else "")
 
 
 def _pages_total(e) -> float | None:
@@ -48,7 +59,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("swap_in/out", lambda h: _pair(m("swap_in_pages_per_s")(h), m("swap_out_pages_per_s")(h), "pg/s")),
         Column("majflt", lambda h: rate(h.metrics.get("major_faults_per_s"))),
         Column("psi_some/full", lambda h: _pair(m("psi_memory_some_pct")(h), m("psi_memory_full_pct")(h), "%")),
-    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
+    ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     nodes, pinned = rank(ctx.numa_nodes, lambda n: 0, cited, ctx)
     out.append(Table("numa nodes", [
         ID, Column("total", lambda n: size(n.metrics.get("mem_total_bytes"))),
@@ -59,7 +70,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("remote_alloc%", lambda n: pct(n.metrics.get("numa_remote_alloc_pct"))),
         Column("hit_pages_since_boot", lambda n: num(n.metrics.get("numa_hit"))),
         Column("miss_pages_since_boot", lambda n: num(n.metrics.get("numa_miss"))),
-    ], nodes, "numa nodes", ctx.hints.query(type="numa_node"), pinned, weight=0.7))
+    ], nodes, "numa nodes", fold_query(ctx, "numa_node", nodes), pinned, weight=0.7))
     procs, pinned = rank(ctx.entities("process"), lambda p: (neg(p.metrics.get("rss_bytes")), neg(_pages_total(p))),
                          cited, ctx)
     out.append(Table("processes, workload first, then by memory", [
@@ -68,8 +79,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("remote%", lambda p: pct(p.metrics.get("numa_remote_pages_pct"))),
         Column("coloc%", lambda p: pct(p.metrics.get("cpu_mem_colocation_pct"))),
         Column("pages_total", lambda p: num(_pages_total(p))),
-        Column("pages_by_node", pages_cell, left=True),
-    ], procs, "processes", ctx.hints.query(type="process", top="rss_bytes", limit=200), pinned, weight=1.5))
+        Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p)), left=True),
+    ], procs, "processes", fold_query(ctx, "process", procs, top="rss_bytes"), pinned, weight=1.5))
     devices = [d for d in ctx.accelerators if has_any(d, ("memory_used_bytes", "memory_total_bytes",
                                                           "mem_bw_util_pct")) or d.id in cited]
     devices, pinned = rank(devices, lambda d: neg(d.metrics.get("memory_used_pct")), cited, ctx,
@@ -80,7 +91,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
         Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
-    ], devices, "accelerators", accelerator_query(ctx, "memory_used_pct"), pinned))
+    ], devices, "accelerators", accelerator_query(ctx, "memory_used_pct", devices), pinned))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
               or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)
@@ -88,7 +99,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("usage", lambda c: size(c.metrics.get("memory_usage_bytes"))),
         Column("limit", lambda c: size(c.metrics.get("memory_limit_bytes"))),
         Column("psi_some", lambda c: pct(c.metrics.get("psi_memory_some_pct"))),
-    ], groups, "cgroups", ctx.hints.query(type="cgroup", where="memory_limit_bytes>0"), pinned, weight=0.5))
+    ], groups, "cgroups", fold_query(ctx, "cgroup", groups, where="memory_limit_bytes>0"), pinned, weight=0.5))
     return out
 
 

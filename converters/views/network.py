@@ -5,6 +5,7 @@ from __future__ import annotations
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_us, num, pct, rate, size
 from converters.views.common import coverage, edge_ends, edge_label, ID, findings_block, legend, neg, rank
+from converters.views.folds import edge_query, fold_query
 from topology.ids import host_of, process_id
 
 LAYER = "network"
@@ -22,7 +23,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("retrans%", lambda h: pct(h.metrics.get("tcp_retrans_pct"))),
         Column("out_segs", lambda h: rate(h.metrics.get("tcp_out_segs_per_s"))),
         Column("retrans_segs", lambda h: rate(h.metrics.get("tcp_retrans_segs_per_s"))),
-    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
+    ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     nics, pinned = rank(ctx.entities("nic"), lambda n: neg(n.metrics.get("link_util_pct")), cited, ctx,
                         workload=lambda n: False)
     out.append(Table("NICs, busiest first", [
@@ -34,7 +35,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("drops", lambda n: _sum_rate(n.metrics, "rx_drops_per_s", "tx_drops_per_s")),
         Column("errors", lambda n: _sum_rate(n.metrics, "rx_errors_per_s", "tx_errors_per_s")),
         Column("node", lambda n: num(n.attrs.get("numa_node"))),
-    ], nics, "nics", ctx.hints.query(type="nic", top="link_util_pct", limit=100), pinned, weight=0.8))
+    ], nics, "nics", fold_query(ctx, "nic", nics, top="link_util_pct"), pinned, weight=0.8))
     ports, pinned = rank(ctx.entities("rdma_port"), lambda p: neg(p.metrics.get("port_util_pct")), cited, ctx,
                          workload=lambda p: False)
     out.append(Table("RDMA ports", [
@@ -46,7 +47,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("util%", lambda p: pct(p.metrics.get("port_util_pct"))),
         Column("errors", lambda p: rate(p.metrics.get("port_errors_per_s"))),
         Column("retrans", lambda p: rate(p.metrics.get("port_retrans_per_s"))),
-    ], ports, "rdma ports", ctx.hints.query(type="rdma_port", limit=100), pinned, weight=0.8))
+    ], ports, "rdma ports", fold_query(ctx, "rdma_port", ports), pinned, weight=0.8))
     owner = {e.target: e.source for e in ctx.edges("owns_connection")}
     conns, pinned = rank(ctx.entities("tcp_connection"), lambda c: (neg(c.metrics.get("rtt_us")),
                                                                     neg(c.metrics.get("retrans_total"))),
@@ -61,7 +62,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("retrans", lambda c: num(c.metrics.get("retrans_total"))),
         Column("sent", lambda c: size(c.metrics.get("bytes_sent_total"))),
         Column("received", lambda c: size(c.metrics.get("bytes_received_total"))),
-    ], conns, "connections", ctx.hints.query(type="tcp_connection", top="rtt_us", limit=200), pinned))
+    ], conns, "connections", fold_query(ctx, "tcp_connection", conns, top="rtt_us"), pinned))
     flows, pinned = rank(ctx.edges("sends_to"), lambda e: neg(e.metrics.get("bytes_total")), cited, ctx,
                          workload=lambda e: e.source in ctx.workload_ids or ctx.process_of_id(e.source)
                          in ctx.workload_ids)
@@ -71,7 +72,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
                if e.metrics.get("bytes_total") is not None else ""),
         Column("packets", lambda e: num(e.metrics.get("packets_total"))),
         Column("rate", lambda e: size(e.metrics.get("bytes_per_s"), per_s=True)),
-    ], flows, "flows", ctx.hints.query(type="socket", limit=200), pinned, weight=1.5, covers=edge_ends,
+    ], flows, "flows", edge_query(ctx, flows), pinned, weight=1.5, covers=edge_ends,
         label=edge_label))
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
 from converters.views.common import coverage, ID, NAME, ROLE, findings_block, legend, neg, rank
+from converters.views.folds import fold_query
 
 LAYER = "storage"
 NUMBER = 5
@@ -30,7 +31,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("psi_io_full%", lambda h: pct(h.metrics.get("psi_io_full_pct"))),
         Column("read", lambda h: size(h.metrics.get("read_bytes_per_s"), per_s=True)),
         Column("write", lambda h: size(h.metrics.get("write_bytes_per_s"), per_s=True)),
-    ], hosts, "hosts", ctx.hints.query(type="host"), pinned, weight=0.5))
+    ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     disks, pinned = rank(ctx.entities("block_device"), lambda d: (neg(d.metrics.get("disk_util_pct")), neg(_io(d))),
                          cited, ctx, workload=lambda d: False)
     out.append(Table("disks, busiest first", [
@@ -40,7 +41,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("write", lambda d: size(d.metrics.get("write_bytes_per_s"), per_s=True)),
         Column("r_iops", lambda d: rate(d.metrics.get("read_iops"))),
         Column("w_iops", lambda d: rate(d.metrics.get("write_iops"))),
-    ], disks, "disks", ctx.hints.query(type="block_device", top="disk_util_pct", limit=100), pinned))
+    ], disks, "disks", fold_query(ctx, "block_device", disks, top="disk_util_pct"), pinned))
     procs = [p for p in ctx.entities("process") if (_io(p) or 0) > 0 or p.id in cited]
     procs, pinned = rank(procs, lambda p: neg(_io(p)), cited, ctx)
     out.append(Table("processes doing I/O, workload first, then by bytes", [
@@ -48,5 +49,5 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("write", lambda p: size(p.metrics.get("write_bytes_per_s"), per_s=True)),
         Column("write_burst", lambda p: f"{num(p.metrics['write_burst_s'])}s"
                if p.metrics.get("write_burst_s") is not None else ""),
-    ], procs, "processes", ctx.hints.query(type="process", top="write_bytes_per_s", limit=200), pinned, weight=1.5))
+    ], procs, "processes", fold_query(ctx, "process", procs, top="write_bytes_per_s"), pinned, weight=1.5))
     return out

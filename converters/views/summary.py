@@ -11,6 +11,7 @@ from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, fit, num, pct
 from converters.views import LAYERS
 from converters.views.common import CPU, ID, NAME, ROLE, short
+from converters.views.folds import fold_query
 
 CAP = 499  # always under 500 tokens
 
@@ -119,7 +120,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
              f"of {len(ctx.entities('process'))} in the graph" if ai else "workload: no AI process recognised")
     out.append(Table(title, [ID, NAME, ROLE, Column("fw", lambda p: p.attrs.get("framework"), left=True), CPU,
                              Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True)],
-                     ai, "processes", ctx.hints.query(type="process", where="ai=true", limit=200), weight=1.0))
+                     ai, "processes", fold_query(ctx, "process", ai, where="ai=true"), weight=1.0))
     out.append(Lines([_devices(ctx)], essential=True))
     out.append(_collectors(ctx))
     out.append(Lines([f"next: {ctx.hints.convert(Slot('LAYER'), LAYERS)}"], essential=True))
