@@ -70,7 +70,9 @@ class QueryGraphInput(_In):
     around: str | None = Field(default=None, description="entity id: return its neighbourhood (entities and edges "
                                "within `depth` hops)")
     depth: int = Field(default=1, ge=1, le=4, description="hops for `around`")
-    edge_type: str | None = Field(default=None, description="with `around`: follow only edges of this type")
+    edge_type: str | None = Field(default=None, description="with `around`: follow only edges of this type; "
+                                  "alone: the edges of this type (where applies to them), e.g. pipe, tcp, "
+                                  "uses_device")
     top_by_metric: str | None = Field(default=None, description="metric name: entities ranked by it, highest "
                                       "first, e.g. cpu_util_pct, runqueue_wait_pct, util_pct")
     ascending: bool = Field(default=False, description="with top_by_metric: lowest first")
@@ -177,7 +179,7 @@ class EdgeRow(_Out):
 
 class QueryPage(_Out):
     graph_id: str
-    kind: Literal["find", "top", "around"]
+    kind: Literal["find", "top", "around", "edges"]
     total_entities: int
     total_edges: int = 0
     offset: int

@@ -176,9 +176,9 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
              "compact summary view that points at the unhealthy layers.",
              s.GraphSummaryInput, s.GraphSummary, READ_ONLY, in_thread(w.graph_summary))
     add_tool(server, "query_graph", "Query a graph",
-             "Entities by type and conditions (where), the neighbourhood of one entity (around + depth), or the "
-             "entities ranked by a metric (top_by_metric). One page per call; pass next_cursor with the same "
-             "arguments for the next.",
+             "Entities by type and conditions (where), the neighbourhood of one entity (around + depth), the "
+             "entities ranked by a metric (top_by_metric), or the edges of one type (edge_type alone). One page "
+             "per call; pass next_cursor with the same arguments for the next.",
              s.QueryGraphInput, s.QueryPage, READ_ONLY, in_thread(w.query_graph))
     add_tool(server, "convert_layer", "View one layer",
              "A compact text view of the graph for one layer (compute, memory, interconnect, network, storage, "

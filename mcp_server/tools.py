@@ -35,7 +35,7 @@ class Rows(NamedTuple):
     rows: list[Entity | Edge]
     total_entities: int
     total_edges: int
-    kind: Literal["find", "top", "around"]
+    kind: Literal["find", "top", "around", "edges"]
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -139,8 +139,9 @@ class WittyTools:
         if inp.type is not None and inp.type not in ENTITY_TYPES:
             raise InputError(f"unknown entity type {inp.type!r}{suggest(inp.type, list(ENTITY_TYPES))}; "
                              f"types in this graph: {', '.join(graph.counts_by_type()[0])}")
-        if inp.edge_type is not None and inp.around is None:
-            raise InputError("edge_type only applies with around: give around=<entity id> as well")
+        if inp.edge_type is not None and inp.around is None and (inp.type is not None or inp.top_by_metric):
+            raise InputError("edge_type alone lists edges; type and top_by_metric are for entities: drop one, "
+                             "or give around=<entity id> to follow edge_type edges from an entity")
         key = query_key(inp.graph_id, inp.type, inp.where, inp.around, inp.depth, inp.edge_type,
                         inp.top_by_metric, inp.ascending)
         offset = read_cursor(inp.cursor, key)
@@ -185,6 +186,9 @@ class WittyTools:
             edges = sub.edges()
             result = Rows([*centre, *(e for e in found if e.id != inp.around), *edges], len(found), len(edges),
                           "around")
+        elif inp.edge_type is not None:
+            edges = graph.find_edges(inp.edge_type, inp.where)
+            result = Rows(list(edges), 0, len(edges), "edges")
         elif inp.top_by_metric is not None:
             head, total = self._ranked(graph, inp, max(need, 200))
             result = Rows(list(head), total, 0, "top")
@@ -192,7 +196,7 @@ class WittyTools:
             found = graph.find(inp.type, inp.where)
             result = Rows(list(found), len(found), 0, "find")
         else:
-            raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id> or "
+            raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id>, edge_type or "
                              "top_by_metric (e.g. top_by_metric='cpu_util_pct')")
         with self._lock:
             self._queries[key] = result

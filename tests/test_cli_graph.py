@@ -80,6 +80,22 @@ def test_query_top_subgraph_and_paths(vllm_sample_path):
     assert "thread:local:1895087:1895087 -> process:local:1895087 -> npu:local:0000:c1:00.0" in paths.stdout
 
 
+def test_query_edges_of_a_type_and_top_among_a_condition(vllm_sample_path):
+    edges = json.loads(cli("query", str(vllm_sample_path), "--edge-type", "uses_device", "-n", "100",
+                           "--format", "json").stdout)
+    assert edges["kind"] == "edges" and edges["total"] == len(edges["edges"]) >= 4
+    assert {"uses_device|process:local:1895087|npu:local:0000:c1:00.0",
+            "uses_device|process:local:1895090|npu:local:0000:82:00.0"} <= {e["id"] for e in edges["edges"]}
+    assert all(e["type"] == "uses_device" for e in edges["edges"])
+    # --top ranks only the entities --where keeps
+    top = json.loads(cli("query", str(vllm_sample_path), "--type", "process", "--top", "cpu_mem_colocation_pct",
+                         "--where", "pid>1895088", "--ascending", "--format", "json").stdout)
+    assert [e["id"] for e in top["entities"]] == ["process:local:1895090", "process:local:1895089",
+                                                  "process:local:3821739"]
+    both = cli("query", str(vllm_sample_path), "--type", "process", "--edge-type", "uses_device")
+    assert both.returncode == 2 and "--edge-type alone lists the edges" in both.stderr
+
+
 def _legacy_with_negative_pid(vllm_sample_path: Path, tmp_path: Path) -> Path:
     doc = json.loads(vllm_sample_path.read_text())
     next(n for n in doc["nodes"] if n["entity_type"] == "ProcessEntity")["pid"] = -1001

@@ -108,6 +108,11 @@ async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Pat
         assert child.source in {e["id"] for e in around["entities"]}
         assert child.id in {e["id"] for e in around["edges"]}
 
+        parents = sorted(e.id for e in graph.edges("parent_of"))
+        edges = await call(client, "query_graph", graph_id=gid, edge_type="parent_of", limit=200)
+        assert edges["kind"] == "edges" and edges["total_edges"] == len(parents) and edges["entities"] == []
+        assert [e["id"] for e in edges["edges"]] == parents[:200]
+
         big = await call(client, "query_graph", graph_id=gid, where=["rss_bytes>0", "name~"], limit=200)
         assert big["total_entities"] == sum(1 for e in graph.entities() if e.metrics["rss_bytes"] > 0)
 

@@ -187,9 +187,17 @@ class Graph:
             sub.add_edge(edge)
         return sub
 
-    def top(self, metric: str, n: int = 10, kind: str | None = None, ascending: bool = False) -> list[Entity]:
-        """The n entities with the highest (or lowest) value of a metric; ties broken by id."""
-        scored = [e for e in self.entities(kind) if isinstance(e.metrics.get(metric), (int, float))]
+    def find_edges(self, kind: str | None = None, where: str | Iterable[str] | Predicate | None = None) -> list[Edge]:
+        """Edges of a type matching a predicate (the same conditions as `find`), in id order."""
+        pred = where if callable(where) else compile_where(where)
+        return [e for e in self.edges(kind) if pred(e)]
+
+    def top(self, metric: str, n: int = 10, kind: str | None = None, ascending: bool = False,
+            where: str | Iterable[str] | Predicate | None = None) -> list[Entity]:
+        """The n entities with the highest (or lowest) value of a metric among those matching `where`;
+        ties broken by id."""
+        pool = self.find(kind, where) if where is not None else self.entities(kind)
+        scored = [e for e in pool if isinstance(e.metrics.get(metric), (int, float))]
         if ascending:
             return heapq.nsmallest(n, scored, key=lambda e: (e.metrics[metric], e.id))
         return heapq.nsmallest(n, scored, key=lambda e: (-e.metrics[metric], e.id))

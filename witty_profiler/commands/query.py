@@ -32,10 +32,16 @@ def run_query(graph: Graph, args: argparse.Namespace) -> dict[str, Any]:
             {"edge": edge.model_dump(mode="json"), "entity": other.model_dump(mode="json") if other else None}
             for edge, other in pairs[:limit]]}
     if args.top:
-        found = graph.top(args.top, n=limit, kind=args.type, ascending=args.ascending)
+        found = graph.top(args.top, n=limit, kind=args.type, ascending=args.ascending, where=args.where)
         return {"kind": "top", "metric": args.top, "entities": [_entity_row(e) for e in found]}
+    if args.edge_type:
+        if args.type:
+            raise InputError("--type names entities; --edge-type alone lists the edges of that type "
+                             "(with --around or --neighbours, it narrows the edges followed)")
+        edges = graph.find_edges(args.edge_type, args.where)
+        return {"kind": "edges", "total": len(edges), "edges": [e.model_dump(mode="json") for e in edges[:limit]]}
     if not args.type and not args.where:
-        raise InputError("say what to query: --type, --where, --around, --neighbours, --top or --path")
+        raise InputError("say what to query: --type, --where, --edge-type, --around, --neighbours, --top or --path")
     found = graph.find(args.type, args.where)
     return {"kind": "find", "total": len(found), "entities": [_entity_row(e) for e in found[:limit]]}
 
@@ -63,6 +69,9 @@ def render(answer: dict[str, Any]) -> str:
     if kind == "neighbours":
         return table([[n["edge"]["type"], n["edge"]["source"], n["edge"]["target"]] for n in answer["neighbours"]],
                      ["edge type", "source", "target"])
+    if kind == "edges":
+        return table([[e["id"], " ".join(f"{k}={_fmt(v)}" for k, v in sorted(e["metrics"].items())[:4])]
+                      for e in answer["edges"]], ["edge", "metrics"])
     if kind == "subgraph":
         return _entity_table(answer["entities"]) + "\n" + table(
             [[e["type"], e["source"], e["target"]] for e in answer["edges"]], ["edge type", "source", "target"])
@@ -89,10 +98,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--where", action="append", help="condition; repeat to require several")
     p.add_argument("--neighbours", metavar="ID", help="entities linked to ID")
     p.add_argument("--direction", choices=["out", "in", "both"], default="both")
-    p.add_argument("--edge-type", help="only follow edges of this type")
+    p.add_argument("--edge-type", help="with --around or --neighbours: only follow edges of this type; "
+                                       "alone: list the edges of this type (with --where)")
     p.add_argument("--around", metavar="ID", help="k-hop subgraph around ID (see --depth)")
     p.add_argument("--depth", type=int, help="hops for --around (default 1) or --path (default 4)")
-    p.add_argument("--top", metavar="METRIC", help="entities with the highest METRIC")
+    p.add_argument("--top", metavar="METRIC", help="entities with the highest METRIC (among --type and --where)")
     p.add_argument("--ascending", action="store_true", help="with --top: lowest first")
     p.add_argument("--path", nargs=2, metavar=("FROM", "TO"), help="paths between two entities")
     p.add_argument("--limit", "-n", type=int, default=20, help="rows to show (default 20)")
