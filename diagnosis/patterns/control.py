@@ -328,9 +328,6 @@ def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
         sev = levels.severity(ratio)
         if sev:
             hits.append((host, known, total, n_cpus, ratio, sev))
-    if not measured and idle:
-        return clear(f"{idle} worker group(s) measured, all idle (busiest member under "
-                     f"{number(t['min_work_pct'])} %): nothing to balance")
     if not measured:
         return not_evaluated(scope.missing("no runnable-thread counts of the workload's processes", "process"))
     if not hits:
