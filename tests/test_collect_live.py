@@ -202,8 +202,9 @@ def test_host_and_cpu_entities(window):
 
 def test_context_switches_run_queue_per_slice_and_memory_policy(window):
     ticker, busy, sleeper = (proc_entity(window, k) for k in ("ticker", "busy", "sleeper"))
-    # a 10 ms sleep loop blocks up to 100 times a second; a shared CPU stretches the loop, never to 0
-    assert 20 < ticker.metrics["voluntary_ctxt_switches_per_s"] <= 110, ticker.metrics
+    # a 10 ms sleep loop blocks up to 100 times a second; a shared CPU stretches the loop (each wake-up
+    # may wait for a CPU), never to a standstill
+    assert 5 < ticker.metrics["voluntary_ctxt_switches_per_s"] <= 110, ticker.metrics
     assert sleeper.metrics["voluntary_ctxt_switches_per_s"] <= 1, sleeper.metrics  # asleep the whole window
     assert busy.metrics["voluntary_ctxt_switches_per_s"] <= 2, busy.metrics  # a loop never blocks
     assert busy.metrics["nonvoluntary_ctxt_switches_per_s"] >= 0
