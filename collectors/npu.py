@@ -332,18 +332,16 @@ class NpuCollector(Collector):
         """(chip, parsed output) of `npu-smi info -t KIND -i N -c C EXTRA` for every chip. A first chip
         that does not answer ends the round: the NPUs of one host are one model, the others would not
         either; a later chip that fails is only left out."""
-        answered = False
-        for c in self.chips:
-            if kind in self.unsupported:
-                return
+        if kind in self.unsupported:
+            return
+        for n, c in enumerate(self.chips):
             text = self._run("info", "-t", kind, "-i", str(c["npu"]), "-c", str(c["chip"]), *extra, optional=True)
             parsed = parse(text or "")
-            if parsed is None:
-                if not answered:
-                    self.unsupported.add(kind)
-                continue
-            answered = True
-            yield c, parsed
+            if parsed is None and n == 0:
+                self.unsupported.add(kind)
+                return
+            if parsed is not None:
+                yield c, parsed
 
     def _hccs_links(self) -> None:
         for c, links in self._optional_per_chip("hccs", parse_hccs):

@@ -15,7 +15,7 @@ from typing import Any
 from converters.hints import CliHints, Hints
 from topology import Edge, Entity, Graph
 from topology.cpulist import format_cpulist, parse_cpulist
-from topology.ids import host_of
+from topology.ids import host_of, process_of_thread
 
 # the diagnosis' layer numbers (diagnosis.LAYERS) by the name of their view
 LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
@@ -99,7 +99,7 @@ class GraphContext:
         ranking 100k threads asks this 100k times."""
         members = set(self.workload_ids)
         members.update(e.target for pid in self.workload_ids for e in self.out_edges(pid, "has_thread"))
-        members.update(t.id for t in self.entities("thread") if self.process_of_id(t.id) in self.workload_ids)
+        members.update(t.id for t in self.entities("thread") if process_of_thread(t.id) in self.workload_ids)
         return members
 
     def in_workload(self, entity: Entity) -> bool:
@@ -137,7 +137,7 @@ class GraphContext:
         """A row per cited id that no table of the layer shows: its name and the values the findings
         cite of it."""
         from converters.render import Column, Table
-        from converters.views.common import evidence_value
+        from converters.views.common import ID, NAME, evidence_value
         values: dict[str, list[str]] = defaultdict(list)
         for f in self.findings(layer):
             for ev in f.evidence:
@@ -146,19 +146,13 @@ class GraphContext:
                         values[i].append(f"{ev.metric} {evidence_value(ev.value, ev.unit)}")
         rows = [self.entity(i) or Entity(id=i, type=i.split(":", 1)[0]) for i in ids]
         return Table("cited, shown in no table above", [
-            Column("id", lambda e: e.id, left=True),
-            Column("name", lambda e: (e.attrs.get("name") or "")[:24], left=True),
+            ID, NAME,
             Column("cited", lambda e: "; ".join(dict.fromkeys(values.get(e.id, []))), left=True),
         ], rows, "cited entities", self.hints.around(), pinned=len(rows))
 
-    def process_of_id(self, eid: str) -> str:
-        """The process id of a thread id (thread:<host>:<pid>:<tid>), else ''."""
-        parts = eid.split(":")
-        return f"process:{parts[1]}:{parts[2]}" if parts[0] == "thread" and len(parts) >= 4 else ""
-
     def process_of(self, thread: Entity) -> str:
         edges = self.in_edges(thread.id, "has_thread")
-        return edges[0].source if edges else self.process_of_id(thread.id)
+        return edges[0].source if edges else process_of_thread(thread.id)
 
     # -- NUMA geometry --------------------------------------------------------------------
     @cached_property

@@ -36,6 +36,12 @@ def thread_id(host: str, pid: int, tid: int) -> str:
     return entity_id("thread", host, pid, tid)
 
 
+def process_of_thread(eid: str) -> str:
+    """The process of a thread id: 'thread:node1:42:43' -> 'process:node1:42' ('' for any other id)."""
+    parts = eid.split(":")
+    return process_id(parts[1], parts[2]) if parts[0] == "thread" and len(parts) >= 4 else ""
+
+
 def numa_id(host: str, node: int) -> str:
     return entity_id("numa_node", host, node)
 

@@ -8,6 +8,7 @@ from typing import Any
 from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
 from converters.render import Column, Lines, Ranked, num, pct, size
 from topology import Entity
+from topology.ids import process_of_thread
 
 LEGEND_START = "legend: ids work as "
 
@@ -176,14 +177,8 @@ def item_owner(ids: list[str]) -> str | None:
     if ents:
         return ents[0] if len(ents) == 1 else None
     sources = {i.split("|")[1] for i in ids if i.count("|") >= 2}
-    owners = {owner_of(src) for src in sources}
+    owners = {process_of_thread(src) or src for src in sources}
     return next(iter(sources)) if len(sources) == 1 else next(iter(owners)) if len(owners) == 1 else None
-
-
-def owner_of(eid: str) -> str:
-    """The process id of a thread id (thread:<host>:<pid>:<tid>); any other id is its own owner."""
-    parts = eid.split(":")
-    return f"process:{parts[1]}:{parts[2]}" if parts[0] == "thread" and len(parts) >= 4 else eid
 
 
 def edge_ends(edge: Any) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_ns, num, pct
 from converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import accelerator_query, fold_query
+from converters.views.folds import fold_query, per_type_query
 from topology.ids import host_of
 
 LAYER = "compute"
@@ -68,7 +68,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("power", lambda d: _power(d.metrics)),
         Column("throttle", lambda d: _throttle(d.metrics), left=True),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "accelerators", accelerator_query(ctx, "util_pct", devices), pinned))
+    ], devices, "accelerators", per_type_query(ctx, devices, "util_pct"), pinned))
     return out
 
 

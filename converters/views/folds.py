@@ -31,11 +31,12 @@ def fold_query(ctx: GraphContext, kind: str, rows: Iterable[Any], top: str | Non
     return ctx.hints.query(type=kind, where=where, top=top, limit=ctx.counts_by_type[0].get(kind) or None)
 
 
-def accelerator_query(ctx: GraphContext, top: str, rows: Iterable[Any]) -> str:
-    """The request per accelerator type of the table (gpu, npu), ranked by `top` where all have it."""
+def per_type_query(ctx: GraphContext, rows: Iterable[Any], top: str | None = None) -> str:
+    """The request per entity type of a table whose rows mix types (gpu, npu, nic), each ranked by
+    `top` where all rows of that type have it."""
     rows = list(unordered(rows))
-    kinds = sorted({d.type for d in rows}) or ["gpu"]
-    return " ; ".join(fold_query(ctx, kind, [d for d in rows if d.type == kind], top) for kind in kinds)
+    kinds = sorted({r.type for r in rows})
+    return " ; ".join(fold_query(ctx, kind, [r for r in rows if r.type == kind], top) for kind in kinds)
 
 
 MAX_REQUESTS = 3  # more requests than this on one fold line cost more than the rows they stand for

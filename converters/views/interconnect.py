@@ -8,9 +8,9 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 from __future__ import annotations
 
 from converters.context import GraphContext, compact_list
-from converters.render import Block, Column, Lines, Table, num, pct, unordered
+from converters.render import Block, Column, Lines, Table, num, pct
 from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
-from converters.views.folds import edge_query, fold_query
+from converters.views.folds import edge_query, fold_query, per_type_query
 from converters.views.memory import pages_by_node, pages_cell
 from topology.ids import host_of
 
@@ -138,8 +138,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
         Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
         Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
-    ], devices, "devices", " ; ".join(fold_query(ctx, t, [d for d in unordered(devices) if d.type == t]) for t in
-                                      sorted({d.type for d in unordered(devices)})), pinned, weight=1.5))
+    ], devices, "devices", per_type_query(ctx, devices), pinned, weight=1.5))
     degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
     out.append(Table("PCIe links below their maximum", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from converters.context import GraphContext
 from converters.render import Block, Column, Table, num, pct, rate, size
 from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import accelerator_query, fold_query
+from converters.views.folds import fold_query, per_type_query
 
 LAYER = "memory"
 NUMBER = 2
@@ -91,7 +91,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
         Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
-    ], devices, "accelerators", accelerator_query(ctx, "memory_used_pct", devices), pinned))
+    ], devices, "accelerators", per_type_query(ctx, devices, "memory_used_pct"), pinned))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
               or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)

@@ -6,7 +6,7 @@ from converters.context import GraphContext
 from converters.render import Block, Column, Table, duration_us, num, pct, rate, size
 from converters.views.common import coverage, edge_ends, edge_label, ID, findings_block, legend, neg, rank
 from converters.views.folds import edge_query, fold_query
-from topology.ids import host_of, process_id
+from topology.ids import host_of, process_id, process_of_thread
 
 LAYER = "network"
 NUMBER = 4
@@ -64,7 +64,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("received", lambda c: size(c.metrics.get("bytes_received_total"))),
     ], conns, "connections", fold_query(ctx, "tcp_connection", conns, top="rtt_us"), pinned))
     flows, pinned = rank(ctx.edges("sends_to"), lambda e: neg(e.metrics.get("bytes_total")), cited, ctx,
-                         workload=lambda e: e.source in ctx.workload_ids or ctx.process_of_id(e.source)
+                         workload=lambda e: e.source in ctx.workload_ids or process_of_thread(e.source)
                          in ctx.workload_ids)
     out.append(Table("socket flows, workload first, then by bytes", [
         Column("from", lambda e: e.source, left=True), Column("to", lambda e: e.target, left=True),

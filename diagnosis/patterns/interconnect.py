@@ -405,8 +405,10 @@ def _nvlink_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     devices = workload_devices(scope)
     if devices and all(d.type == "npu" and num(d, "nvlink_util_pct") is None for d in devices):
         return not_evaluated(scope.missing(
+            # what gives the figure; why it is missing here (a legacy file, a collector that failed) is
+            # what scope.missing appends from the collectors' statuses
             "no HCCS utilisation of the NPUs: npu-smi info -t hccs (link speeds) and -t hccs-bw (throughput) "
-            "answered nothing here; this NPU model or driver does not report them", "npu"))
+            "give it, and not every NPU model or driver answers them", "npu"))
     return metric_check(scope, devices, t["nvlink_util_pct"], "nvlink_util_pct",
                         "accelerators of the workload", ("gpu", "npu", "nvml", "nvlink"),
                         "NVLink/HCCS is contended on {n} device(s): {names} at {worst} (threshold > {limit}).",
