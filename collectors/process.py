@@ -46,7 +46,20 @@ KERNEL_THREAD_MIN_PCT = 1.0
 MOSTLY_RAN_SHARE = 0.10  # a node holding >= 10 % of a task's run time counts as "where it ran"
 TICK_PCT = 100.0 / CLK_TCK  # clock ticks per second -> % of one core
 
-_redact = lru_cache(maxsize=4096)(redact_cmdline)  # forked workers share one command line
+# A command line can be megabytes (`bash -c <script>`, `python -c <program>`); a graph keeps its first
+# CMDLINE_MAX_CHARS, enough for a long launcher's arguments, so that one process cannot fill a view or
+# an assistant's page.
+CMDLINE_MAX_CHARS = 4096
+
+
+@lru_cache(maxsize=4096)  # forked workers share one command line
+def stored_cmdline(cmdline: str) -> str:
+    """The command line as a graph stores it: secrets redacted first (so a cut cannot keep half a
+    secret readable), then bounded with a marker that says how much was left out."""
+    text = redact_cmdline(cmdline)
+    if len(text) <= CMDLINE_MAX_CHARS:
+        return text
+    return f"{text[:CMDLINE_MAX_CHARS]}… [{len(text) - CMDLINE_MAX_CHARS} more characters]"
 
 
 def _entity(g: Graph, kind: str, eid: str, attrs: dict, metrics: dict) -> None:
@@ -401,7 +414,7 @@ class ProcessCollector(Collector):
     def _process_attrs(self, p: ProcState) -> dict:
         status = p.status_last[1] if p.status_last else {}
         attrs: dict = {"pid": p.pid, "ppid": p.ppid, "name": p.name, "state": p.state,
-                       "cmdline": _redact(p.cmdline or ""), "in_scope": p.in_scope}
+                       "cmdline": stored_cmdline(p.cmdline or ""), "in_scope": p.in_scope}
         if self.btime is not None:
             attrs["started_at"] = _iso(self.btime + p.starttime / CLK_TCK)
         if p.started_in_window:

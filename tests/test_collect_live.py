@@ -21,6 +21,7 @@ PY = sys.executable
 SECRET_ARG = "hunter2-cmdline-0f9e8d"
 SECRET_ENV = "envsecret-7c6b5a"
 SECRET_URL_PW = "urlpw-3d2c1b"
+LONG_ARG = "--pad=" + "p" * 9000
 
 # a busy main thread plus three sleeping threads that name themselves (prctl PR_SET_NAME)
 BUSY_WITH_THREADS = """
@@ -60,7 +61,8 @@ def window(tmp_path_factory):
         "busy": spawn([PY, "-c", BUSY_WITH_THREADS]),
         "sleeper": spawn(["sleep", "60"]),
         "pinned": spawn(["taskset", "-c", "0", "sleep", "60"]),
-        "secret": spawn([PY, "-c", "import time; time.sleep(60)", f"--password={SECRET_ARG}"], env=env),
+        # with a command line longer than a graph keeps (a `python -c <program>` can be megabytes)
+        "secret": spawn([PY, "-c", "import time; time.sleep(60)", f"--password={SECRET_ARG}", LONG_ARG], env=env),
         # both wait for a line on stdin, sent once the window has started: one exits, one forks a child
         "writer": spawn([PY, "-c", WRITER, str(out.with_suffix(".data"))]),
         "ticker": spawn([PY, "-c", "import time\nwhile True: time.sleep(0.01)"]),  # blocks ~100 times a second
@@ -164,6 +166,10 @@ def test_secrets_never_reach_the_file(window):
         assert secret.encode() not in data
     secret = proc_entity(window, "secret")
     assert "--password=<redacted>" in secret.attrs["cmdline"]
+    # the rest of its 9,000-character argument is left out, and the cut says how much
+    kept = secret.attrs["cmdline"]
+    full = len(f"{PY} -c import time; time.sleep(60) --password=<redacted> {LONG_ARG}")
+    assert kept.endswith(f"… [{full - 4096} more characters]") and len(kept) < 4200
     assert secret.attrs["env"] == {"RANK": "3", "WORLD_SIZE": "8"}  # allowlisted keys only
     assert secret.attrs["rank"] == 3 and secret.attrs["ai"] is True
 

@@ -83,7 +83,11 @@ def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
 
     top = content(answers, "query_graph")  # type=process top_by_metric=cpu_util_pct limit=5
     cpu = [e["metrics"]["cpu_util_pct"] for e in top["entities"]]
-    assert top["kind"] == "top" and len(cpu) == min(5, top["total_entities"]) and cpu == sorted(cpu, reverse=True)
+    assert top["kind"] == "top" and cpu == sorted(cpu, reverse=True)
+    # five rows, unless five of this host's processes outgrow the default 8,000-token page: then the
+    # page says it was cut and the rest is one cursor away
+    cut = "(page cut to fit max_tokens)" in top.get("note", "")
+    assert len(cpu) == min(5, top["total_entities"]) or (cut and 1 <= len(cpu) < 5), top.get("note")
     assert {e["type"] for e in top["entities"]} == {"process"}
     assert 0 < top["total_entities"] <= collected["entities_by_type"]["process"]  # those with a cpu_util_pct
     assert bool(top["next_cursor"]) is (top["total_entities"] > 5)  # the rest is one cursor away

@@ -57,3 +57,17 @@ def test_thread_roles_from_the_names_pytorch_gives():
     assert thread_role("pt_data_pin", False) is None  # only threads of an AI process have a role
     # autograd threads compute the backward pass: not a loader even in a loader-looking process
     assert classify_process("pt_autograd_0", "python train.py", parent={"ai": True, "role": "trainer"})["role"] != "loader"
+
+
+def test_a_stored_command_line_is_redacted_then_bounded():
+    from collectors.process import CMDLINE_MAX_CHARS, stored_cmdline
+    short = "python train.py --token=abc --lr 0.1"
+    assert stored_cmdline(short) == "python train.py --token=<redacted> --lr 0.1"
+    exact = "x" * CMDLINE_MAX_CHARS
+    assert stored_cmdline(exact) == exact
+    # a secret that straddles the cut is redacted before the cut, so no part of it is kept
+    long = "a" * (CMDLINE_MAX_CHARS - 20) + " --password=" + "s" * 50 + " --lr 0.1"
+    kept = stored_cmdline(long)
+    redacted = "a" * (CMDLINE_MAX_CHARS - 20) + " --password=<redacted> --lr 0.1"
+    assert kept == f"{redacted[:CMDLINE_MAX_CHARS]}… [{len(redacted) - CMDLINE_MAX_CHARS} more characters]"
+    assert "s" * 5 not in kept
