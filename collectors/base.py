@@ -1,8 +1,8 @@
 """The collector interface, the per-round context and the registry.
 
 A collector module defines a subclass of `Collector` decorated with `@register`; the sampling
-engine instantiates every registered collector (or the ones asked for), calls `start`, `sample`
-every interval and `finish`, and merges the fragments. Any exception out of a collector becomes
+engine instantiates every registered collector (or the ones asked for), calls `prepare`, `start`,
+`sample` every interval and `finish`, and merges the fragments. Any exception out of a collector becomes
 that collector's `error` status; the others go on.
 """
 
@@ -47,6 +47,10 @@ class Collector:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.status = CollectorStatus(status="ok")
+
+    def prepare(self) -> None:
+        """Costly set-up that must not eat into the window (compiling an eBPF program); called for
+        every collector before the window opens."""
 
     def start(self) -> None:
         """Read the initial counters and the topology at the start of the window."""

@@ -1,7 +1,7 @@
 """The sampling engine: one window of every registered collector, merged into one graph.
 
 `run_window` imports every module of the `collectors` package (each registers its collectors),
-calls `start`, then `sample` every interval, then `finish`, and merges the fragments. Every call
+calls `prepare`, `start`, then `sample` every interval, then `finish`, and merges the fragments. Every call
 is guarded: an exception becomes that collector's `error` status with a one-line reason and the
 round goes on without it. Ctrl-C (SIGINT, when run in the main thread) or `stop.set()` ends the
 window early; the collectors still finish and the graph is valid, with the actual duration.
@@ -107,6 +107,8 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     halt = stop or threading.Event()
     restore = _catch_sigint(halt)
     try:
+        for c in instances:
+            call(c, "prepare")
         started_at = datetime.now(timezone.utc)
         t0 = time.monotonic()
         ctx.started_monotonic = t0

@@ -405,6 +405,7 @@ class ProcessCollector(Collector):
             if p.in_scope:
                 for tid in sorted(p.threads):
                     self._thread(g, pid_id, p, p.threads[tid])
+        self.ctx.cache["process_pids"] = emitted  # the processes of the graph, for threads other collectors add
         for pid in sorted(emitted):
             ppid = self.procs[pid].ppid
             if ppid in emitted:

@@ -195,6 +195,8 @@ def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     proc = g.meta.collectors["process"]
     assert proc.status == "partial" and "needs root or the same user" in proc.reason
     assert proc.privileges == "uid 65534 (not root)"
+    ebpf = g.meta.collectors["ebpf"]
+    assert ebpf.status == "unavailable" and ebpf.reason.startswith("eBPF needs root")
     mine = ("process", "cpu", "memory", "pressure", "numa", "cgroup")
     assert all(g.meta.collectors[n].status in ("ok", "partial") for n in mine), g.meta.collectors
     host = g.meta.hosts[0]

@@ -215,7 +215,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("ipc", "instructions/cycle", "instructions per cycle (PMU)"),
     _M("llc_miss_pct", "%", "last-level cache misses / references (PMU)"),
     _M("dram_bw_util_pct", "%", "DRAM bandwidth used as a share of the peak, host or NUMA node (uncore PMU)"),
-    _M("futex_wait_pct", "%", "share of the window a thread waited on futexes (eBPF)"),
+    _M("futex_wait_pct", "%", "share of the window a thread spent in futex waits (locks, condition variables, "
+       "the GIL), timed out or woken (eBPF)"),
+    _M("futex_wakeups_per_s", "1/s", "futex waits of a thread that another thread ended by a wake-up, per second: "
+       "high for a thread contending for a lock, low for an idle one (eBPF)"),
     # legacy time bases
     _M("runtime_ns_total", "ns", "CPU time of a task on a NUMA node"),
     _M("runtime_share_pct", "%", "share of a task's CPU time on a NUMA node"),

@@ -1,0 +1,212 @@
+"""eBPF on syscall tracepoints (bcc): how long each thread waits on a futex until another thread
+wakes it, the measure of lock contention that /proc cannot give.
+
+A futex wait is how a contended pthread mutex, a condition variable, Python's GIL and most user
+space locks block. The program times every wait (sys_enter_futex with a waiting op, futex_waitv,
+futex_wait) to its exit, per thread, and counts how many of them another thread ended by a
+wake-up (return >= 0). Both are needed to tell contention from idleness: a thread waiting for a
+lock holder is woken many times a second, while an idle one (a pool with no work, a queue polled
+with a timeout) sleeps as long but is rarely woken. Timed-out waits count as waiting time: the GIL
+waits in 5 ms timed waits, and a Python thread contending for it spends most of its wait there.
+Waits that began before the window are not counted; a wait still going on at the end is not either.
+
+Cost: compiling and loading the program takes about a second of CPU before the window opens
+(`prepare`) and ~130 MiB of memory for clang while it compiles; each futex wait then costs two map
+updates in the kernel (BENCHMARKS.md has the figures). Needs root; see collectors.bpfhost for the
+rest of what the host must have. Kprobes are never used: many hosts disable them.
+
+The fragment holds every thread of the processes in scope (0 % for those that never waited) and,
+host-wide, up to OUT_OF_SCOPE_MAX other threads that waited at least 1 % of the window and once a
+second, each linked to its process when the process collector reported it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+
+from collectors.base import Collector, register
+from collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
+from collectors.procfs import read_text
+from collectors.tasks import list_tids
+from topology import Graph
+from topology.ids import process_id, thread_id
+
+# FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2: the ops that block
+WAIT_OPS = (0, 6, 9, 11, 13)
+FUTEX_CMD_MASK = 0x7F  # drops FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME
+SYSCALLS = ("futex", "futex_waitv", "futex_wait")  # futex_waitv since 5.16, futex_wait since 6.7
+OUT_OF_SCOPE_MAX = 100
+OUT_OF_SCOPE_MIN_PCT = 1.0
+OUT_OF_SCOPE_MIN_PER_S = 1.0
+
+_HEAD = """
+struct wait_t { u64 ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
+BPF_HASH(started, u32, u64, 65536);
+BPF_HASH(waits, u64, struct wait_t, 65536);
+
+static int enter(void) {
+    u32 tid = bpf_get_current_pid_tgid();
+    u64 ts = bpf_ktime_get_ns();
+    started.update(&tid, &ts);
+    return 0;
+}
+
+static int leave(long ret) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = id;
+    u64 *ts = started.lookup(&tid);
+    if (ts == 0)
+        return 0;
+    u64 took = bpf_ktime_get_ns() - *ts;
+    started.delete(&tid);
+    struct wait_t zero = {};
+    struct wait_t *w = waits.lookup_or_try_init(&id, &zero);
+    if (w == 0)
+        return 0;
+    if (w->ns == 0)
+        bpf_get_current_comm(&w->comm, sizeof(w->comm));
+    w->ns += took;
+    if (ret >= 0)  /* woken by another thread; < 0: timed out, interrupted, or the word had changed */
+        w->woken += 1;
+    return 0;
+}
+"""
+_FUTEX_ENTER = """
+TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
+    int op = args->op & %d;
+    if (%s)
+        return 0;
+    return enter();
+}
+""" % (FUTEX_CMD_MASK, " && ".join(f"op != {op}" for op in WAIT_OPS))
+_ENTER = """
+TRACEPOINT_PROBE(syscalls, sys_enter_%s) { return enter(); }
+"""
+_EXIT = """
+TRACEPOINT_PROBE(syscalls, sys_exit_%s) { return leave(args->ret); }
+"""
+
+
+def program(syscalls: list[str]) -> str:
+    """The C text for the futex syscalls this kernel has tracepoints for."""
+    parts = [_HEAD]
+    for name in syscalls:
+        parts.append(_FUTEX_ENTER if name == "futex" else _ENTER % name)
+        parts.append(_EXIT % name)
+    return "".join(parts)
+
+
+def thread_metrics(wait_ns: int, woken: int, window_s: float) -> dict[str, float]:
+    return {"futex_wait_pct": round(min(100.0, wait_ns / (window_s * 1e9) * 100), 2),
+            "futex_wakeups_per_s": round(woken / window_s, 2)}
+
+
+@register
+class EbpfCollector(Collector):
+    name = "ebpf"
+    order = 90  # finishes after the process collector, whose scope it reads
+
+    def prepare(self) -> None:
+        self.bpf, self.problem, self.note = None, None, ""
+        if not self.ctx.is_root:
+            self.problem = "eBPF needs root (CAP_BPF and CAP_PERFMON): run as root for futex wait times"
+            return
+        try:
+            bcc = load_bcc()
+            events = tracefs(read_text(f"{self.ctx.proc}/self/mounts") or "") / "events" / "syscalls"
+            present = [s for s in SYSCALLS if (events / f"sys_enter_{s}").is_dir()]
+            if "futex" not in present:
+                raise NotReady(f"no futex syscall tracepoints in {events} (kernel without CONFIG_FTRACE_SYSCALLS)")
+            tree, self.note = kernel_headers(platform.release())
+        except NotReady as exc:
+            self.problem = str(exc)
+            return
+        said: list[str] = []
+        try:
+            with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
+                self.bpf = bcc.BPF(text=program(present).encode())
+        except Exception as exc:  # bcc raises bare Exceptions; clang's reason went to its stderr
+            errors = [line for line in "\n".join(said).splitlines() if "error" in line]
+            raise RuntimeError(f"bcc could not load the futex program: {exc}"
+                               + (f" ({errors[0].strip()})" if errors else "")) from None
+        self.syscalls = present
+        self.t0 = time.monotonic()
+
+    def finish(self) -> Graph:
+        if self.bpf is None:
+            return self.unavailable(self.problem or "the eBPF program was not loaded")
+        window_s = time.monotonic() - self.t0
+        try:
+            rows = [(k.value >> 32, k.value & 0xFFFFFFFF, v.ns, v.woken, v.comm.decode("utf-8", "replace"))
+                    for k, v in self.bpf[b"waits"].items()]
+        finally:
+            self.bpf.cleanup()
+        return self._graph(rows, window_s)
+
+    def _graph(self, rows: list[tuple[int, int, int, int, str]], window_s: float) -> Graph:
+        g = self.fragment()
+        host = self.ctx.host
+        scope = set(self.ctx.cache.get("scope_pids") or ())
+        shown = self.ctx.cache.get("process_pids")  # None: the process collector did not run
+        waited = {(pid, tid): (ns, n, comm) for pid, tid, ns, n, comm in rows}
+        chosen = {key for key in waited if key[0] in scope}
+        for pid in sorted(scope):
+            chosen.update((pid, tid) for tid in list_tids(str(self.ctx.proc), pid))
+        others = []
+        for key, (ns, n, _) in waited.items():
+            m = thread_metrics(ns, n, window_s)
+            if key[0] not in scope and m["futex_wait_pct"] >= OUT_OF_SCOPE_MIN_PCT \
+                    and m["futex_wakeups_per_s"] >= OUT_OF_SCOPE_MIN_PER_S:
+                others.append((-ns, key))
+        chosen.update(key for _, key in sorted(others)[:OUT_OF_SCOPE_MAX])
+        for pid, tid in sorted(chosen):
+            if shown is not None and pid not in shown:
+                continue  # a process too short-lived or idle for the graph: its thread would dangle
+            ns, n, comm = waited.get((pid, tid), (0, 0, None))
+            attrs = {"tid": tid, "pid": pid}
+            if comm:
+                attrs["name"] = comm
+            tid_id = thread_id(host, pid, tid)
+            g.entity_of("thread", tid_id, attrs, thread_metrics(ns, n, window_s))
+            if shown is not None:
+                g.edge_of("has_thread", process_id(host, pid), tid_id)
+        if self.note:
+            self.status.reason = f"futex waits traced on {', '.join(self.syscalls)}; {self.note}"
+        return g
+
+
+@contextlib.contextmanager
+def _environ(key: str, value: str | None) -> Iterator[None]:
+    """`key` set to `value` (when not None) while bcc compiles, as it was afterwards: a long-lived
+    process (witty-mcp) must not carry one round's choice into the next."""
+    before = os.environ.get(key)
+    if value is not None:
+        os.environ[key] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
+@contextlib.contextmanager
+def _stderr_to(said: list[str]) -> Iterator[None]:
+    """clang inside libbcc writes its warnings to file descriptor 2: keep them out of the user's
+    terminal (and of an MCP server's log); what it wrote is appended to `said`."""
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode("utf-8", "replace"))

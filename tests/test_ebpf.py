@@ -1,0 +1,233 @@
+"""The eBPF collector: the host checks on recorded trees, and futex waits traced live on threads
+this test starts (a contended lock, Python's GIL, an idle poller), diagnosed as lock contention.
+
+The live tests need root, bcc (Debian's python3-bpfcc) and kernel headers; they skip, saying
+which is missing, on a host without them, except where WITTY_REQUIRE_EBPF=1 (as .ci/run sets),
+where a missing piece fails instead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors import bpfhost
+from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
+from collectors.ebpf import SYSCALLS, program, thread_metrics
+from collectors.engine import run_window
+from diagnosis import diagnose
+
+PY = sys.executable
+
+
+# -- the program and the arithmetic ---------------------------------------------------------
+def test_the_program_traces_the_waiting_futex_ops_of_each_syscall_it_is_given():
+    text = program(["futex", "futex_waitv"])
+    assert "TRACEPOINT_PROBE(syscalls, sys_enter_futex)" in text and "sys_exit_futex_waitv" in text
+    assert "sys_enter_futex_wait)" not in text  # not asked for: this kernel would lack it
+    # FUTEX_WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2 wait; WAKE (1) and the rest do not
+    assert "op != 0 && op != 6 && op != 9 && op != 11 && op != 13" in text and "& 127" in text
+    assert set(SYSCALLS) == {"futex", "futex_waitv", "futex_wait"}
+
+
+def test_thread_metrics_are_shares_and_rates_of_the_window():
+    assert thread_metrics(1_500_000_000, 30, 3.0) == {"futex_wait_pct": 50.0, "futex_wakeups_per_s": 10.0}
+    # several waits of one thread can overlap the window's edges by a few ns: never above 100 %
+    assert thread_metrics(3_000_000_100, 0, 3.0)["futex_wait_pct"] == 100.0
+
+
+# -- what the host must have ---------------------------------------------------------------
+def _headers(src: Path, version: str, flavour: str = "amd64") -> None:
+    common, arch = src / f"linux-headers-{version}-common", src / f"linux-headers-{version}-{flavour}"
+    (common / "include" / "linux").mkdir(parents=True)
+    (common / "include" / "linux" / "sched.h").write_text("/* common */\n")
+    (common / "arch" / "x86" / "include" / "asm").mkdir(parents=True)
+    (common / "arch" / "x86" / "include" / "asm" / "ptrace.h").write_text("/* asm */\n")
+    (common / "Makefile").write_text("common\n")
+    (arch / "include" / "generated").mkdir(parents=True)
+    (arch / "include" / "generated" / "autoconf.h").write_text(f"/* {version} */\n")
+    (arch / "arch" / "x86" / "include" / "generated").mkdir(parents=True)
+    (arch / ".config").write_text("CONFIG_BPF=y\n")
+    (arch / "Makefile").write_text("flavour\n")
+    (src / "linux-kbuild").mkdir(exist_ok=True)
+    (arch / "scripts").symlink_to("../linux-kbuild")  # Debian links its scripts relatively
+
+
+def test_debian_headers_merge_into_one_tree_of_links(tmp_path):
+    src = tmp_path / "src"
+    _headers(src, "6.1.0-57")
+    (src / "linux-headers-6.1.0-58-amd64" / "include" / "generated").mkdir(parents=True)  # common part missing
+    pairs = debian_header_pairs(src)
+    assert list(pairs) == ["6.1.0-57-amd64"]
+    tree = merge_header_tree(*pairs["6.1.0-57-amd64"], tmp_path / "cache" / "6.1.0-57-amd64")
+    assert (tree / "include" / "linux" / "sched.h").read_text() == "/* common */\n"
+    assert (tree / "include" / "generated" / "autoconf.h").read_text() == "/* 6.1.0-57 */\n"
+    assert (tree / "arch" / "x86" / "include" / "asm" / "ptrace.h").exists()
+    assert (tree / "arch" / "x86" / "include" / "generated").is_dir()
+    assert (tree / ".config").exists() and (tree / "Makefile").read_text() == "flavour\n"  # the flavour wins
+    assert (tree / "scripts").resolve() == (src / "linux-kbuild").resolve()  # a relative link still points right
+    assert (tree / "include").is_dir() and not (tree / "include").is_symlink()  # filled from both parts
+    # made once: a second call reuses it; the source files are links, never copies
+    first = (tree / "include" / "linux").stat().st_ino
+    assert merge_header_tree(*pairs["6.1.0-57-amd64"], tree) == tree
+    assert (tree / "include" / "linux").stat().st_ino == first and (tree / "include" / "linux").is_symlink()
+
+
+def test_kernel_headers_take_the_running_release_else_the_newest(tmp_path, monkeypatch):
+    monkeypatch.delenv("BCC_KERNEL_SOURCE", raising=False)
+    monkeypatch.setattr(bpfhost.Path, "exists", lambda self: False if str(self).endswith("kheaders.tar.xz")
+                        else os.path.exists(self))
+    src, cache, modules = tmp_path / "src", tmp_path / "cache", tmp_path / "modules"
+    with pytest.raises(NotReady, match="no kernel headers for 6.18.4-vm: apt-get install python3-bpfcc"):
+        kernel_headers("6.18.4-vm", src, modules, cache)
+    _headers(src, "6.1.0-50")
+    _headers(src, "6.1.0-9")
+    tree, note = kernel_headers("6.18.4-vm", src, modules, cache)
+    assert tree == cache / "6.1.0-50-amd64"  # newest by number, not by text (9 < 50)
+    assert note == "kernel headers 6.1.0-50-amd64 for kernel 6.18.4-vm (tracepoints only)"
+    assert kernel_headers("6.1.0-9-amd64", src, modules, cache) == (cache / "6.1.0-9-amd64",
+                                                                    "kernel headers 6.1.0-9-amd64")
+    (modules / "6.18.4-vm" / "build" / "include").mkdir(parents=True)
+    assert kernel_headers("6.18.4-vm", src, modules, cache) == (None, "kernel headers of 6.18.4-vm")
+    monkeypatch.setenv("BCC_KERNEL_SOURCE", "/opt/k")
+    assert kernel_headers("6.18.4-vm", src, modules, cache) == (Path("/opt/k"),
+                                                                "kernel headers from BCC_KERNEL_SOURCE=/opt/k")
+
+
+def test_tracefs_is_found_in_the_mount_table_or_said_missing():
+    mounts = ("sysfs /sys sysfs rw 0 0\n"
+              "tracefs /sys/kernel/debug/tracing tracefs rw,nosuid 0 0\n")
+    assert tracefs(mounts) == Path("/sys/kernel/debug/tracing")
+    with pytest.raises(NotReady, match="tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing"):
+        tracefs("sysfs /sys sysfs rw 0 0\n", mount=False)
+
+
+def test_bcc_comes_from_the_distribution_when_this_interpreter_lacks_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "dist-packages" not in p])
+    real = sys.modules.pop("bcc", None)
+    try:
+        with pytest.raises(NotReady, match="the bcc Python module is not installed: apt-get install python3-bpfcc"):
+            load_bcc(tmp_path)
+        (tmp_path / "bcc").mkdir()
+        (tmp_path / "bcc" / "__init__.py").write_text("WHERE = 'distribution'\n")
+        before = list(sys.path)
+        assert load_bcc(tmp_path).WHERE == "distribution"
+        assert sys.path == before  # nothing else of the system Python is importable afterwards
+    finally:  # the stand-in must not serve the live tests
+        sys.modules.pop("bcc", None)
+        if real is not None:
+            sys.modules["bcc"] = real
+
+
+# -- live ------------------------------------------------------------------------------------
+CONTENDED = """
+import threading, time
+lock = threading.Lock()
+def work():
+    while True:
+        with lock:
+            sum(range(20000))
+for _ in range(4):
+    threading.Thread(target=work, daemon=True).start()
+time.sleep(60)
+"""
+GIL = """
+import threading, time
+def spin():
+    while True:
+        pass
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+time.sleep(60)
+"""
+POLLER = """
+import queue, threading, time
+q = queue.Queue()
+def poll():
+    while True:
+        try:
+            q.get(timeout=0.05)
+        except queue.Empty:
+            pass
+for _ in range(4):
+    threading.Thread(target=poll, daemon=True).start()
+time.sleep(60)
+"""
+
+
+def _ebpf_ready() -> None:
+    """Skip (or fail where WITTY_REQUIRE_EBPF=1) when this host cannot run the collector."""
+    problem = None
+    if os.geteuid() != 0:
+        problem = "eBPF needs root"
+    else:
+        try:
+            load_bcc()
+            kernel_headers(os.uname().release)
+        except NotReady as exc:
+            problem = str(exc)
+    if problem and os.environ.get("WITTY_REQUIRE_EBPF") == "1":
+        pytest.fail(f"WITTY_REQUIRE_EBPF=1 but {problem}")
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    _ebpf_ready()
+    procs = {name: subprocess.Popen([PY, "-c", code]) for name, code in
+             (("contended", CONTENDED), ("gil", GIL), ("poller", POLLER))}
+    try:
+        time.sleep(0.5)  # the threads are up
+        pids = {name: p.pid for name, p in procs.items()}
+        graph = run_window(3.0, 1.0, pids=list(pids.values()), collectors=["process", "ebpf"])
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    return graph, pids
+
+
+def _threads(graph, pid):
+    host = graph.meta.hosts[0]
+    return {t.id: t for t in graph.entities("thread") if t.id.startswith(f"thread:{host}:{pid}:")}
+
+
+def test_every_thread_in_scope_gets_its_futex_waits(traced):
+    graph, pids = traced
+    status = graph.meta.collectors["ebpf"]
+    assert status.status == "ok", status
+    assert status.reason.startswith("futex waits traced on futex") and status.duration_s < 30
+    for name, pid in pids.items():
+        threads = _threads(graph, pid)
+        assert len(threads) == 5, (name, sorted(threads))  # the main thread and four workers
+        assert all("futex_wait_pct" in t.metrics and "futex_wakeups_per_s" in t.metrics for t in threads.values())
+        main = graph.entity(f"thread:{graph.meta.hosts[0]}:{pid}:{pid}")
+        assert main.metrics["futex_wait_pct"] == 0  # time.sleep is a nanosleep, not a futex wait
+        assert graph.neighbours(main.id, "in", "has_thread")
+
+
+def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
+    graph, pids = traced
+    workers = {name: [t for t in _threads(graph, pid).values() if t.attrs["tid"] != pid] for name, pid in pids.items()}
+    # the poller sleeps almost the whole window in timed waits, and nothing wakes it
+    assert all(t.metrics["futex_wait_pct"] > 80 and t.metrics["futex_wakeups_per_s"] < 10
+               for t in workers["poller"]), [t.metrics for t in workers["poller"]]
+    # the lock's waiters are woken by its holder hundreds of times a second
+    assert all(t.metrics["futex_wakeups_per_s"] > 50 and t.metrics["futex_wait_pct"] > 20
+               for t in workers["contended"]), [t.metrics for t in workers["contended"]]
+    # three of four GIL waiters at any time: most of the window waiting, woken often
+    gil = sum(t.metrics["futex_wait_pct"] for t in workers["gil"]) / 4
+    assert gil > 40 and all(t.metrics["futex_wakeups_per_s"] > 10 for t in workers["gil"])
+
+    d = diagnose(graph, pids=list(pids.values()))
+    f = d.finding("control.lock_contention")
+    assert f is not None, next(c for c in d.coverage if c.pattern == "control.lock_contention")
+    poller = {t.id for t in workers["poller"]}
+    assert f.subjects and not poller & set(f.subjects)
+    assert set(f.subjects) <= {t.id for name in ("contended", "gil") for t in workers[name]}
+    assert any(e.metric == "futex_wakeups_per_s" and e.threshold == ">= 10" for e in f.evidence)
