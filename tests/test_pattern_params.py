@@ -176,6 +176,14 @@ def scheduling_runnable(v):
     return g
 
 
+def futex_wakeups(v):
+    """A workload thread waiting on futexes 80 % of the window (> 60 %), woken v times a second."""
+    g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
+    process(g, 10, "train", cpu_util_pct=30.0)
+    thread(g, 10, 11, futex_wait_pct=80.0, futex_wakeups_per_s=v)
+    return g
+
+
 def imbalance_work(v):
     """Two sibling workers, one idle and the busiest at v % (100 % imbalance > 60 %)."""
     g = new_graph()
@@ -253,6 +261,8 @@ SPECS = [
     Spec("network.retransmission", "min_segments_per_s", retrans_segments, None, "critical", "critical"),
     # "ignore tasks runnable less than this share": at it, judged
     Spec("control.scheduling_latency", "min_runnable_pct", scheduling_runnable, None, "critical", "critical"),
+    # "a thread must be woken ... at least this often": inclusive
+    Spec("control.lock_contention", "min_futex_wakeups_per_s", futex_wakeups, None, "critical", "critical"),
     # "ignore groups whose busiest member is below this": at it, judged
     Spec("control.load_imbalance", "min_work_pct", imbalance_work, None, "critical", "critical"),
     # "a producer running or waiting ... more than this share counts as busy": strict

@@ -6,6 +6,7 @@ import pytest
 
 from diagnosis import diagnose
 from diagnosis.catalog import catalog
+from topology.models import CollectorStatus
 
 from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, process, thread, threshold_cases, uses
 
@@ -35,9 +36,9 @@ def throttling(name, **others):
 
 
 def futex(v):
-    g = new_graph()
+    g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
     process(g, 10, "train")
-    thread(g, 10, 11, futex_wait_pct=v)
+    thread(g, 10, 11, futex_wait_pct=v, futex_wakeups_per_s=200.0)
     return g
 
 
@@ -112,7 +113,34 @@ def test_imbalance_uses_device_work_when_every_worker_has_it():
 
 def test_eBPF_patterns_say_what_they_need():
     row = next(c for c in diagnose(imbalance(0.0)).coverage if c.pattern == "control.lock_contention")
-    assert row.status == "not_evaluated" and "eBPF" in row.reason
+    assert row.status == "not_evaluated" and "eBPF" in row.reason and "no ebpf collector ran" in row.reason
+    g = imbalance(0.0)
+    g.meta.collectors["ebpf"] = CollectorStatus(status="unavailable", reason="eBPF needs root")
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
+    assert row.status == "not_evaluated" and "collector ebpf: unavailable (eBPF needs root)" in row.reason
+
+
+def test_lock_contention_sets_idle_sleepers_apart_and_names_the_contended_threads():
+    g = futex(90.0)  # thread 11: 90 % at 200 wake-ups/s
+    thread(g, 10, 12, name="pool", futex_wait_pct=99.0, futex_wakeups_per_s=0.5)  # an idle pool thread
+    thread(g, 10, 13, name="main", futex_wait_pct=0.0, futex_wakeups_per_s=0.0)
+    f = diagnose(g).finding("control.lock_contention")
+    assert f.severity == "critical" and f.subjects == ["thread:h1:10:11"]
+    assert "1 thread(s) spend their time waiting on locks" in f.description and "woken 200 times a second" in f.description
+    rate = next(e for e in f.evidence if e.metric == "futex_wakeups_per_s")
+    assert rate.ids == ["thread:h1:10:11"] and rate.value == 200.0
+    g.entity("thread:h1:10:11").metrics["futex_wakeups_per_s"] = 2.0  # now rarely woken too: idle, not contended
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
+    assert row.status == "clear" and "3 threads traced" in row.reason and "2 idle thread(s)" in row.reason
+
+
+def test_a_traced_host_without_a_workload_and_without_waiting_threads_is_clear():
+    g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
+    process(g, 1, "init", ai=False, role=None, cpu_util_pct=0.0)
+    assert diagnose(g).status("control.lock_contention") == "clear"
+    # a workload whose threads the collector did not report cannot be judged
+    process(g, 10, "train")
+    assert diagnose(g).status("control.lock_contention") == "not_evaluated"
 
 
 def test_idle_worker_groups_are_clear_not_unevaluated():

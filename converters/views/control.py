@@ -29,7 +29,9 @@ def _per_cpu(p) -> str:
 def blocks(ctx: GraphContext) -> list[Block]:
     cited = ctx.cited(LAYER)
     out: list[Block] = [legend(ctx, "rq_wait% = share of runnable time waiting for a CPU; vcs/ivcs = voluntary/"
-                                    "involuntary context switches per second; per_cpu = threads per allowed CPU"),
+                                    "involuntary context switches per second; per_cpu = threads per allowed CPU; "
+                                    "futex% = share of the window in futex waits (locks, the GIL), "
+                                    "wakeups/s = futex waits another thread ended, per second (eBPF)"),
                         *findings_block(ctx, LAYER, on_rows={"cpu_util_pct": ("process", "thread")}),
                         coverage(ctx, LAYER)]
     hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
@@ -40,7 +42,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("psi_cpu%", lambda h: pct(h.metrics.get("psi_cpu_some_pct"))),
     ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     proc_metrics = ("num_threads", "runnable_threads", "runqueue_wait_pct", "voluntary_ctxt_switches_per_s",
-                    "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct")
+                    "nonvoluntary_ctxt_switches_per_s")
     procs = [p for p in ctx.entities("process") if has_any(p, proc_metrics) or p.id in cited]
     procs, pinned = rank(procs, lambda p: (neg(p.metrics.get("runqueue_wait_pct")),
                                                             neg(p.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
@@ -53,9 +55,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("rq/slice", lambda p: duration_us(p.metrics.get("runqueue_wait_per_slice_us"))),
         Column("vcs", lambda p: rate(p.metrics.get("voluntary_ctxt_switches_per_s"))),
         Column("ivcs", lambda p: rate(p.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
-        Column("futex%", lambda p: pct(p.metrics.get("futex_wait_pct"))),
     ], procs, "processes", fold_query(ctx, "process", procs, top="runqueue_wait_pct"), pinned, weight=1.5))
-    thread_metrics = ("runqueue_wait_pct", "cpu_util_pct", "voluntary_ctxt_switches_per_s",
+    thread_metrics = ("runqueue_wait_pct", "cpu_util_pct", "voluntary_ctxt_switches_per_s", "futex_wakeups_per_s",
                       "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct")
     threads = [t for t in ctx.entities("thread") if has_any(t, thread_metrics) or t.id in cited]
     threads, pinned = rank(threads, lambda t: (neg(t.metrics.get("runqueue_wait_pct")),
@@ -67,6 +68,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("vcs", lambda t: rate(t.metrics.get("voluntary_ctxt_switches_per_s"))),
         Column("ivcs", lambda t: rate(t.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
         Column("futex%", lambda t: pct(t.metrics.get("futex_wait_pct"))),
+        Column("wakeups/s", lambda t: rate(t.metrics.get("futex_wakeups_per_s"))),
     ], threads, "threads", fold_query(ctx, "thread", threads, top="runqueue_wait_pct"), pinned, weight=1.5))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("cpu_quota_cores") is not None
               or c.metrics.get("throttled_periods_pct") or c.id in cited]

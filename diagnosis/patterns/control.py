@@ -11,7 +11,7 @@ from diagnosis.models import Evidence
 from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct, scope_cgroups
 from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
-from topology.ids import host_of
+from topology.ids import host_of, process_of_thread
 
 
 # -- control.scheduling_latency -----------------------------------------------------------
@@ -160,30 +160,67 @@ CPU_THROTTLING = Pattern(
 
 # -- control.lock_contention --------------------------------------------------------------
 def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
-    tasks = scope.scope_threads() + scope.processes if scope.has_workload else \
-        scope.graph.entities("thread") + scope.graph.entities("process")
-    with_futex = [x for x in tasks if num(x, "futex_wait_pct") is not None]
-    if not with_futex:
+    share, often = t["futex_wait_pct"], t["min_futex_wakeups_per_s"]
+    threads = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
+    measured = [th for th in threads if num(th, "futex_wait_pct") is not None]
+    # without a workload the collector reports only the threads that waited: none is a clear host
+    traced = any(name.split("@")[0] == "ebpf" and status.status == "ok" for name, status in scope.meta.collectors.items())
+    if not measured and (scope.has_workload or not traced):
         return not_evaluated(scope.missing("no futex wait times: needs the eBPF collector (syscalls futex "
-                                           "tracepoints)", "ebpf", "bpf", "futex"))
-    return metric_check(scope, with_futex, t["futex_wait_pct"], "futex_wait_pct", "tasks with futex times",
-                        ("ebpf",), "{n} task(s) spend their time waiting on locks: {names}, {worst} of the window "
-                        "in futex waits (threshold > {limit}).")
+                                           "tracepoints)", "ebpf"))
+    # a thread woken rarely sleeps on a condition (an idle pool, a queue with nothing in it), not on a lock
+    woken_often = [th for th in measured if (num(th, "futex_wakeups_per_s") or 0.0) >= often]
+    often_ids = {th.id for th in woken_often}
+    hits = [(th, share.severity(num(th, "futex_wait_pct"))) for th in woken_often]
+    hits = [(th, sev) for th, sev in hits if sev]
+    if not hits:
+        idle = [th for th in measured if share.severity(num(th, "futex_wait_pct")) and th.id not in often_ids]
+        top = max((num(th, "futex_wait_pct") or 0.0 for th in woken_often), default=0.0)
+        return clear(f"{len(measured)} threads traced; no thread woken at least {number(often)}/s waited over "
+                     f"{number(share.limit())} % of the window on futexes (highest {ev.fmt(top, '%')})"
+                     + (f"; {len(idle)} idle thread(s) sleep longer on futexes but are woken less often"
+                        if idle else ""))
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_wait_pct") or 0.0), h[0].id))
+    items: list[Evidence] = []
+    for th, sev in hits[:ev.MAX_SUBJECTS]:
+        process = scope.entity(process_of_thread(th.id))
+        of = f" of {ev.name_of(process)}" if process is not None else ""
+        items.append(ev.entity(th.id, "futex_wait_pct", num(th, "futex_wait_pct"), levels=share, severity=sev,
+                               note=f"{ev.name_of(th)}{of}"))
+        items.append(ev.entity(th.id, "futex_wakeups_per_s", num(th, "futex_wakeups_per_s"), unit="1/s",
+                               bound=(">=", often), note="wake-ups by another thread per second"))
+        if num(th, "cpu_util_pct") is not None:
+            items.append(ev.entity(th.id, "cpu_util_pct", num(th, "cpu_util_pct"), unit="%"))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "threads"))
+    names = ", ".join(ev.name_of(th) for th, _ in hits[:4]) + (" ..." if len(hits) > 4 else "")
+    first = hits[0][0]
+    return finding(worst(*(s for _, s in hits)) or "warning",
+                   f"{len(hits)} thread(s) spend their time waiting on locks: "
+                   + (f"{names}; the worst, " if len(hits) > 1 else "")
+                   + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_wait_pct'), '%')} of the window in futex "
+                   f"waits and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
+                   f"(threshold > {number(share.limit(hits[0][1]))} %).",
+                   items, subjects=[th.id for th, _ in hits])
 
 
 LOCK_CONTENTION = Pattern(
     id="control.lock_contention", layer=6, title="Lock contention",
     why="Threads that wait on futexes (mutexes, condition variables, the GIL's underlying lock) are "
         "serialised: adding threads adds waiting, not throughput.",
-    metrics=("thread.futex_wait_pct", "process.futex_wait_pct"),
-    thresholds=(Threshold("futex_wait_pct", "%", "above", "share of the window a task waited on futexes",
+    metrics=("thread.futex_wait_pct", "thread.futex_wakeups_per_s"),
+    thresholds=(Threshold("futex_wait_pct", "%", "above", "share of the window a thread spent in futex waits",
                           critical=60, warning=30),),
-    needs="the eBPF collector (futex tracepoints)",
-    evidence="Each workload thread or process over the threshold.",
+    params=(Param("min_futex_wakeups_per_s", 10, "1/s", "a thread must be woken from futex waits at least this often: "
+                  "one that sleeps long and is woken rarely is idle (a pool or queue with no work), not contended"),),
+    needs="the eBPF collector (futex syscall tracepoints, root)",
+    evidence="Each workload thread (every traced thread on the whole host) over the threshold and woken often enough, "
+             "with its wake-up rate and CPU use.",
     recommendations=(
         "Find the contended lock (offcputime, py-spy dump) and shorten its critical section or shard it.",
         "In Python, move work from threads to processes (GIL contention).",
-        "Use lock-free queues between pipeline stages.",
+        "Use lock-free queues between pipeline stages; if the threads wait for work rather than for a lock, "
+        "run fewer of them (OMP_NUM_THREADS, torch.set_num_threads).",
     ),
     check=_lock_contention)
 

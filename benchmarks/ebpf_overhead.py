@@ -1,0 +1,127 @@
+"""Cost of the eBPF collector: loading its program, and what its probes add to each futex call.
+
+Measured in one run, root only:
+
+1. `prepare()` (find bcc and the headers, compile with clang, load and attach): wall and CPU time
+   and the peak RSS it adds to this process, median of --loads runs;
+2. the probes' cost per futex call: a child process calls FUTEX_WAIT on a word that does not hold
+   the expected value, which returns EAGAIN at once, so each call is one enter and one exit
+   probe and nothing else (the worst case: no real wait to hide behind). Calls per second with
+   and without the program attached, alternating --rounds times so that both see the same load;
+   the difference per call is the probes' cost;
+3. the same for getppid, a syscall the program does not trace: what every other syscall of the
+   host pays while the program is attached;
+4. a contended lock (4 Python threads on one threading.Lock): lock hand-overs per second with and
+   without the program attached, the same alternation, as the figure a real workload sees.
+
+Usage: python3 benchmarks/ebpf_overhead.py [--loads 3] [--rounds 5] [--seconds 2]
+Prints one JSON object; BENCHMARKS.md records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from collectors.base import Context  # noqa: E402
+from collectors.ebpf import EbpfCollector  # noqa: E402
+
+# counts its own calls for `seconds` and prints the rate
+FUTEX_EAGAIN = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+word = ctypes.c_uint32(0)
+addr, seconds, n = ctypes.addressof(word), float(sys.argv[1]), 0
+end = time.perf_counter() + seconds
+while time.perf_counter() < end:
+    for _ in range(1000):
+        libc.syscall(202, addr, 128, 1, None, None, 0)  # SYS_futex, FUTEX_WAIT_PRIVATE, val 1 != 0: EAGAIN
+    n += 1000
+print(n / seconds)
+"""
+# the same loop on getppid: syscall tracepoints put every task's syscalls on the kernel's traced
+# path while any is attached, so a syscall the program ignores pays something too
+GETPPID = FUTEX_EAGAIN.replace("libc.syscall(202, addr, 128, 1, None, None, 0)", "libc.syscall(110)")
+CONTENDED = """
+import sys, threading, time
+lock, count, seconds = threading.Lock(), [0, 0, 0, 0], float(sys.argv[1])
+def work(i):
+    while True:
+        with lock:
+            count[i] += 1
+            sum(range(2000))
+for i in range(4):
+    threading.Thread(target=work, args=(i,), daemon=True).start()
+time.sleep(seconds)
+print(sum(count) / seconds)
+"""
+
+
+def rate(code: str, seconds: float) -> float:
+    out = subprocess.run([sys.executable, "-c", code, str(seconds)], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def load() -> tuple[EbpfCollector, float, float]:
+    c = EbpfCollector(Context())
+    wall, cpu = time.perf_counter(), time.process_time()
+    c.prepare()
+    if c.bpf is None:
+        sys.exit(f"ebpf_overhead: the collector cannot load here: {c.problem}")
+    return c, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def alternate(code: str, rounds: int, seconds: float) -> dict[str, float]:
+    """Rates without and with the program, alternating so that both see the same load."""
+    off, on = [], []
+    for _ in range(rounds):
+        off.append(rate(code, seconds))
+        c, _, _ = load()
+        on.append(rate(code, seconds))
+        c.finish()
+    base, traced = statistics.median(off), statistics.median(on)
+    return {"per_s_without": round(base), "per_s_with": round(traced), "ratio": round(traced / base, 3),
+            "added_ns_per_call": round((1 / traced - 1 / base) * 1e9, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loads", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("ebpf_overhead: needs root")
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    loads = []
+    for _ in range(args.loads):
+        c, wall, cpu = load()
+        loads.append((wall, cpu))
+        c.finish()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({
+        "date": datetime.now(timezone.utc).date().isoformat(), "kernel": platform.release(), "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg()[0],
+        "prepare_wall_s": round(statistics.median(w for w, _ in loads), 3),
+        "prepare_cpu_s": round(statistics.median(c for _, c in loads), 3),
+        "prepare_peak_rss_added_mib": round((rss - rss0) / 1024, 1),
+        "headers": c.note,
+        "futex_eagain": alternate(FUTEX_EAGAIN, args.rounds, args.seconds),
+        "getppid": alternate(GETPPID, args.rounds, args.seconds),
+        "contended_lock": alternate(CONTENDED, args.rounds, args.seconds),
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
