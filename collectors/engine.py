@@ -169,12 +169,18 @@ def host_info(ctx: Context) -> dict[str, Any]:
 
 
 def _select(wanted: list[str] | None) -> list[str]:
+    """The collectors asked for; names given as '-name' leave that one out of the defaults instead
+    (['-ebpf'] = every default collector but ebpf)."""
+    defaults = [n for n, cls in REGISTRY.items() if cls.default_enabled]
     if wanted is None:
-        return [n for n, cls in REGISTRY.items() if cls.default_enabled]
-    unknown = sorted(set(wanted) - set(REGISTRY))
+        return defaults
+    unknown = sorted({n.removeprefix("-") for n in wanted} - set(REGISTRY))
     if unknown:
         raise InputError(f"unknown collector(s): {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}")
-    return list(dict.fromkeys(wanted))
+    left_out = {n[1:] for n in wanted if n.startswith("-")}
+    if left_out and len(left_out) != len(wanted):
+        raise InputError("name the collectors to run, or the ones to leave out with '-' (e.g. -ebpf), not both")
+    return [n for n in defaults if n not in left_out] if left_out else list(dict.fromkeys(wanted))
 
 
 def _catch_sigint(halt: threading.Event) -> Callable[[], None]:

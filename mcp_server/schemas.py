@@ -40,8 +40,8 @@ class CollectInput(_In):
     interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples inside the window")
     pids: list[int] | None = Field(default=None, description="processes to focus on (their descendants are "
                                    "included); default: the AI workloads recognised on the host")
-    collectors: list[str] | None = Field(default=None, description="collector names to run; default: all that "
-                                         "apply to this host")
+    collectors: list[str] | None = Field(default=None, description="collector names to run, or '-name' for all "
+                                         "but those (e.g. ['-ebpf']); default: all that apply to this host")
 
 
 class LoadGraphInput(_In):

@@ -108,6 +108,8 @@ def _children(pid: int) -> list[int]:
     (["--duration", "x"], "invalid float value"),
     (["--pid", "999999999", "-o", "-"], "no such process: 999999999"),
     (["--collectors", "process,nope", "-o", "-"], "unknown collector(s): nope"),
+    (["--collectors=-nope", "-o", "-"], "unknown collector(s): nope"),
+    (["--collectors=cpu,-ebpf", "-o", "-"], "or the ones to leave out with '-' (e.g. -ebpf), not both"),
     (["-o", "/nonexistent-dir/g.json"], "no such directory"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message):
@@ -227,3 +229,13 @@ def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
     # busy for ~1.4 s of the 3.2 s window (less on a crowded host, but not nothing)
     assert woke.metrics["cpu_util_pct"] > 10, woke.metrics
     assert woke.metrics["cpu_util_pct_max"] > woke.metrics["cpu_util_pct"]
+
+
+def test_collectors_named_with_a_minus_are_left_out_of_the_defaults():
+    from collectors.engine import _select
+    discover()
+    defaults = _select(None)
+    assert "ebpf" in defaults and "ipc" in defaults
+    assert _select(["-ebpf", "-ipc"]) == [n for n in defaults if n not in ("ebpf", "ipc")]
+    g = run_window(0.4, 0.2, collectors=[f"-{n}" for n in defaults if n not in ("cpu", "memory")])
+    assert set(g.meta.collectors) == {"cpu", "memory"}

@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval in seconds (default 1)")
     p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
                    help="scope: these processes and their descendants (--pid 1 2 or --pid 1 --pid 2)")
-    p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated)")
+    p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated), or all but "
+                   "those given as -NAME (--collectors=-ebpf,-ipc)")
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--offline", action="store_true",
