@@ -8,7 +8,7 @@ from typing import Any
 from diagnosis import evidence as ev
 from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from diagnosis.models import Evidence
-from diagnosis.rules import host_or_scope_processes, metric_check, needs_workload, runnable_pct, scope_cgroups
+from diagnosis.rules import host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups
 from diagnosis.scope import Scope, num, parse_cpulist
 from topology import Entity
 from topology.ids import host_of, process_of_thread
