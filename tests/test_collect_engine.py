@@ -76,7 +76,11 @@ def test_bad_input_raises_input_error():
 def test_scope_includes_descendants():
     parent = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10  # until the shell has forked and its child has become sleep
+        while time.monotonic() < deadline and not any(
+                (Path(f"/proc/{c}/comm").read_text().strip() if Path(f"/proc/{c}/comm").exists() else "") == "sleep"
+                for c in _children(parent.pid)):
+            time.sleep(0.05)
         g = run_window(0.5, 0.25, pids=[parent.pid], collectors=["process"])
     finally:
         for child in _children(parent.pid):

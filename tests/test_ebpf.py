@@ -217,12 +217,14 @@ def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
     # the poller sleeps almost the whole window in timed waits, and nothing wakes it
     assert all(t.metrics["futex_wait_pct"] > 80 and t.metrics["futex_wakeups_per_s"] < 10
                for t in workers["poller"]), [t.metrics for t in workers["poller"]]
-    # the lock's waiters are woken by its holder hundreds of times a second
-    assert all(t.metrics["futex_wakeups_per_s"] > 50 and t.metrics["futex_wait_pct"] > 20
+    # the lock's waiters are woken by its holder hundreds of times a second (tens on a starved VM):
+    # above the pattern's 10/s and far above the poller's rare wake-ups
+    poller_most = max(t.metrics["futex_wakeups_per_s"] for t in workers["poller"])
+    assert all(t.metrics["futex_wakeups_per_s"] > max(10, 5 * poller_most) and t.metrics["futex_wait_pct"] > 20
                for t in workers["contended"]), [t.metrics for t in workers["contended"]]
     # three of four GIL waiters at any time: most of the window waiting, woken often
     gil = sum(t.metrics["futex_wait_pct"] for t in workers["gil"]) / 4
-    assert gil > 40 and all(t.metrics["futex_wakeups_per_s"] > 10 for t in workers["gil"])
+    assert gil > 40 and sum(t.metrics["futex_wakeups_per_s"] for t in workers["gil"]) > max(40, 20 * poller_most)
 
     d = diagnose(graph, pids=list(pids.values()))
     f = d.finding("control.lock_contention")

@@ -72,7 +72,7 @@ def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
     gid = collected["graph_id"]
     assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
     # at least the server, the inspector's node and the script's shell ran during the window
-    assert 1.99 <= collected["duration_s"] < 2.5 and collected["entities_by_type"]["process"] >= 3
+    assert 1.99 <= collected["duration_s"] < 3 and collected["entities_by_type"]["process"] >= 3
     assert sum(collected["entities_by_type"].values()) == collected["entity_count"]
     assert json.loads(answer(answers, "collect")["content"][0]["text"])["graph_id"] == gid
 

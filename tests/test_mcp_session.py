@@ -171,7 +171,7 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         jsonschema.validate(collected, tools["collect"].output_schema)
         gid = collected["graph_id"]
         assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
-        assert 1.99 <= collected["duration_s"] < 2.5 and len(collected["hosts"]) == 1
+        assert 1.99 <= collected["duration_s"] < 3 and len(collected["hosts"]) == 1
         assert sum(collected["entities_by_type"].values()) == collected["entity_count"]
         assert sum(collected["edges_by_type"].values()) == collected["edge_count"]
         states = {c["name"]: c["status"] for c in collected["collectors"]}
