@@ -280,6 +280,17 @@ def test_every_cited_id_and_value_is_in_its_layer_view(request, name):
     assert not problems, "\n".join(problems[:40])
 
 
+def test_a_saturation_that_counts_stolen_time_cites_what_the_compute_view_shows():
+    g = new_graph(collectors={"process": "ok", "cpu": "ok"})
+    host(g, cpu_util_pct=85.0, cpu_steal_pct=12.0, load1=3.0)
+    process(g, 10, "train", cpu_util_pct=90.0)
+    diagnosis = _diagnosis(g)
+    finding = diagnosis.finding("compute.cpu_saturation")
+    for budget in (1000, None):
+        text = render_view(g, "compute", budget, diagnosis=diagnosis).text
+        assert not missing_evidence(g, "compute", text, finding), text
+
+
 def test_the_test_graphs_have_findings_in_every_layer(hand, memory):
     layers = {f.layer for graph in (hand, memory) for f in _diagnosis(graph).findings}
     assert layers == set(range(1, 8)), layers  # otherwise the completeness test proves little

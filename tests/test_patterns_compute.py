@@ -175,3 +175,17 @@ def test_named_sleeping_pid_is_idle_not_starved():
     d = diagnose(g, pids=[10])
     assert d.status("compute.cpu_starvation") == "clear"
     assert d.finding("dataplane.data_loading_bottleneck").severity == "critical"
+
+
+def test_cpu_time_stolen_by_the_hypervisor_counts_as_taken():
+    g = new_graph()
+    host(g, cpu_util_pct=85.0, cpu_steal_pct=12.0)  # 97 % not there for the workload: > 95
+    process(g, 10, "train", cpu_util_pct=90.0)
+    f = diagnose(g).finding("compute.cpu_saturation")
+    assert f.severity == "critical" and "85 % busy and 12 % stolen by the hypervisor" in f.description
+    combined = next(e for e in f.evidence if e.metric == "cpu_busy_or_stolen_pct")
+    assert (combined.value, combined.threshold) == (97.0, "> 95")
+    assert next(e for e in f.evidence if e.metric == "cpu_steal_pct").value == 12.0
+    g.entity("host:h1").metrics["cpu_steal_pct"] = 2.0  # 87 %: clear, and the clear line says what was stolen
+    row = next(c for c in diagnose(g).coverage if c.pattern == "compute.cpu_saturation")
+    assert row.status == "clear" and "85 % + 2 % stolen" in row.reason

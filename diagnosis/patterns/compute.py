@@ -117,13 +117,23 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = []
     parts = []
     for host in hosts:
-        value = num(host, "cpu_util_pct")
-        sev = levels.severity(value)
+        value, stolen = num(host, "cpu_util_pct"), num(host, "cpu_steal_pct") or 0.0
+        sev = levels.severity(value + stolen)
         if sev:
             severities.append(sev)
             subjects.append(host.id)
-            parts.append(f"host {host_of(host.id)} CPUs {ev.fmt(value, '%')} busy")
-            items.append(ev.entity(host.id, "cpu_util_pct", value, levels=levels, severity=sev, note="host average"))
+            if stolen:  # a VM: what the hypervisor gave to others was not there for the workload either
+                parts.append(f"host {host_of(host.id)} CPUs {ev.fmt(value, '%')} busy and {ev.fmt(stolen, '%')} "
+                             f"stolen by the hypervisor")
+                items.append(ev.statistic([host.id], "cpu_busy_or_stolen_pct", round(value + stolen, 2),
+                                          levels=levels, severity=sev, note="cpu_util_pct + cpu_steal_pct"))
+                items.append(ev.entity(host.id, "cpu_util_pct", value, unit="%", note="host average"))
+                items.append(ev.entity(host.id, "cpu_steal_pct", stolen, unit="%", note="time the hypervisor ran "
+                                       "other guests on these CPUs"))
+            else:
+                parts.append(f"host {host_of(host.id)} CPUs {ev.fmt(value, '%')} busy")
+                items.append(ev.entity(host.id, "cpu_util_pct", value, levels=levels, severity=sev,
+                                       note="host average"))
             for m, u in (("load1", "runnable tasks"), ("psi_cpu_some_pct", "%")):
                 if num(host, m) is not None:
                     items.append(ev.entity(host.id, m, num(host, m), unit=u))
@@ -149,8 +159,13 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
                                       note=f"{len(busy)} of {len(cpus)} CPUs above {number(levels.limit())} %"))
         return finding(worst(*severities) or "warning", "CPUs are saturated: " + "; ".join(parts) + ".", items,
                        subjects=subjects)
-    top = max((num(h, "cpu_util_pct") or 0.0 for h in hosts), default=None)
-    where = f"host CPU use {ev.fmt(top, '%')}" if top is not None else f"{len(cpus)} CPUs measured"
+    top = max(hosts, key=lambda h: ((num(h, "cpu_util_pct") or 0.0) + (num(h, "cpu_steal_pct") or 0.0), h.id),
+              default=None)
+    where = f"{len(cpus)} CPUs measured"
+    if top is not None:
+        stolen = num(top, "cpu_steal_pct") or 0.0
+        where = f"host CPU use {ev.fmt(num(top, 'cpu_util_pct'), '%')}" + (f" + {ev.fmt(stolen, '%')} stolen"
+                                                                         if stolen else "")
     return clear(f"{where}, none > {number(levels.limit())} %")
 
 
@@ -165,10 +180,10 @@ CPU_SATURATION = Pattern(
     id="compute.cpu_saturation", layer=1, title="CPU saturation",
     why="When every CPU is busy, each thread waits in the run queue: data loading, kernel launches and "
         "communication threads all slow down, and latency grows without any single process looking guilty.",
-    metrics=("host.cpu_util_pct", "cpu.cpu_util_pct", "host.load1", "host.psi_cpu_some_pct"),
-    thresholds=(Threshold("cpu_util_pct", "%", "above", "busy share of the host's CPUs, or of the CPUs the "
-                          "workload may use", critical=95, warning=90),),
-    evidence="The host's average CPU use (with load and PSI cpu), the mean over the CPUs the workload is "
+    metrics=("host.cpu_util_pct", "host.cpu_steal_pct", "cpu.cpu_util_pct", "host.load1", "host.psi_cpu_some_pct"),
+    thresholds=(Threshold("cpu_util_pct", "%", "above", "busy share of the host's CPUs (with the share a hypervisor "
+                          "stole, on a VM), or of the CPUs the workload may use", critical=95, warning=90),),
+    evidence="The host's average CPU use and steal (with load and PSI cpu), the mean over the CPUs the workload is "
              "allowed on when that is a subset, and how many CPUs are above the threshold.",
     recommendations=(
         "Find what else is busy on these CPUs (witty-profiler query GRAPH --top cpu_util_pct --type process) "
