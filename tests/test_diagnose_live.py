@@ -49,13 +49,11 @@ def test_more_busy_processes_than_cpus():
         _stop(*busy)
     d = diagnose(g, pids=pids)
     (host,) = g.entities("host")
-    # no CPU was ever idle: what the loops did not get, the hypervisor took (steal is not "busy")
-    busy, stolen = host.metrics["cpu_util_pct"], host.metrics.get("cpu_steal_pct", 0.0)
-    assert busy + stolen > 90, host.metrics
+    # no CPU was ever idle: what the loops did not get, the hypervisor took, and the pattern counts both
+    assert host.metrics["cpu_util_pct"] + host.metrics.get("cpu_steal_pct", 0.0) > 90, host.metrics
     saturation = d.finding("compute.cpu_saturation")
-    if stolen < 5:
-        assert saturation is not None, d.coverage
-        assert saturation.severity in ("critical", "warning")
+    assert saturation is not None, d.coverage
+    assert saturation.severity in ("critical", "warning")
     latency = d.finding("control.scheduling_latency")
     assert latency is not None, next(c.reason for c in d.coverage if c.pattern == "control.scheduling_latency")
     waiting = {e.ids[0] for e in latency.evidence if e.metric == "runqueue_wait_pct"}
