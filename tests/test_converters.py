@@ -18,7 +18,7 @@ from converters import LAYER_VIEWS, View, count_tokens, render_view
 from converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size
 from converters.views import LAYERS
 from converters.views.common import evidence_value
-from diagnosis_graphs import cgroup, device, host, new_graph, process, two_numa_host, uses
+from diagnosis_graphs import cgroup, device, host, new_graph, process, thread, two_numa_host, uses
 from topology import load_graph
 from topology.errors import InputError
 
@@ -289,6 +289,21 @@ def test_a_saturation_that_counts_stolen_time_cites_what_the_compute_view_shows(
     for budget in (1000, None):
         text = render_view(g, "compute", budget, diagnosis=diagnosis).text
         assert not missing_evidence(g, "compute", text, finding), text
+
+
+def test_a_lock_contention_finding_cites_what_the_control_view_shows():
+    g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
+    process(g, 10, "train", cpu_util_pct=80.0)
+    for tid, wait in ((11, 75.0), (12, 64.0), (13, 35.0)):
+        thread(g, 10, tid, futex_wait_pct=wait, futex_wakeups_per_s=300.0, cpu_util_pct=20.0)
+    thread(g, 10, 14, name="pool", futex_wait_pct=99.0, futex_wakeups_per_s=0.5)
+    diagnosis = _diagnosis(g)
+    finding = diagnosis.finding("control.lock_contention")
+    assert finding is not None and len(finding.subjects) == 3
+    assert any(e.metric == "contended_threads" and e.value == 3 for e in finding.evidence)
+    for budget in (1000, None):
+        text = render_view(g, "control", budget, diagnosis=diagnosis).text
+        assert not missing_evidence(g, "control", text, finding), text
 
 
 def test_the_test_graphs_have_findings_in_every_layer(hand, memory):

@@ -423,3 +423,34 @@ def test_eval_runner_passes_on_the_tools_own_reports(case, vllm_sample_path, tmp
     # the saved reports check the same way: what an assistant's saved report is graded with
     saved = runner.run_case(case, runner.argparse.Namespace(reports=str(tmp_path), inputs=None, keep=None, strict=True))
     assert saved["status"] == "passed", saved
+
+
+def _contention(pid=4242, wakeups=300.0, threads=4, extra_subject=None):
+    """control.lock_contention as the tool reports it (values of a real run)."""
+    subjects = [f"thread:h:{pid}:{pid + i}" for i in range(1, threads + 1)] + ([extra_subject] if extra_subject else [])
+    items = [{"kind": "entity", "ids": [s], "metric": "futex_wakeups_per_s", "value": wakeups, "threshold": ">= 10"}
+             for s in subjects]
+    items.append({"kind": "statistic", "ids": [f"process:h:{pid}"], "metric": "contended_threads", "value": threads})
+    if extra_subject:
+        items.append({"kind": "statistic", "ids": [extra_subject.rsplit(":", 1)[0].replace("thread", "process")],
+                      "metric": "contended_threads", "value": 1})
+    return {"pattern": "control.lock_contention", "layer": 6, "priority": "P0", "severity": "critical",
+            "subjects": subjects, "evidence": items}
+
+
+def test_the_lock_contention_checks_fail_on_reports_without_their_values():
+    runner = skill.load_eval_runner(SKILL)
+    ctx = {"roles": {"contended": [4242], "idle": [5151]}, "host": "h", "layers": [], "catalog": {}}
+    case = next(c for c in CASES if c["name"] == "live-lock-contention")
+    checks = {a["text"]: a for a in case["assertions"] if a["type"] in ("finding", "no_finding", "evidence_value")}
+
+    def failing(report: dict) -> set[str]:
+        return {text for text, a in checks.items() if not runner.check(a, report, None, ctx)[0]}
+
+    assert failing(_report([_contention()])) == set()
+    names, idle, woken, several = checks
+    assert failing(_report([])) == {names, woken, several}
+    assert failing(_report([_contention(pid=6161)])) == {names, several}  # another process
+    assert failing(_report([_contention(extra_subject="thread:h:5151:5152")])) == {idle}  # the poller named
+    assert failing(_report([_contention(wakeups=2.0)])) == {woken}  # woken rarely: idle, not contended
+    assert failing(_report([_contention(threads=1)])) == {several}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from diagnosis import evidence as ev
@@ -193,6 +193,13 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
             items.append(ev.entity(th.id, "cpu_util_pct", num(th, "cpu_util_pct"), unit="%"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "threads"))
+    traced = Counter(process_of_thread(th.id) for th in measured)
+    contended = Counter(process_of_thread(th.id) for th, _ in hits)
+    for pid_id, n in sorted(contended.items(), key=lambda kv: (-kv[1], kv[0])):
+        process = scope.entity(pid_id)
+        if process is not None:  # which processes hold the contended locks
+            items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads",
+                                      note=f"of the {traced[pid_id]} traced threads of {ev.name_of(process)}"))
     names = ", ".join(ev.name_of(th) for th, _ in hits[:4]) + (" ..." if len(hits) > 4 else "")
     first = hits[0][0]
     return finding(worst(*(s for _, s in hits)) or "warning",
@@ -215,7 +222,7 @@ LOCK_CONTENTION = Pattern(
                   "one that sleeps long and is woken rarely is idle (a pool or queue with no work), not contended"),),
     needs="the eBPF collector (futex syscall tracepoints, root)",
     evidence="Each workload thread (every traced thread on the whole host) over the threshold and woken often enough, "
-             "with its wake-up rate and CPU use.",
+             "with its wake-up rate and CPU use, and per process how many of its threads contend.",
     recommendations=(
         "Find the contended lock (offcputime, py-spy dump) and shorten its critical section or shard it.",
         "In Python, move work from threads to processes (GIL contention).",

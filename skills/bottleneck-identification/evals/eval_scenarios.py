@@ -20,6 +20,15 @@ PRODUCER = ("import hashlib, sys\nx = b'0' * 64\nwhile True:\n"
 CONSUMER = ("import hashlib, sys\nwhile block := sys.stdin.buffer.read1(65536):\n"
             "    for _ in range(500):\n        block = hashlib.sha256(block).digest()\n")
 SLEEPER = "import time\ntime.sleep(3600)"
+# four threads taking turns on one lock, each doing a little work while it holds it
+CONTENDED = ("import threading, time\nlock = threading.Lock()\n"
+             "def work():\n    while True:\n        with lock:\n            sum(range(20000))\n"
+             "for _ in range(4):\n    threading.Thread(target=work, daemon=True).start()\ntime.sleep(3600)\n")
+# four idle threads polling an empty queue: as long in futex waits, but nobody wakes them
+POLLER = ("import queue, threading, time\nq = queue.Queue()\n"
+          "def poll():\n    while True:\n        try:\n            q.get(timeout=0.05)\n"
+          "        except queue.Empty:\n            pass\n"
+          "for _ in range(4):\n    threading.Thread(target=poll, daemon=True).start()\ntime.sleep(3600)\n")
 QUOTA_US, PERIOD_US = 10_000, 100_000  # 0.1 core
 
 
@@ -82,6 +91,18 @@ def _cpu_cgroup(name: str) -> tuple[Path, str]:
     return folder, "cgroup.procs"
 
 
+def _need_ebpf() -> None:
+    """The futex waits come from the eBPF collector: root, bcc and kernel headers."""
+    from collectors.bpfhost import NotReady, kernel_headers, load_bcc
+    if os.geteuid() != 0:
+        raise ScenarioUnavailable("the eBPF collector needs root")
+    try:
+        load_bcc()
+        kernel_headers(os.uname().release)
+    except NotReady as exc:
+        raise ScenarioUnavailable(str(exc)) from None
+
+
 def lift_quota(pid: int) -> None:
     """The fix of the cgroup_quota scenario: remove the CPU quota of PID's cgroup."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
@@ -122,6 +143,10 @@ def run(spec: dict) -> Iterator[dict[str, list[int]]]:
             procs = [_python(BUSY)]
             (cgroup / procs_file).write_text(f"{procs[0].pid}\n")
             roles = {"throttled": [procs[0].pid]}
+        elif kind == "lock_contention":
+            _need_ebpf()
+            procs = [_python(CONTENDED), _python(POLLER)]
+            roles = {"contended": [procs[0].pid], "idle": [procs[1].pid]}
         elif kind == "sleeper":
             procs = [_python(SLEEPER)]
             roles = {"sleeper": [procs[0].pid]}
