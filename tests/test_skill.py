@@ -428,7 +428,7 @@ def test_eval_runner_passes_on_the_tools_own_reports(case, vllm_sample_path, tmp
 def _contention(pid=4242, wakeups=300.0, threads=4, extra_subject=None):
     """control.lock_contention as the tool reports it (values of a real run)."""
     subjects = [f"thread:h:{pid}:{pid + i}" for i in range(1, threads + 1)] + ([extra_subject] if extra_subject else [])
-    items = [{"kind": "entity", "ids": [s], "metric": "futex_wakeups_per_s", "value": wakeups, "threshold": ">= 10"}
+    items = [{"kind": "entity", "ids": [s], "metric": "futex_wakeups_per_s", "value": wakeups, "threshold": ">= 25"}
              for s in subjects]
     items.append({"kind": "statistic", "ids": [f"process:h:{pid}"], "metric": "contended_threads", "value": threads})
     if extra_subject:

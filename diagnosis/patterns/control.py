@@ -218,7 +218,7 @@ LOCK_CONTENTION = Pattern(
     metrics=("thread.futex_wait_pct", "thread.futex_wakeups_per_s"),
     thresholds=(Threshold("futex_wait_pct", "%", "above", "share of the window a thread spent in futex waits",
                           critical=60, warning=30),),
-    params=(Param("min_futex_wakeups_per_s", 10, "1/s", "a thread must be woken from futex waits at least this often: "
+    params=(Param("min_futex_wakeups_per_s", 25, "1/s", "a thread must be woken from futex waits at least this often: "
                   "one that sleeps long and is woken rarely is idle (a pool or queue with no work), not contended"),),
     needs="the eBPF collector (futex syscall tracepoints, root)",
     evidence="Each workload thread (every traced thread on the whole host) over the threshold and woken often enough, "

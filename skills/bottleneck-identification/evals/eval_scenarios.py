@@ -24,9 +24,9 @@ SLEEPER = "import time\ntime.sleep(3600)"
 CONTENDED = ("import threading, time\nlock = threading.Lock()\n"
              "def work():\n    while True:\n        with lock:\n            sum(range(20000))\n"
              "for _ in range(4):\n    threading.Thread(target=work, daemon=True).start()\ntime.sleep(3600)\n")
-# four idle threads polling an empty queue: as long in futex waits, but nobody wakes them
-POLLER = ("import queue, threading, time\nq = queue.Queue()\n"
-          "def poll():\n    while True:\n        try:\n            q.get(timeout=0.05)\n"
+# four idle threads, each polling an empty queue of its own: as long in futex waits, but nobody wakes them
+POLLER = ("import queue, threading, time\n"
+          "def poll():\n    q = queue.Queue()\n    while True:\n        try:\n            q.get(timeout=0.05)\n"
           "        except queue.Empty:\n            pass\n"
           "for _ in range(4):\n    threading.Thread(target=poll, daemon=True).start()\ntime.sleep(3600)\n")
 QUOTA_US, PERIOD_US = 10_000, 100_000  # 0.1 core
