@@ -7,17 +7,19 @@ where a missing piece fails instead."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from collectors import bpfhost
 from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from collectors.ebpf import SYSCALLS, program, thread_metrics
+from collectors.ebpf import SYSCALLS, program, thread_metrics, wait_rows
 from collectors.engine import run_window
 from diagnosis import diagnose
 
@@ -38,6 +40,24 @@ def test_thread_metrics_are_shares_and_rates_of_the_window():
     assert thread_metrics(1_500_000_000, 30, 3.0) == {"futex_wait_pct": 50.0, "futex_wakeups_per_s": 10.0}
     # several waits of one thread can overlap the window's edges by a few ns: never above 100 %
     assert thread_metrics(3_000_000_100, 0, 3.0)["futex_wait_pct"] == 100.0
+
+
+def test_the_map_is_read_in_batches_or_key_by_key_where_the_kernel_has_no_batches():
+    value = SimpleNamespace(ns=2_000_000, woken=7, comm=b"python3")
+    key = (42 << 32) | 43  # tgid 42, thread 43
+
+    class Batches:
+        def items_lookup_batch(self):
+            return iter([(key, value)])
+
+    class KeyByKey:
+        def items_lookup_batch(self):
+            raise Exception("BPF_MAP_LOOKUP_BATCH failed: Invalid argument")  # what bcc raises there
+
+        def items(self):
+            return [(ctypes.c_ulonglong(key), value)]
+
+    assert wait_rows(Batches()) == wait_rows(KeyByKey()) == [(42, 43, 2_000_000, 7, "python3")]
 
 
 # -- what the host must have ---------------------------------------------------------------
