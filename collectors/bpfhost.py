@@ -40,6 +40,8 @@ def load_bcc(dist_packages: Path = DEBIAN_DIST_PACKAGES) -> ModuleType:
         return importlib.import_module("bcc")
     except ImportError:
         pass
+    except OSError as exc:  # the module is there but libbcc is not (or is of another ABI)
+        raise NotReady(f"bcc does not load: {exc}: {INSTALL_HINT}") from None
     if not (dist_packages / "bcc" / "__init__.py").exists():
         raise NotReady(f"the bcc Python module is not installed: {INSTALL_HINT}")
     # only bcc itself is taken from there: the path is removed again, so that no other package of

@@ -137,6 +137,13 @@ def test_bcc_comes_from_the_distribution_when_this_interpreter_lacks_it(tmp_path
         before = list(sys.path)
         assert load_bcc(tmp_path).WHERE == "distribution"
         assert sys.path == before  # nothing else of the system Python is importable afterwards
+        sys.modules.pop("bcc")
+        (tmp_path / "bcc" / "__init__.py").write_text("raise OSError('libbcc.so.0: cannot open shared object file')\n")
+        with pytest.raises(NotReady, match="does not load here: OSError: libbcc.so.0: cannot open shared object"):
+            load_bcc(tmp_path)
+        sys.path.append(str(tmp_path))  # importable as it is, but its library is missing
+        with pytest.raises(NotReady, match="^bcc does not load: libbcc.so.0: cannot open shared object file: apt-get"):
+            load_bcc(tmp_path / "elsewhere")
     finally:  # the stand-in must not serve the live tests
         sys.modules.pop("bcc", None)
         if real is not None:
