@@ -175,9 +175,13 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits = [(th, sev) for th, sev in hits if sev]
     if not hits:
         idle = [th for th in measured if share.severity(num(th, "futex_wait_pct")) and th.id not in often_ids]
-        top = max((num(th, "futex_wait_pct") or 0.0 for th in woken_often), default=0.0)
-        return clear(f"{len(measured)} threads traced; no thread woken at least {number(often)}/s waited over "
-                     f"{number(share.limit())} % of the window on futexes (highest {ev.fmt(top, '%')})"
+        if woken_often:
+            top = max(num(th, "futex_wait_pct") or 0.0 for th in woken_often)
+            what = (f"none of the {len(woken_often)} woken at least {number(often)}/s waited over "
+                    f"{number(share.limit())} % of the window on futexes (highest {ev.fmt(top, '%')})")
+        else:
+            what = f"none was woken from futex waits {number(often)} times a second or more"
+        return clear(f"{len(measured)} thread(s) traced; {what}"
                      + (f"; {len(idle)} idle thread(s) sleep longer on futexes but are woken less often"
                         if idle else ""))
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_wait_pct") or 0.0), h[0].id))
