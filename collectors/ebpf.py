@@ -1,5 +1,5 @@
-"""eBPF on syscall tracepoints (bcc): how long each thread waits on a futex until another thread
-wakes it, the measure of lock contention that /proc cannot give.
+"""eBPF on syscall tracepoints (bcc): how long each thread waits on futexes and how often another
+thread wakes it, the measure of lock contention that /proc cannot give.
 
 A futex wait is how a contended pthread mutex, a condition variable, Python's GIL and most user
 space locks block. The program times every wait (sys_enter_futex with a waiting op, futex_waitv,
@@ -18,8 +18,8 @@ root; collectors.bpfhost has the rest of what the host must have. Kprobes are ne
 hosts disable them.
 
 The fragment holds every thread of the processes in scope (0 % for those that never waited) and,
-host-wide, up to OUT_OF_SCOPE_MAX other threads that waited at least 1 % of the window and once a
-second, each linked to its process when the process collector reported it.
+host-wide, up to OUT_OF_SCOPE_MAX other threads that waited at least 1 % of the window and were
+woken at least once a second, each linked to its process when the process collector reported it.
 """
 
 from __future__ import annotations
