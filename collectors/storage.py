@@ -3,7 +3,9 @@
 One small file read every interval. Whole disks are always reported; partitions (their I/O is
 already in their disk's), loop and RAM disks only when they did I/O in the window, so that an
 idle host's snap loops do not bury the disks. Sizes and sectors in diskstats are always in
-512-byte units, whatever the device's block size.
+512-byte units, whatever the device's block size. Busy time (utilisation) is counted by the kernel
+in whole jiffies, so requests that start and end within one tick add nothing to it: a fast disk
+can show IOPS with 0 % utilisation.
 """
 
 from __future__ import annotations

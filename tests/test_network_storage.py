@@ -160,7 +160,10 @@ def test_synced_writes_show_on_their_disk():
     assert dev is not None, [e.id for e in graph.entities("block_device")]
     m = dev.metrics
     assert m["write_bytes_per_s"] * window >= size * 0.9
-    assert m["write_iops"] > 0 and m["disk_util_pct"] > 0 and m["await_ms"] >= 0
+    # The kernel counts busy time in whole jiffies, from a request's start to its end: requests that
+    # a fast (e.g. host-cached virtual) disk completes within one tick add nothing, so a few synced
+    # writes may show IOPS with 0 % utilisation.
+    assert m["write_iops"] > 0 and m["disk_util_pct"] >= 0 and m["await_ms"] >= 0
     assert m["write_bytes_per_s_max"] >= m["write_bytes_per_s"]
     idle_loops = [e.id for e in graph.entities("block_device") if e.attrs["name"].startswith("loop")
                   and not (e.metrics.get("read_iops") or e.metrics.get("write_iops"))]
