@@ -37,6 +37,7 @@ from topology.gcpause import gc_paused
 from topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from topology.privacy import filter_env, redact_cmdline
 from topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
+from topology.wording import counted
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
@@ -383,7 +384,7 @@ class ProcessCollector(Collector):
                    "environ": "ranks from the environment missing", "numa_maps": "NUMA pages missing"}
         for what, count in sorted(self.unreadable.items()):
             why = "needs root or the same user" if not self.ctx.is_root else "permission denied"
-            self.partial(f"/proc/PID/{what} unreadable for {count} processes ({why}; {effects[what]})")
+            self.partial(f"/proc/PID/{what} unreadable for {counted(count, 'processes')} ({why}; {effects[what]})")
         if not self.ctx.is_root:
             self.status.privileges = f"uid {os.geteuid()} (not root)"
 

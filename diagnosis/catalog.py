@@ -41,8 +41,7 @@ class Threshold:
 
     def describe(self) -> str:
         sign = ">" if self.direction == "above" else "<"
-        unit = "" if self.unit in ("", "ratio") else f" {self.unit}"
-        parts = [f"{lv} {sign} {number(v)}{unit}" for lv, v in self.levels().items()]
+        parts = [f"{lv} {sign} {with_unit(number(v), self.unit)}" for lv, v in self.levels().items()]
         return ", ".join(parts)
 
 
@@ -173,6 +172,15 @@ def catalog() -> dict[str, Pattern]:
                 found[pattern.id] = pattern
         _CATALOG = found
     return _CATALOG
+
+
+def with_unit(text: str, unit: str | None) -> str:
+    """A number with its unit as a sentence reads it: '12 %', '3 ms', '685/s', a ratio bare."""
+    if not unit or unit == "ratio":
+        return text
+    if unit == "1/s":
+        return f"{text}/s"
+    return f"{text} {unit}"
 
 
 def number(value: float) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import Field
 
+from diagnosis.catalog import with_unit
 from diagnosis.matcher import diagnose
 from diagnosis.models import Diagnosis, Evidence, Finding, _Model, rounded
 from topology import Graph
@@ -72,10 +73,10 @@ class Comparison(_Model):
                 if c.deltas:
                     lines += ["| ids | metric | before | after | delta |", "|---|---|---|---|---|"]
                     for d in c.deltas:
-                        unit = f" {d.unit}" if d.unit else ""
+                        before = _v(d.before) if d.before is None else with_unit(_v(d.before), d.unit)
+                        after = _v(d.after) if d.after is None else with_unit(_v(d.after), d.unit)
                         lines.append(f"| {', '.join(d.ids[:3])}{' (+%d)' % (len(d.ids) - 3) if len(d.ids) > 3 else ''}"
-                                     f" | {d.metric} | {_v(d.before)}{unit if d.before is not None else ''} | "
-                                     f"{_v(d.after)}{unit if d.after is not None else ''} | {_signed(d.delta)} |")
+                                     f" | {d.metric} | {before} | {after} | {_signed(d.delta)} |")
                     lines.append("")
         return "\n".join(lines).rstrip() + "\n"
 

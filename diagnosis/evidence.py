@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis.catalog import Levels, number
+from diagnosis.catalog import Levels, number, with_unit
 from diagnosis.models import Evidence
+from topology.wording import Count, agree, counted, listed, their  # noqa: F401  (the patterns' sentences use them as ev.*)
 
 MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
 Bound = tuple[str, float]  # a pattern parameter as a threshold: (">=", 10) -> ">= 10"
@@ -19,11 +20,7 @@ def fmt(value: Any, unit: str = "") -> str:
             text = text[:-2]
     else:
         text = str(value)
-    if not unit or unit in ("ratio",):
-        return text
-    if unit == "%":
-        return f"{text} %"
-    return f"{text} {unit}"
+    return with_unit(text, unit)
 
 
 def entity(eid: str, metric: str | None, value: Any, unit: str | None = None, levels: Levels | None = None,

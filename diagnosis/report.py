@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnosis.catalog import with_unit
 from diagnosis.models import LAYERS, CoverageRow, Diagnosis, Evidence, Finding, rounded
 from topology import Graph
 from topology.errors import InputError
@@ -55,8 +56,8 @@ def _ids(ids: list[str], limit: int = 3) -> str:
 def evidence_table(items: list[Evidence]) -> list[str]:
     lines = ["| kind | ids | metric | value | threshold | note |", "|---|---|---|---|---|---|"]
     for e in items:
-        value = _value(e.value) + (f" {e.unit}" if e.unit and e.value is not None and not isinstance(e.value, str)
-                                   else "")
+        value = (with_unit(_value(e.value), e.unit) if e.value is not None and not isinstance(e.value, str)
+                 else _value(e.value))
         lines.append("| " + " | ".join(_cell(c) for c in (e.kind, _ids(e.ids), e.metric or "", value,
                                                               _value(e.threshold), e.note or "")) + " |")
     return lines

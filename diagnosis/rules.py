@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from diagnosis import evidence as ev
-from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, worst
+from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, with_unit, worst
 from diagnosis.models import Evidence
 from diagnosis.scope import Scope, num
 from topology import Entity
@@ -59,8 +59,8 @@ def clear_text(a: Assessment, what: str, metric: str) -> str:
     assert ext is not None
     word = "highest" if a.levels.direction == "above" else "lowest"
     sign = ">" if a.levels.direction == "above" else "<"
-    return (f"{len(a.measured)} {what} measured; {word} {metric} {ev.fmt(ext[1], a.levels.unit)} "
-            f"({ev.name_of(ext[0])}), none {sign} {number(a.levels.limit())} {a.levels.unit}".rstrip())
+    return (f"{ev.counted(len(a.measured), what)} measured; {word} {metric} {ev.fmt(ext[1], a.levels.unit)} "
+            f"({ev.name_of(ext[0])}), none {sign} {with_unit(number(a.levels.limit()), a.levels.unit)}")
 
 
 def hit_evidence(a: Assessment, metric: str, note: Callable[[Entity, float], str | None] | None = None,
@@ -79,7 +79,8 @@ def hit_evidence(a: Assessment, metric: str, note: Callable[[Entity, float], str
 def metric_check(scope: Scope, entities: list[Entity], levels: Levels, metric: str, what: str,
                  keywords: tuple[str, ...], sentence: str, value: Value | None = None,
                  extra: Callable[[Entity], list[Evidence]] | None = None) -> Verdict:
-    """The common shape: `sentence` is formatted with n (hits), names, worst (value) and limit."""
+    """The common shape: `sentence` is formatted with n (hits: '{n:disks|are}' makes '1 disk is' or
+    '2 disks are'), names, worst (value) and limit."""
     if not entities:
         return not_evaluated(scope.missing(f"no {what} in this graph", *keywords))
     a = assess(entities, levels, value or metric_of(metric))
@@ -89,8 +90,8 @@ def metric_check(scope: Scope, entities: list[Entity], levels: Levels, metric: s
         return clear(clear_text(a, what, metric))
     names = ", ".join(ev.name_of(e) for e, _, _ in a.hits[:4]) + (" ..." if len(a.hits) > 4 else "")
     first = a.hits[0]
-    text = sentence.format(n=len(a.hits), names=names, worst=ev.fmt(first[1], levels.unit),
-                           limit=f"{number(levels.limit(first[2]))} {levels.unit}".rstrip())
+    text = sentence.format(n=ev.Count(len(a.hits)), names=names, worst=ev.fmt(first[1], levels.unit),
+                           limit=with_unit(number(levels.limit(first[2])), levels.unit))
     return finding(a.severity or "warning", text, hit_evidence(a, metric, extra=extra),
                    subjects=[e.id for e, _, _ in a.hits])
 

@@ -111,8 +111,8 @@ def _children(pid: int) -> list[int]:
     (["--interval", "-1"], "interval must be > 0"),
     (["--duration", "x"], "invalid float value"),
     (["--pid", "999999999", "-o", "-"], "no such process: 999999999"),
-    (["--collectors", "process,nope", "-o", "-"], "unknown collector(s): nope"),
-    (["--collectors=-nope", "-o", "-"], "unknown collector(s): nope"),
+    (["--collectors", "process,nope", "-o", "-"], "unknown collector: nope"),
+    (["--collectors=-nope", "-o", "-"], "unknown collector: nope"),
     (["--collectors=cpu,-ebpf", "-o", "-"], "or the ones to leave out with '-' (e.g. -ebpf), not both"),
     (["-o", "/nonexistent-dir/g.json"], "no such directory"),
 ])

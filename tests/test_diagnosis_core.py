@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from diagnosis import LAYERS, diagnose
+from diagnosis import evidence as ev
 from diagnosis.catalog import catalog
 from diagnosis.report import report
 from topology import Graph, dumps_graph, load_graph, loads_graph
 from topology.vocabulary import metric_info
 
+from converter_graphs import hand_graph
 from diagnosis_graphs import allocates_on, device, host, new_graph, process, runs_on, thread, two_numa_host, uses
 
 DESIGN = Path(__file__).resolve().parents[1].parent / "shared" / "DESIGN.md"
@@ -59,6 +61,36 @@ def _busy_graph() -> Graph:
     runs_on(g, 10, 10, 1, 5e9)
     allocates_on(g, 10, 1, 100000)
     return g
+
+
+def test_sentences_agree_in_number_and_write_rates_as_rates():
+    assert [ev.counted(n, "NUMA nodes") for n in (0, 1, 2)] == ["0 NUMA nodes", "1 NUMA node", "2 NUMA nodes"]
+    assert ev.counted(1, "multi-threaded workload processes") == "1 multi-threaded workload process"
+    assert ev.counted(1, "IPC queues", "keep") == "1 IPC queue keeps"
+    assert ev.counted(1, "accelerator users", "are") == "1 accelerator user is"
+    assert ev.counted(3, "accelerator users", "are") == "3 accelerator users are"
+    assert ev.counted(1, "loader/producer workers") == "1 loader/producer worker"
+    assert ev.counted(1, "process/device pairs") == "1 process/device pair"
+    assert ev.counted(1, "consumers with cpu_util_pct samples") == "1 consumer with cpu_util_pct samples"
+    assert ev.counted(1, "memory domains (hosts, NUMA nodes)") == "1 memory domain (hosts, NUMA nodes)"
+    assert f"{ev.Count(1):disks|are} busy, {ev.Count(2):disks|are} busy, {ev.Count(1)}" == "1 disk is busy, 2 disks are busy, 1"
+    assert ev.listed("node", [7]) + "; " + ev.listed("node", [0, 5]) + "; " + ev.listed("node", []) == \
+        "node 7; nodes 0, 5; node unknown"
+    assert ev.counted(1, "NICs") + ", " + ev.counted(1, "batches") + ", " + ev.counted(1, "policies") == \
+        "1 NIC, 1 batch, 1 policy"
+    assert [ev.fmt(v, u) for v, u in ((0.0, "1/s"), (685.2, "1/s"), (12.5, "%"), (3.0, "ms"), (0.5, "ratio"))] == \
+        ["0/s", "685.2/s", "12.5 %", "3 ms", "0.5"]
+
+
+def test_every_sentence_agrees_with_its_count():
+    """No "1 NUMA nodes measured" nor "1 accelerator(s) are" in any finding or coverage line."""
+    graphs = (_busy_graph(), _odd_graph(), hand_graph())
+    texts = [t for g in graphs for d in (diagnose(g), diagnose(g, pids=[10]) if g.entity("process:h1:10") else diagnose(g))
+             for t in [f.description for f in d.findings] + [c.reason for c in d.coverage]]
+    assert any(re.search(r"\b1 \w", t) for t in texts)  # the check below has something to check
+    for text in texts:
+        assert not re.search(r"\b1 [\w/-]+ ?\w*[^s]s (measured|checked|traced|compared|are|spend|wait|keep)\b", text), text
+        assert "(s)" not in text and " 1/s" not in text, text
 
 
 def test_same_graph_same_bytes_also_after_a_json_round_trip():
@@ -160,7 +192,7 @@ def test_sample_worker_1895087_is_allowed_on_node_7_only(sample):
     graph, d = sample
     f = d.finding("interconnect.device_numa_mismatch")
     ev = next(e for e in f.evidence if e.metric == "cpus_allowed" and e.ids == [f"process:{graph.meta.hosts[0]}:1895087"])
-    assert ev.value == "168-191" and "NUMA node(s) 7" in ev.note
+    assert ev.value == "168-191" and "NUMA node 7;" in ev.note
 
 
 def test_sample_patterns_without_data_are_not_evaluated_with_reasons(sample):

@@ -126,12 +126,12 @@ def test_lock_contention_sets_idle_sleepers_apart_and_names_the_contended_thread
     thread(g, 10, 13, name="main", futex_wait_pct=0.0, futex_wakeups_per_s=0.0)
     f = diagnose(g).finding("control.lock_contention")
     assert f.severity == "critical" and f.subjects == ["thread:h1:10:11"]
-    assert "1 thread(s) spend their time waiting on locks" in f.description and "woken 200 times a second" in f.description
+    assert "1 thread spends its time waiting on locks" in f.description and "woken 200 times a second" in f.description
     rate = next(e for e in f.evidence if e.metric == "futex_wakeups_per_s")
     assert rate.ids == ["thread:h1:10:11"] and rate.value == 200.0
     g.entity("thread:h1:10:11").metrics["futex_wakeups_per_s"] = 2.0  # now rarely woken too: idle, not contended
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
-    assert row.status == "clear" and row.reason.startswith("3 thread(s) traced; none was woken") and "2 idle thread(s)" in row.reason
+    assert row.status == "clear" and row.reason.startswith("3 threads traced; none was woken") and "2 idle threads slept" in row.reason
 
 
 def test_a_traced_host_without_a_workload_and_without_waiting_threads_is_clear():
@@ -155,5 +155,5 @@ def test_idle_worker_groups_are_clear_not_unevaluated():
 def test_lock_contention_clear_line_gives_the_highest_wait_among_threads_woken_often():
     g = futex(20.0)  # woken 200 times a second, but only 20 % of the window in futex waits
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
-    assert row.status == "clear" and row.reason == ("1 thread(s) traced; none of the 1 woken at least 25/s waited "
+    assert row.status == "clear" and row.reason == ("1 thread traced; none of the 1 woken at least 25/s waited "
                                                     "over 30 % of the window on futexes (highest 20 %)")

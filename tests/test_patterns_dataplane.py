@@ -151,7 +151,7 @@ def test_loaders_without_cpu_figures_are_not_evaluated_and_no_loaders_are_clear(
     for pid in (11, 12):  # e.g. a legacy snapshot: the workers are there, their CPU use is not
         process(g, pid, "pt_data_worker", ppid=10, role="loader")
     row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.preprocessing_bottleneck")
-    assert row.status == "not_evaluated" and "2 loader/producer process(es)" in row.reason, row
+    assert row.status == "not_evaluated" and "2 loader/producer processes" in row.reason, row
     g = new_graph()
     process(g, 10, "train", cpu_util_pct=5.0)
     row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.preprocessing_bottleneck")

@@ -95,7 +95,7 @@ def test_mismatch_evidence_names_device_node_allowed_cpus_pages_and_distance():
     f = diagnose(g).finding("interconnect.device_numa_mismatch")
     by_metric = {e.metric: e for e in f.evidence}
     assert by_metric["numa_node"].value == 0 and by_metric["numa_node"].kind == "edge"
-    assert by_metric["cpus_allowed"].value == "4-7" and "NUMA node(s) 1" in by_metric["cpus_allowed"].note
+    assert by_metric["cpus_allowed"].value == "4-7" and "NUMA node 1" in by_metric["cpus_allowed"].note
     assert by_metric["remote_runtime_pct"].value == 100.0
     assert by_metric["remote_pages_pct"].value == 0.0 and "0: 1000" in by_metric["remote_pages_pct"].note
     assert by_metric["numa_distance"].value == 21 and by_metric["numa_distance"].ids == [
@@ -109,7 +109,7 @@ def test_mismatch_inferred_from_allowed_cpus_without_run_time():
     process(g, 10, "train", attrs={"cpus_allowed": "4-7"})
     uses(g, 10, device(g, "npu", "0000:c1:00.0", 0, numa_node=0))
     f = diagnose(g).finding("interconnect.device_numa_mismatch")
-    assert f.severity == "critical" and "may only run on node(s) 1" in f.description
+    assert f.severity == "critical" and "may only run on node 1." in f.description
 
 
 def test_sibling_nodes_lower_a_critical_mismatch_to_warning():
@@ -189,7 +189,7 @@ def test_nvlinks_equal_across_peers_are_clear_and_unwired_boards_are_not_judged(
     linked_devices(g, "gpu", "NVIDIA H100 80GB HBM3", [18, 18, 18, 18])
     d = diagnose(g)
     assert d.status("interconnect.pcie_link_degraded") == "clear"
-    assert "4 device(s) with NVLink/HCCS links checked" in next(
+    assert "4 devices with NVLink/HCCS links checked" in next(
         c.reason for c in d.coverage if c.pattern == "interconnect.pcie_link_degraded")
     # PCIe cards without bridges: NVML reports every link inactive on every GPU; nothing to compare
     g = new_graph(collectors={"process": "ok", "gpu": "ok"})

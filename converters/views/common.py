@@ -158,6 +158,8 @@ def evidence_value(value: Any, unit: str | None) -> str:
         return "-" if value is None else str(value)
     if unit in ("bytes", "bytes/s"):
         return size(value, per_s=unit == "bytes/s")
+    if unit == "1/s":
+        return f"{num(value)}/s"  # as the tables write rates
     return f"{num(value)}{sep}{unit}"
 
 

@@ -11,6 +11,7 @@ from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, fit, num, pct
 from converters.views import LAYERS
 from converters.views.common import CPU, ID, NAME, ROLE, short
+from topology.wording import counted
 from converters.views.folds import fold_query
 
 CAP = 499  # always under 500 tokens
@@ -72,7 +73,7 @@ def _layers(ctx: GraphContext) -> list[str]:
         if found:
             worst = min(f.priority for f in found)
             pats = ", ".join(sorted({f.pattern.split(".", 1)[-1] for f in found}))
-            lines.append(f"  {layer}: {worst} {len(found)} finding(s): {pats}")
+            lines.append(f"  {layer}: {worst} {counted(len(found), 'findings')}: {pats}")
     head = f"unhealthy layers (diagnosis, {len(diag.findings)} findings):" if lines else \
         "unhealthy layers (diagnosis): none"
     return [head, *lines]
@@ -87,13 +88,13 @@ def heuristic_suspects(ctx: GraphContext) -> dict[str, str]:
         out["compute"] = f"host cpu {pct(m['cpu_util_pct'])}"
     idle = [d for d in ctx.accelerators if ctx.in_edges(d.id, "uses_device") and (d.metrics.get("util_pct") or 100) < 30]
     if idle:
-        out["compute"] = f"{len(idle)} accelerator(s) in use under 30% busy"
+        out["compute"] = f"{counted(len(idle), 'accelerators')} in use under 30% busy"
     if (m.get("psi_memory_some_pct") or 0) > 10 or (m.get("swap_out_pages_per_s") or 0) > 0:
         out["memory"] = "memory pressure or swapping"
     from converters.views.interconnect import _placement_flag
     bad = [p for p in ctx.workload if "OFF-NODE" in _placement_flag(ctx, p)]
     if bad:
-        out["interconnect"] = f"{len(bad)} device user(s) off their device's NUMA node"
+        out["interconnect"] = f"{counted(len(bad), 'device users')} off their device's NUMA node"
     if (m.get("tcp_retrans_pct") or 0) > 1:
         out["network"] = f"tcp retransmits {pct(m['tcp_retrans_pct'])}"
     if (m.get("cpu_iowait_pct") or 0) > 20 or (m.get("psi_io_some_pct") or 0) > 20:
@@ -104,7 +105,7 @@ def heuristic_suspects(ctx: GraphContext) -> dict[str, str]:
     growing = [e for k in ("pipe", "unix_socket", "tcp") for e in ctx.edges(k)
                if (e.metrics.get("queued_bytes_growth_per_s") or 0) > 0]
     if growing:
-        out["dataplane"] = f"{len(growing)} growing IPC queue(s)"
+        out["dataplane"] = f"{counted(len(growing), 'growing IPC queues')}"
     return out
 
 

@@ -42,13 +42,13 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     judged = [(e, v, s) for e, v, s in a.hits if cpu_wait_pct(e) is not None]
     hits = [(e, v, s) for e, v, s in judged if (cpu_wait_pct(e) or 0.0) >= t["min_cpu_wait_pct"]]
     if a.hits and not judged:
-        return not_evaluated(scope.missing(f"{len(a.hits)} process(es) use little CPU, but without run-queue wait "
+        return not_evaluated(scope.missing(f"{ev.counted(len(a.hits), 'processes', 'use')} little CPU, but without run-queue wait "
                                            "times (schedstat) idle cannot be told from starved", "process"))
     if not hits:
         if judged:
-            return clear(f"{len(judged)} process(es) use little CPU but hardly wait for one (< "
+            return clear(f"{ev.counted(len(judged), 'processes', 'use')} little CPU but hardly {ev.agree(len(judged), 'wait')} for one (< "
                          f"{number(t['min_cpu_wait_pct'])} % of the window in the run queue): idle or blocked by "
-                         "themselves, not starved")
+                         f"{'itself' if len(judged) == 1 else 'themselves'}, not starved")
         return clear(clear_text(a, "workload processes", "cpu_util_pct"))
     subjects = {e.id for e, _, _ in hits}
     explained = dataplane_explanations(scope, subjects)
@@ -64,7 +64,7 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "processes"))
     first = hits[0]
-    text = (f"{len(hits)} workload process(es) get too little CPU: {ev.name_of(first[0])} runs "
+    text = (f"{ev.counted(len(hits), 'workload processes', 'get')} too little CPU: {ev.name_of(first[0])} runs "
             f"{ev.fmt(first[1], '%')} of one core (threshold < {number(levels.limit(first[2]))} %) and waits for a "
             f"CPU {ev.fmt(cpu_wait_pct(first[0]), '%')} of the window.")
     severity = worst(*(s for _, _, s in hits)) or "warning"
@@ -149,9 +149,9 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev:
             severities.append(sev)
             subjects.extend(c.id for c in mine)
-            parts.append(f"the workload's {len(mine)} CPUs on {host} {ev.fmt(mean, '%')} busy")
+            parts.append(f"the workload's {ev.counted(len(mine), 'CPUs')} on {host} {ev.fmt(mean, '%')} busy")
             items.append(ev.statistic([c.id for c in mine], "cpu_util_pct", mean, levels=levels, severity=sev,
-                                      note=f"mean over the {len(mine)} CPUs the workload may use"))
+                                      note=f"mean over the {ev.counted(len(mine), 'CPUs')} the workload may use"))
     if severities:
         busy = [c for c in cpus if (levels.severity(num(c, "cpu_util_pct")))]
         if busy:
@@ -161,7 +161,7 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
                        subjects=subjects)
     top = max(hosts, key=lambda h: ((num(h, "cpu_util_pct") or 0.0) + (num(h, "cpu_steal_pct") or 0.0), h.id),
               default=None)
-    where = f"{len(cpus)} CPUs measured"
+    where = f"{ev.counted(len(cpus), 'CPUs')} measured"
     if top is not None:
         stolen = num(top, "cpu_steal_pct") or 0.0
         where = f"host CPU use {ev.fmt(num(top, 'cpu_util_pct'), '%')}" + (f" + {ev.fmt(stolen, '%')} stolen"
@@ -204,7 +204,7 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml", "accel"))
     used = [d for d in devices if scope.device_users(d)]
     if not used:
-        return clear(f"{len(devices)} accelerator(s) present, none used by a process")
+        return clear(f"{ev.counted(len(devices), 'accelerators')} present, none used by a process")
     a = assess(used, levels, metric_of("util_pct"))
     if not a.measured:
         return not_evaluated(scope.missing("no utilisation of the accelerators in use", "gpu", "npu", "nvml"))
@@ -220,7 +220,7 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
         ev.edge(e.id, None, ev.name_of(scope.entity(e.source)) if scope.entity(e.source) else e.source,
                 note="used by") for e in scope.in_edges(d.id, "uses_device")][:4])
     first = a.hits[0]
-    text = (f"{len(a.hits)} accelerator(s) in use are mostly idle: {ev.name_of(first[0])} busy "
+    text = (f"{ev.counted(len(a.hits), 'accelerators')} in use {ev.agree(len(a.hits), 'are')} mostly idle: {ev.name_of(first[0])} busy "
             f"{ev.fmt(first[1], '%')} (threshold < {number(levels.limit(first[2]))} %).")
     if explained:
         text += f" They wait for input from the host: see {', '.join(explained)}."
@@ -268,7 +268,7 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
         if (llc is not None and llc > t["llc_miss_pct"]) or (ipc is not None and ipc < t["ipc"]):
             hits.append((entity, value, sev))
     if not hits:
-        return clear(f"{len(with_pmu)} subjects with PMU counters; none busy > {number(levels.limit())} % with "
+        return clear(f"{ev.counted(len(with_pmu), 'subjects')} with PMU counters; none busy > {number(levels.limit())} % with "
                      f"LLC misses > {number(t['llc_miss_pct'])} % or IPC < {number(t['ipc'])}")
     items = []
     for entity, value, sev in hits[:ev.MAX_SUBJECTS]:
@@ -278,7 +278,7 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
                 items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio",
                                        bound=(sign, limit)))
     return finding(worst(*(s for _, _, s in hits)) or "warning",
-                   f"{len(hits)} busy subject(s) spend their cycles stalled: {ev.name_of(hits[0][0])} "
+                   f"{ev.counted(len(hits), 'busy subjects', 'spend')} {ev.their(len(hits))} cycles stalled: {ev.name_of(hits[0][0])} "
                    f"at {ev.fmt(hits[0][1], '%')} CPU with poor cache behaviour or IPC.",
                    items, subjects=[e.id for e, _, _ in hits])
 
@@ -310,7 +310,7 @@ def _low_ipc(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no IPC counter: the host has no PMU or perf_event_open is not "
                                            "allowed", "pmu", "perf"))
     return metric_check(scope, active, t["ipc"], "ipc", "active subjects with PMU counters", ("pmu", "perf"),
-                        "{n} active subject(s) retire few instructions per cycle: {names}, IPC {worst} "
+                        "{n:active subjects|retire} few instructions per cycle: {names}, IPC {worst} "
                         "(threshold < {limit}).")
 
 
@@ -354,7 +354,7 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no per-thread CPU use of multi-threaded workload processes", "process",
                                            "thread"))
     if not hits:
-        return clear(f"{measured} multi-threaded workload processes measured; no thread > {number(levels.limit())} % "
+        return clear(f"{ev.counted(measured, 'multi-threaded workload processes')} measured; no thread > {number(levels.limit())} % "
                      f"while its siblings average < {number(t['siblings_cpu_util_pct'])} %")
     hits.sort(key=lambda h: (h[5] != "critical", -h[2], h[1].id))
     items = []
@@ -408,7 +408,7 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev:
             hits.append((d, reasons, ratio, sev))
     if not hits:
-        return clear(f"{len(measured)} accelerators measured; none clock-throttled below "
+        return clear(f"{ev.counted(len(measured), 'accelerators')} measured; none clock-throttled below "
                      f"{number(levels.limit())} % of its maximum clock")
     items = []
     for d, reasons, ratio, sev in hits[:ev.MAX_SUBJECTS]:
@@ -424,7 +424,7 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
                 items.append(ev.entity(d.id, m, num(d, m), unit=u))
     d, reasons, ratio, _ = hits[0]
     return finding(worst(*(h[3] for h in hits)) or "warning",
-                   f"{len(hits)} accelerator(s) in use are clock-throttled ({'/'.join(reasons)} on "
+                   f"{ev.counted(len(hits), 'accelerators')} in use {ev.agree(len(hits), 'are')} clock-throttled ({'/'.join(reasons)} on "
                    f"{ev.name_of(d)}" + (f", at {ev.fmt(ratio, '%')} of the maximum clock)." if ratio else ")."),
                    items, subjects=[h[0].id for h in hits])
 

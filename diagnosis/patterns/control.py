@@ -37,7 +37,7 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     host_hits = [(h, s) for h, s in host_hits if s]
     if not hits and not host_hits:
         top = max((num(p, "runqueue_wait_pct") or 0.0 for p in active), default=None)
-        parts = [f"{len(active)} active tasks measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
+        parts = [f"{ev.counted(len(active), 'active tasks')} measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
                                                              f"runnable time" if top is not None else "")]
         parts += [f"PSI cpu {ev.fmt(num(h, 'psi_cpu_some_pct'), '%')}" for h in hosts]
         return clear("; ".join(parts) + f"; none over {number(wait.limit())} % / {number(per_slice.limit())} us per slice")
@@ -60,7 +60,7 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     text = []
     if hits:
         first = hits[0][0]
-        text.append(f"{len(hits)} runnable task(s) wait for a CPU: {ev.name_of(first)} waits "
+        text.append(f"{ev.counted(len(hits), 'runnable tasks', 'wait')} for a CPU: {ev.name_of(first)} waits "
                     f"{ev.fmt(num(first, 'runqueue_wait_pct'), '%')} of its runnable time"
                     + (f", {ev.fmt(num(first, 'runqueue_wait_per_slice_us'), 'us')} per slice"
                        if num(first, "runqueue_wait_per_slice_us") is not None else ""))
@@ -112,7 +112,7 @@ def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
             hits.append((cg, sev))
     if not hits:
         top = max(measured, key=lambda c: (num(c, "throttled_periods_pct") or 0.0, c.id))
-        return clear(f"{len(measured)} cgroups measured; most throttled {ev.short(top.id)} in "
+        return clear(f"{ev.counted(len(measured), 'cgroups')} measured; most throttled {ev.short(top.id)} in "
                      f"{ev.fmt(num(top, 'throttled_periods_pct') or 0.0, '%')} of periods")
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "throttled_periods_pct") or 0.0), h[0].id))
     items: list[Evidence] = []
@@ -181,8 +181,8 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
                     f"{number(share.limit())} % of the window on futexes (highest {ev.fmt(top, '%')})")
         else:
             what = f"none was woken from futex waits {number(often)} times a second or more"
-        return clear(f"{len(measured)} thread(s) traced; {what}"
-                     + (f"; {len(idle)} idle thread(s) sleep longer on futexes but are woken less often"
+        return clear(f"{ev.counted(len(measured), 'threads')} traced; {what}"
+                     + (f"; {ev.counted(len(idle), 'idle threads')} slept longer on futexes but were woken less often"
                         if idle else ""))
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_wait_pct") or 0.0), h[0].id))
     items: list[Evidence] = []
@@ -203,11 +203,11 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
         process = scope.entity(pid_id)
         if process is not None:  # which processes hold the contended locks
             items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads",
-                                      note=f"of the {traced[pid_id]} traced threads of {ev.name_of(process)}"))
+                                      note=f"of the {ev.counted(traced[pid_id], 'traced threads')} of {ev.name_of(process)}"))
     names = ", ".join(ev.name_of(th) for th, _ in hits[:4]) + (" ..." if len(hits) > 4 else "")
     first = hits[0][0]
     return finding(worst(*(s for _, s in hits)) or "warning",
-                   f"{len(hits)} thread(s) spend their time waiting on locks: "
+                   f"{ev.counted(len(hits), 'threads', 'spend')} {ev.their(len(hits))} time waiting on locks: "
                    + (f"{names}; the worst, " if len(hits) > 1 else "")
                    + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_wait_pct'), '%')} of the window in futex "
                    f"waits and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
@@ -293,13 +293,13 @@ def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev:
             hits.append((group, metric, values, imbalance, sev))
     if not measured and idle:
-        return clear(f"{idle} worker group(s) measured, all idle (busiest member under "
+        return clear(f"{ev.counted(idle, 'worker groups')} measured, all idle (busiest member under "
                      f"{number(t['min_work_pct'])} %): nothing to balance")
     if not measured:
-        return not_evaluated(scope.missing(f"{len(groups)} worker groups, but no comparable work measure (CPU or "
+        return not_evaluated(scope.missing(f"{ev.counted(len(groups), 'worker groups')}, but no comparable work measure (CPU or "
                                            f"device utilisation over the window) for all members", "process", "gpu"))
     if not hits:
-        return clear(f"{measured} worker groups compared; none differs by more than {number(levels.limit())} %")
+        return clear(f"{ev.counted(measured, 'worker groups')} compared; none differs by more than {number(levels.limit())} %")
     hits.sort(key=lambda h: (h[4] != "critical", -h[3], h[0][0].id))
     items: list[Evidence] = []
     for group, metric, values, imbalance, sev in hits[:ev.MAX_SUBJECTS]:

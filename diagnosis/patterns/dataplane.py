@@ -70,9 +70,9 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             sev = "critical"  # an accelerator starves for this input
         hits.append((consumer, value, busy, devices, sev))
     if not linked:
-        return clear(f"{len(consumers)} consumer(s) in scope; none is fed by IPC or loader workers in this graph")
+        return clear(f"{ev.counted(len(consumers), 'consumers')} in scope; none is fed by IPC or loader workers in this graph")
     if not hits:
-        return clear(f"{linked} consumer(s) with producers; none waits (CPU < {number(levels.limit())} %) while a producer "
+        return clear(f"{ev.counted(linked, 'consumers')} with producers; none waits (CPU < {number(levels.limit())} %) while a producer "
                      f"is busy (runnable > {number(t['producer_busy_pct'])} %) and its accelerator idle")
     hits.sort(key=lambda h: (h[4] != "critical", h[1], h[0].id))
     items: list[Evidence] = []
@@ -104,12 +104,12 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
                                    bound=("<", t["device_idle_pct"])))
     consumer, value, busy, devices, _ = hits[0]
     text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
-            f"{len(busy)} producer(s) feeding it are busy ({ev.name_of(busy[0][0])} running or runnable "
+            f"{ev.counted(len(busy), 'producers')} feeding it {ev.agree(len(busy), 'are')} busy ({ev.name_of(busy[0][0])} running or runnable "
             f"{ev.fmt(runnable_pct(busy[0][0]), '%')} of the window)")
     if devices:
         text += f" and its accelerator is busy only {ev.fmt(min(u for _, u in devices), '%')}"
     if len(hits) > 1:
-        text += f"; {len(hits) - 1} more consumer(s) likewise"
+        text += f"; {ev.counted(len(hits) - 1, 'more consumers')} likewise"
     return finding(worst(*(h[4] for h in hits)) or "warning", text + ".", items, subjects=[h[0].id for h in hits])
 
 
@@ -161,8 +161,8 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         groups.append((None, orphans))
     if not groups:
         if unmeasured:
-            return not_evaluated(scope.missing(f"no CPU utilisation of the {len(unmeasured)} loader/producer "
-                                               f"process(es) of {scope.describe()}", "process"))
+            return not_evaluated(scope.missing(f"no CPU utilisation of the {ev.counted(len(unmeasured), 'loader/producer processes')}"
+                                               f" of {scope.describe()}", "process"))
         return clear(f"no loader or preprocessing workers in {scope.describe()}")
     hits = []
     for consumer, workers in groups:
@@ -176,19 +176,19 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             sev = "notice"  # saturated, but the consumer keeps up for now
         hits.append((consumer, workers, mean, sev, starving))
     if not hits:
-        return clear(f"{sum(len(w) for _, w in groups)} loader/producer workers measured; none saturated "
+        return clear(f"{ev.counted(sum(len(w) for _, w in groups), 'loader/producer workers')} measured; none saturated "
                      f"(mean > {number(levels.limit())} % of a core)")
     hits.sort(key=lambda h: (h[3] != "critical", -h[2], h[0].id if h[0] else ""))
     items: list[Evidence] = []
     for consumer, workers, mean, sev, starving in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.statistic([w.id for w in workers], "cpu_util_pct", mean, levels=levels,
                                   severity=levels.severity(mean),
-                                  note=f"mean of {len(workers)} workers"
+                                  note=f"mean of {ev.counted(len(workers), 'workers')}"
                                        + (f" feeding {ev.name_of(consumer)}" if consumer is not None else "")))
         for w in sorted(workers, key=lambda w: (-(num(w, "cpu_util_pct") or 0.0), w.id))[:4]:
             items.append(ev.entity(w.id, "cpu_util_pct", num(w, "cpu_util_pct"), unit="%", note=ev.name_of(w)))
     consumer, workers, mean, _, starving = hits[0]
-    text = (f"{len(workers)} loader/preprocessing worker(s) are saturated at {ev.fmt(mean, '%')} of a core on "
+    text = (f"{ev.counted(len(workers), 'loader/preprocessing workers', 'are')} saturated at {ev.fmt(mean, '%')} of a core on "
             f"average" + (f" feeding {ev.name_of(consumer)}" if consumer is not None else ""))
     text += ", and the consumer waits for them." if starving else "; the consumer keeps up for now."
     related = ["dataplane.data_loading_bottleneck"] if any(h[4] for h in hits) and waiting_ids else []
@@ -243,10 +243,10 @@ def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing(f"no per-sample statistics ({metric}_p95) of the consumers: needs a windowed "
                                            "capture with several samples", "process", "gpu"))
     if all(_bubble(s, metric, t["min_busy_pct"]) is None for s in with_series):
-        return clear(f"{len(with_series)} consumers sampled; none reached {number(t['min_busy_pct'])} % {metric} "
+        return clear(f"{ev.counted(len(with_series), 'consumers')} sampled; none reached {number(t['min_busy_pct'])} % {metric} "
                      "(p95), so there are no busy phases with gaps between them")
     return metric_check(scope, with_series, levels, "bubble_pct", f"consumers with {metric} samples", ("process",),
-                        "{n} consumer(s) alternate between busy and idle: {names} idle {worst} of the time they "
+                        "{n:consumers|alternate} between busy and idle: {names} idle {worst} of the time they "
                         "could be busy (threshold > {limit}).",
                         value=lambda e: _bubble(e, metric, t["min_busy_pct"]),
                         extra=lambda e: [ev.entity(e.id, m, num(e, m), unit="%") for m in
@@ -293,7 +293,7 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev and (num(e, "queued_bytes") or 0.0) >= t["min_queued_bytes"]:
             hits.append((e, growth, sev))
     if not hits:
-        return clear(f"{len(measured)} IPC queues measured; none grows faster than {number(levels.limit())} bytes/s "
+        return clear(f"{ev.counted(len(measured), 'IPC queues')} measured; none grows faster than {number(levels.limit())} bytes/s "
                      f"with >= {number(t['min_queued_bytes'])} bytes queued")
     hits.sort(key=lambda h: (h[2] != "critical", -h[1], h[0].id))
     items = []
@@ -303,7 +303,7 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.edge(e.id, "queued_bytes", num(e, "queued_bytes"), unit="bytes"))
     e, growth, _ = hits[0]
     return finding(worst(*(h[2] for h in hits)) or "warning",
-                   f"{len(hits)} IPC queue(s) keep growing: the {e.type} from {ev.short(e.source)} to "
+                   f"{ev.counted(len(hits), 'IPC queues', 'keep')} growing: the {e.type} from {ev.short(e.source)} to "
                    f"{ev.short(e.target)} grows {ev.fmt(growth, 'bytes/s')}; the reading stage cannot keep up.",
                    items, subjects=[h[0].target for h in hits])
 

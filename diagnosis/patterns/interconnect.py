@@ -35,7 +35,7 @@ def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not scope.has_workload:
         nodes = scope.graph.entities("numa_node")
         return metric_check(scope, nodes, levels, "numa_remote_alloc_pct", "NUMA nodes", ("numa", "memory"),
-                            "{n} NUMA node(s) serve many allocations for other nodes: {names}, {worst} remote "
+                            "{n:NUMA nodes|serve} many allocations for other nodes: {names}, {worst} remote "
                             "(threshold > {limit}).")
     measured, hits = 0, []
     for process in scope.processes:
@@ -50,7 +50,7 @@ def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no per-NUMA-node pages and run time of the workload's processes",
                                            "process", "numa"))
     if not hits:
-        return clear(f"{measured} workload processes with NUMA placement; none with more than "
+        return clear(f"{ev.counted(measured, 'workload processes')} with NUMA placement; none with more than "
                      f"{number(levels.limit())} % of its memory accesses expected remote")
     hits.sort(key=lambda h: (h[3] != "critical", -h[1], h[0].id))
     items: list[Evidence] = []
@@ -68,7 +68,7 @@ def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "processes"))
     first = hits[0]
     return finding(worst(*(h[3] for h in hits)) or "warning",
-                   f"{len(hits)} workload process(es) run away from their memory: {ev.name_of(first[0])} has "
+                   f"{ev.counted(len(hits), 'workload processes', 'run')} away from {ev.their(len(hits))} memory: {ev.name_of(first[0])} has "
                    f"{ev.fmt(first[1], '%')} of its accesses expected on a remote NUMA node.",
                    items, subjects=[h[0].id for h in hits])
 
@@ -136,10 +136,10 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
             sev = "warning"  # the remote nodes are siblings of the device's node: a smaller penalty
         hits.append((process, use, device, dnode, dnode_id, p, remote_run, inferred, remote_pages, distances, sev))
     if not measured:
-        why = f"{unknown} device(s) without a known NUMA node" if unknown else "no run time, pages or allowed CPUs"
+        why = f"{ev.counted(unknown, 'devices')} without a known NUMA node" if unknown else "no run time, pages or allowed CPUs"
         return not_evaluated(scope.missing(f"cannot place the accelerator users: {why}", "process", "numa"))
     if not hits:
-        return clear(f"{measured} process/device pairs checked; each runs and allocates mostly on its device's "
+        return clear(f"{ev.counted(measured, 'process/device pairs')} checked; each runs and allocates mostly on its device's "
                      f"NUMA node (remote run time <= {number(run_levels.limit())} %, remote pages <= "
                      f"{number(page_levels.limit())} %)")
     hits.sort(key=lambda h: (h[10] != "critical", h[0].id, h[2].id))
@@ -153,15 +153,14 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
         own = parse_cpulist(process.attrs.get("cpus_allowed"))
         if own:
             own_nodes = sorted(scope.nodes_of_cpus(host_of(process.id), own))
-            note = f"{who} may run on NUMA node(s) {', '.join(map(str, own_nodes)) or 'unknown'}"
+            note = f"{who} may run on NUMA {ev.listed('node', own_nodes)}"
             if p.allowed_cpus != own:
-                note += (f"; with its threads' own masks: CPUs {format_cpulist(p.allowed_cpus)} on node(s) "
-                         f"{', '.join(map(str, p.allowed_nodes))}")
+                note += (f"; with its threads' own masks: CPUs {format_cpulist(p.allowed_cpus)} on "
+                         f"{ev.listed('node', p.allowed_nodes)}")
             items.append(ev.entity(process.id, "cpus_allowed", format_cpulist(own), unit="CPUs", note=note))
         elif p.allowed_cpus:
             items.append(ev.statistic([process.id], "cpus_allowed", format_cpulist(p.allowed_cpus), unit="CPUs",
-                                      note=f"{who}'s threads may run on NUMA node(s) "
-                                           f"{', '.join(map(str, p.allowed_nodes))}"))
+                                      note=f"{who}'s threads may run on NUMA {ev.listed('node', p.allowed_nodes)}"))
         if remote_run is not None:
             note = ("inferred from the allowed CPUs: none is on the device's node" if inferred
                     else "run time by NUMA node: " + ", ".join(f"{n}: {number(v)} %" for n, v in _dist(p.runtime).items()))
@@ -183,12 +182,12 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
     for process, _, device, dnode, _, p, remote_run, inferred, remote_pages, _, _ in hits[:4]:
         where = p.main_node(p.runtime)
         ran = (f"runs on node {where}" if where is not None and not inferred
-               else f"may only run on node(s) {', '.join(map(str, p.allowed_nodes))}")
+               else f"may only run on {ev.listed('node', p.allowed_nodes)}")
         parts.append(f"{ev.name_of(process)} uses {ev.name_of(device)} on NUMA node {dnode} but {ran}"
                      + (f" with {ev.fmt(remote_pages, '%')} of its pages elsewhere" if remote_pages is not None else ""))
     more = f" (and {len(hits) - 4} more)" if len(hits) > 4 else ""
     return finding(worst(*(h[10] for h in hits)) or "warning",
-                   f"{len(hits)} accelerator user(s) are placed away from their device's NUMA node: "
+                   f"{ev.counted(len(hits), 'accelerator users', 'are')} placed away from {ev.their(len(hits))} device's NUMA node: "
                    + "; ".join(parts) + more + ".",
                    items, subjects=[h[0].id for h in hits] + [h[2].id for h in hits])
 
@@ -223,7 +222,7 @@ DEVICE_NUMA_MISMATCH = Pattern(
 def _pcie_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     devices = workload_devices(scope) + (scope.graph.entities("nic") if not scope.has_workload else [])
     return metric_check(scope, devices, t["pcie_util_pct"], "pcie_util_pct", "devices", ("gpu", "npu", "nvml", "pci"),
-                        "PCIe is near its capacity on {n} device(s): {names} at {worst} (threshold > {limit}).")
+                        "PCIe is near its capacity on {n:devices}: {names} at {worst} (threshold > {limit}).")
 
 
 PCIE_BOTTLENECK = Pattern(
@@ -320,10 +319,10 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not hits:
         parts = []
         if measured:
-            extra = f" ({idle_skipped} idle device(s) at reduced speed ignored: power saving)" if idle_skipped else ""
-            parts.append(f"{measured} PCIe links checked; each at its maximum width and speed{extra}")
+            extra = f" ({ev.counted(idle_skipped, 'idle devices')} at reduced speed ignored: power saving)" if idle_skipped else ""
+            parts.append(f"{ev.counted(measured, 'PCIe links')} checked; each at its maximum width and speed{extra}")
         if linked:
-            parts.append(f"{linked} device(s) with NVLink/HCCS links checked; none has fewer links up than its "
+            parts.append(f"{ev.counted(linked, 'devices')} with NVLink/HCCS links checked; none has fewer links up than its "
                          f"peers of the same model")
         return clear("; ".join(parts))
     hits.sort(key=lambda h: (h[3] != "critical", h[1], h[0].id))
@@ -354,12 +353,12 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     device, capacity, detail, _ = hits[0]
     if detail[0] == "pcie":
         _, speed, top, width, wmax = detail
-        text = (f"{len(hits)} device link(s) below their capacity: {ev.name_of(device)} runs PCIe x{number(width)} "
+        text = (f"{ev.counted(len(hits), 'device links')} below capacity: {ev.name_of(device)} runs PCIe x{number(width)} "
                 f"at {number(speed)} GT/s instead of x{number(wmax)} at {number(top)} GT/s "
                 f"({ev.fmt(capacity, '%')} of its bandwidth).")
     else:
         _, up, best, _, _ = detail
-        text = (f"{len(hits)} device link(s) below their capacity: {ev.name_of(device)} has {number(up)} of "
+        text = (f"{ev.counted(len(hits), 'device links')} below capacity: {ev.name_of(device)} has {number(up)} of "
                 f"{number(best)} {_link_word(device)} links up ({ev.fmt(capacity, '%')} of its peers' "
                 f"{_link_word(device)} bandwidth).")
     return finding(worst(*(h[3] for h in hits)) or "warning", text, items, subjects=[h[0].id for h in hits])
@@ -411,7 +410,7 @@ def _nvlink_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
             "give it, and not every NPU model or driver answers them", "npu"))
     return metric_check(scope, devices, t["nvlink_util_pct"], "nvlink_util_pct",
                         "accelerators of the workload", ("gpu", "npu", "nvml", "nvlink"),
-                        "NVLink/HCCS is contended on {n} device(s): {names} at {worst} (threshold > {limit}).",
+                        "NVLink/HCCS is contended on {n:devices}: {names} at {worst} (threshold > {limit}).",
                         extra=_fewer_links)
 
 

@@ -28,7 +28,7 @@ def _cache_miss_storm(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no LLC counters (llc_miss_pct): the host has no PMU or "
                                            "perf_event_open is not allowed", "pmu", "perf"))
     return metric_check(scope, subjects, t["llc_hit_pct"], "llc_hit_pct", "subjects with LLC counters", ("pmu",),
-                        "{n} subject(s) miss the last-level cache often: {names}, LLC hit rate {worst} "
+                        "{n:subjects|miss} the last-level cache often: {names}, LLC hit rate {worst} "
                         "(threshold < {limit}).", value=_llc_hit)
 
 
@@ -55,8 +55,8 @@ def _bandwidth_wall(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not subjects:
         return not_evaluated(scope.missing("no DRAM bandwidth counters (dram_bw_util_pct, uncore PMU) in this graph",
                                            "pmu", "perf", "uncore"))
-    return metric_check(scope, subjects, t["dram_bw_util_pct"], "dram_bw_util_pct", "hosts/NUMA nodes", ("pmu",),
-                        "Memory bandwidth is near its peak on {n} host/node(s): {names} at {worst} "
+    return metric_check(scope, subjects, t["dram_bw_util_pct"], "dram_bw_util_pct", "memory domains (hosts, NUMA nodes)", ("pmu",),
+                        "Memory bandwidth is near its peak on {n:memory domains} (host or NUMA node): {names} at {worst} "
                         "(threshold > {limit}).")
 
 
@@ -81,7 +81,7 @@ BANDWIDTH_WALL = Pattern(
 def _hbm_bandwidth_limit(scope: Scope, t: dict[str, Any]) -> Verdict:
     return metric_check(scope, workload_devices(scope), t["mem_bw_util_pct"], "mem_bw_util_pct",
                         "accelerators of the workload", ("gpu", "npu", "nvml"),
-                        "Device memory bandwidth is saturated on {n} accelerator(s): {names} at {worst} "
+                        "Device memory bandwidth is saturated on {n:accelerators}: {names} at {worst} "
                         "(threshold > {limit}).")
 
 
@@ -174,7 +174,7 @@ def _device_mem_pct(e: Entity) -> float | None:
 def _accelerator_memory_full(scope: Scope, t: dict[str, Any]) -> Verdict:
     return metric_check(scope, workload_devices(scope), t["memory_used_pct"], "memory_used_pct",
                         "accelerators of the workload", ("gpu", "npu", "nvml"),
-                        "Device memory is almost full on {n} accelerator(s): {names} at {worst} "
+                        "Device memory is almost full on {n:accelerators}: {names} at {worst} "
                         "(threshold > {limit}).", value=_device_mem_pct)
 
 

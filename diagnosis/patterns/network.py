@@ -68,7 +68,7 @@ def _congestion(scope: Scope, t: dict[str, Any]) -> Verdict:
         return clear(f"{len(conns)} TCP connections seen; none to another node carried >= "
                      f"{number(t['min_bytes'])} bytes in the window")
     return metric_check(scope, busy, t["rtt_us"], "rtt_us", "inter-node connections with traffic",
-                        ("tcp", "net"), "{n} inter-node connection(s) see high round-trip times: {names}, RTT "
+                        ("tcp", "net"), "{n:inter-node connections|see} high round-trip times: {names}, RTT "
                         "{worst} (threshold > {limit}).",
                         extra=lambda c: [ev.entity(c.id, m, num(c, m), unit=u) for m, u in
                                          (("retrans_total", "segments"), ("bytes_sent_total", "bytes"))

@@ -57,7 +57,7 @@ IO_WAIT = Pattern(
 def _disk_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
     disks = scope.graph.entities("block_device")
     return metric_check(scope, disks, t["disk_util_pct"], "disk_util_pct", "block devices", ("disk", "block", "storage"),
-                        "{n} disk(s) are busy nearly all the time: {names} at {worst} (threshold > {limit}).",
+                        "{n:disks|are} busy nearly all the time: {names} at {worst} (threshold > {limit}).",
                         extra=lambda d: [ev.entity(d.id, m, num(d, m), unit=u) for m, u in
                                          (("await_ms", "ms"), ("read_bytes_per_s", "bytes/s"),
                                           ("write_bytes_per_s", "bytes/s"), ("read_iops", "1/s"),
@@ -95,7 +95,7 @@ def _checkpoint_stall(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(f"the window of {number(window)} s is too short to see a write burst longer than "
                              f"{number(levels.limit())} s; collect for longer (e.g. --duration 60)")
     return metric_check(scope, measured, levels, "write_burst_s", "processes with write activity", ("process",),
-                        "{n} process(es) wrote without pause for a long time: {names}, {worst} "
+                        "{n:processes} wrote without pause for a long time: {names}, {worst} "
                         "(threshold > {limit}).",
                         extra=lambda p: [ev.entity(p.id, "write_bytes_per_s", num(p, "write_bytes_per_s"),
                                                    unit="bytes/s")] if num(p, "write_bytes_per_s") is not None else [])

@@ -24,6 +24,7 @@ from topology.legacy.edges import read_edge
 from topology.legacy.reader import Reader
 from topology.legacy.values import LegacyValueError
 from topology.models import CollectorStatus, Meta
+from topology.wording import counted
 
 __all__ = ["colocation_pct", "from_legacy", "is_legacy"]
 
@@ -125,7 +126,7 @@ def _coverage(r: Reader) -> dict[str, CollectorStatus]:
         out["sockets"] = CollectorStatus(status="unavailable", reason="no socket flows in the legacy file")
     for kind in ("npu", "gpu"):
         out[kind] = CollectorStatus(status="partial", reason=(
-            f"{counts[kind]} {kind.upper()}(s) with PCI address and NUMA affinity only: no utilisation, memory, "
+            f"{counted(counts[kind], kind.upper() + 's')} with PCI address and NUMA affinity only: no utilisation, memory, "
             "clocks, power or PCIe link figures")) if counts.get(kind) else CollectorStatus(
             status="unavailable", reason=f"no {kind.upper()} in the legacy file")
     out["ipc"] = CollectorStatus(status="partial", reason="legacy IPC and shared-memory edges without volumes") \

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from topology.errors import InputError
+from topology.wording import counted
 
 SKILL_NAME = "bottleneck-identification"
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
@@ -179,7 +180,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"{root.name}: {problem}")
     if problems:
-        raise InputError(f"{root}: {len(problems)} problem(s), listed above")
+        raise InputError(f"{root}: {counted(len(problems), 'problems')}, listed above")
     print(f"ok: {root.resolve()}")
     return 0
 

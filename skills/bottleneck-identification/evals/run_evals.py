@@ -115,7 +115,7 @@ def _finding(a, report, md, ctx):
         return False, f"{a['pattern']} does not name {missing}"
     if anyof and not names & set(anyof):
         return False, f"{a['pattern']} names none of {anyof}"
-    return True, f"{len(found)} finding(s), {a['pattern']} {found[0]['priority']}"
+    return True, f"{len(found)} finding{'' if len(found) == 1 else 's'}, {a['pattern']} {found[0]['priority']}"
 
 
 def _finding_evidence(a, report, md, ctx):
