@@ -8,7 +8,10 @@ wake-up (return >= 0). Both are needed to tell contention from idleness: a threa
 lock holder is woken many times a second, while an idle one (a pool with no work, a queue polled
 with a timeout) sleeps as long but is rarely woken. Timed-out waits count as waiting time: the GIL
 waits in 5 ms timed waits, and a Python thread contending for it spends most of its wait there.
-Waits that began before the window are not counted; a wait still going on at the end is not either.
+A wait still going on when the window ends counts up to the end. A wait that began before the
+window counts from its start for the threads of the processes in scope when it opens (their
+/proc/PID/task/TID/syscall says which are inside a futex wait then); other threads' waits count
+from their first wait inside the window.
 
 Cost (BENCHMARKS.md): compiling and loading the program takes about 0.6 s of CPU before the window
 opens (`prepare`) and ~130 MiB of memory for clang while it compiles. While it is attached, each
@@ -25,6 +28,7 @@ woken at least once a second, each linked to its process when the process collec
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import platform
 import tempfile
@@ -42,30 +46,35 @@ from topology.ids import process_id, thread_id
 WAIT_OPS = (0, 6, 9, 11, 13)
 FUTEX_CMD_MASK = 0x7F  # drops FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME
 SYSCALLS = ("futex", "futex_waitv", "futex_wait")  # futex_waitv since 5.16, futex_wait since 6.7
+# syscall numbers as /proc/PID/task/TID/syscall gives them: futex's differs by architecture,
+# futex_waitv (449) and futex_wait (455) have one number everywhere
+FUTEX_NR = {"x86_64": 202, "aarch64": 98, "riscv64": 98, "loongarch64": 98, "ppc64le": 221, "ppc64": 221,
+            "s390x": 238, "i686": 240, "armv7l": 240}
+WAITING_NRS = (449, 455)
+BPF_NOEXIST = 1  # bpf_map_update_elem flag: leave an entry the program wrote meanwhile as it is
 OUT_OF_SCOPE_MAX = 100
 OUT_OF_SCOPE_MIN_PCT = 1.0
 OUT_OF_SCOPE_MIN_PER_S = 1.0
 
 _HEAD = """
 struct wait_t { u64 ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
-BPF_HASH(started, u32, u64, 65536);
+BPF_HASH(started, u64, u64, 65536);  /* tgid << 32 | tid -> when its wait began (CLOCK_MONOTONIC ns) */
 BPF_HASH(waits, u64, struct wait_t, 65536);
 
 static int enter(void) {
-    u32 tid = bpf_get_current_pid_tgid();
+    u64 id = bpf_get_current_pid_tgid();
     u64 ts = bpf_ktime_get_ns();
-    started.update(&tid, &ts);
+    started.update(&id, &ts);
     return 0;
 }
 
 static int leave(long ret) {
     u64 id = bpf_get_current_pid_tgid();
-    u32 tid = id;
-    u64 *ts = started.lookup(&tid);
+    u64 *ts = started.lookup(&id);
     if (ts == 0)
         return 0;
     u64 took = bpf_ktime_get_ns() - *ts;
-    started.delete(&tid);
+    started.delete(&id);
     struct wait_t zero = {};
     struct wait_t *w = waits.lookup_or_try_init(&id, &zero);
     if (w == 0)
@@ -121,6 +130,27 @@ def wait_rows(table) -> list[tuple[int, int, int, int, str]]:
     return rows
 
 
+def in_futex_wait(syscall: str | None, machine: str) -> bool:
+    """Whether /proc/PID/task/TID/syscall ("202 0x55.. 0x189 0x0 ..." : number, then the arguments)
+    shows a thread blocked in a futex wait; "running", "-1 ..." (not in a syscall) or no text: no."""
+    parts = (syscall or "").split()
+    if len(parts) < 3 or not parts[0].isdigit():
+        return False
+    nr = int(parts[0])
+    if nr in WAITING_NRS:
+        return True
+    return nr == FUTEX_NR.get(machine) and int(parts[2], 16) & FUTEX_CMD_MASK in WAIT_OPS
+
+
+def started_rows(table) -> dict[tuple[int, int], int]:
+    """(pid, tid) -> when the wait it is in began, from the program's `started` map."""
+    out = {}
+    for key, value in table.items():
+        key, value = getattr(key, "value", key), getattr(value, "value", value)
+        out[(key >> 32, key & 0xFFFFFFFF)] = value
+    return out
+
+
 @register
 class EbpfCollector(Collector):
     name = "ebpf"
@@ -149,25 +179,50 @@ class EbpfCollector(Collector):
             errors = [line for line in "\n".join(said).splitlines() if "error" in line]
             raise RuntimeError(f"bcc could not load the futex program: {exc}"
                                + (f" ({errors[0].strip()})" if errors else "")) from None
-        self.syscalls = present
-        self.t0 = time.monotonic()
+        self.bcc, self.syscalls = bcc, present
+        self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
+
+    def start(self) -> None:
+        if self.bpf is None:
+            return
+        self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        # waits the program cannot have seen begin: those of the scope's threads count from now
+        scope = self.ctx.cache.get("scope_pids") or self.ctx.pids or ()
+        table = self.bpf[b"started"]
+        for pid in scope:
+            for tid in list_tids(str(self.ctx.proc), pid):
+                if self._in_futex_wait(pid, tid):
+                    key, began = table.Key((pid << 32) | tid), table.Leaf(self.t0_ns)
+                    self.bcc.lib.bpf_update_elem(table.map_fd, ctypes.byref(key), ctypes.byref(began), BPF_NOEXIST)
 
     def finish(self) -> Graph:
         if self.bpf is None:
             return self.unavailable(self.problem or "the eBPF program was not loaded")
-        window_s = time.monotonic() - self.t0
         try:
             rows = wait_rows(self.bpf[b"waits"])
+            going = started_rows(self.bpf[b"started"])
+            now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         finally:
             self.bpf.cleanup()
-        return self._graph(rows, window_s)
+        return self._graph(rows, going, now_ns)
 
-    def _graph(self, rows: list[tuple[int, int, int, int, str]], window_s: float) -> Graph:
+    def _in_futex_wait(self, pid: int, tid: int) -> bool:
+        return in_futex_wait(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
+
+    def _graph(self, rows: list[tuple[int, int, int, int, str]], going: dict[tuple[int, int], int],
+               now_ns: int) -> Graph:
         g = self.fragment()
         host = self.ctx.host
+        window_s = (now_ns - self.t0_ns) / 1e9
         scope = set(self.ctx.cache.get("scope_pids") or ())
         shown = self.ctx.cache.get("process_pids")  # None: the process collector did not run
         waited = {(pid, tid): (ns, n, comm) for pid, tid, ns, n, comm in rows}
+        # a wait still going on counts up to now, for the threads that may be shown; the thread must
+        # still be inside it (one that died waiting leaves its entry behind)
+        for key, began in going.items():
+            if (key[0] in scope or key in waited) and self._in_futex_wait(*key):
+                ns, n, comm = waited.get(key, (0, 0, None))
+                waited[key] = (ns + now_ns - max(began, self.t0_ns), n, comm)
         chosen = {key for key in waited if key[0] in scope}
         for pid in sorted(scope):
             chosen.update((pid, tid) for tid in list_tids(str(self.ctx.proc), pid))

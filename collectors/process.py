@@ -110,6 +110,7 @@ class ProcessCollector(Collector):
         for p in list(self.procs.values()):
             self._classify(p)
         self._update_scope(t)
+        self.ctx.cache["scope_pids"] = sorted(self.scope)  # as the window opens; finish() gives the final one
         for p in list(self.procs.values()):
             self._endpoint(p, t)
 

@@ -11,15 +11,17 @@ import ctypes
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
 from collectors import bpfhost
 from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from collectors.ebpf import SYSCALLS, program, thread_metrics, wait_rows
+from collectors.ebpf import SYSCALLS, EbpfCollector, in_futex_wait, program, started_rows, thread_metrics, wait_rows
 from collectors.engine import run_window
 from diagnosis import diagnose
 
@@ -58,6 +60,27 @@ def test_the_map_is_read_in_batches_or_key_by_key_where_the_kernel_has_no_batche
             return [(ctypes.c_ulonglong(key), value)]
 
     assert wait_rows(Batches()) == wait_rows(KeyByKey()) == [(42, 43, 2_000_000, 7, "python3")]
+
+
+def test_a_thread_inside_a_futex_wait_is_told_from_its_syscall_file():
+    # /proc/PID/task/TID/syscall of a Python thread blocked in Lock.acquire() on this x86_64 host:
+    # futex (202), op 0x189 = FUTEX_WAIT_BITSET | PRIVATE | CLOCK_REALTIME
+    blocked = "202 0x558f7edb8d20 0x189 0x0 0x0 0x0 0xffffffff 0x7f2c955bbaa0 0x7f2c95ca3f16"
+    assert in_futex_wait(blocked, "x86_64")
+    assert not in_futex_wait(blocked.replace("0x189", "0x81", 1), "x86_64")  # FUTEX_WAKE | PRIVATE
+    assert not in_futex_wait(blocked, "aarch64")  # 202 is another syscall there (accept)
+    assert in_futex_wait(blocked.replace("202", "98", 1), "aarch64")
+    assert in_futex_wait("449 0x7ffd2a0 0x2 0x0 0x0 0x1 0x0 0x7ffd1f8 0x7f33", "aarch64")  # futex_waitv
+    nanosleep = "230 0x1 0x0 0x7ffc6fcbb0e0 0x0 0x0 0x0 0x7ffc6fcbb0a8 0x7f9d1f8e3a23"
+    assert not any(in_futex_wait(text, "x86_64") for text in (nanosleep, "running", "-1 0x7ffc 0x7f9d", "", None))
+
+
+def test_waits_in_progress_are_read_with_their_thread():
+    class Started:
+        def items(self):
+            return [(ctypes.c_ulonglong((42 << 32) | 43), ctypes.c_ulonglong(123_456))]
+
+    assert started_rows(Started()) == {(42, 43): 123_456}
 
 
 # -- what the host must have ---------------------------------------------------------------
@@ -171,6 +194,22 @@ for _ in range(4):
     threading.Thread(target=spin, daemon=True).start()
 time.sleep(60)
 """
+BLOCKED = """
+import ctypes, os, sys, threading, time
+libc = ctypes.CDLL(None)
+def wait_on(lock, name):
+    libc.prctl(15, name)  # PR_SET_NAME: the thread's comm
+    lock.acquire()
+    time.sleep(60)
+held, later = threading.Lock(), threading.Lock()
+held.acquire(); later.acquire()
+threading.Thread(target=wait_on, args=(held, b"held"), daemon=True).start()
+threading.Thread(target=wait_on, args=(later, b"later"), daemon=True).start()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+later.release()
+time.sleep(60)
+"""
 POLLER = """
 import queue, threading, time
 def poll():
@@ -203,15 +242,26 @@ def _ebpf_ready() -> None:
         pytest.skip(problem)
 
 
+RELEASE_AFTER_S = 1.5  # into the 3 s window, BLOCKED's "later" thread gets its lock
+
+
 @pytest.fixture(scope="module")
-def traced():
+def traced(tmp_path_factory):
     _ebpf_ready()
-    procs = {name: subprocess.Popen([PY, "-c", code]) for name, code in
-             (("contended", CONTENDED), ("gil", GIL), ("poller", POLLER))}
+    flag = tmp_path_factory.mktemp("ebpf") / "release"
+    procs = {name: subprocess.Popen([PY, "-c", code, str(flag)]) for name, code in
+             (("contended", CONTENDED), ("gil", GIL), ("poller", POLLER), ("blocked", BLOCKED))}
+    opened = EbpfCollector.start
+
+    def start_then_release_later(collector):
+        opened(collector)
+        threading.Timer(RELEASE_AFTER_S, flag.touch).start()
+
     try:
-        time.sleep(0.5)  # the threads are up
+        time.sleep(0.5)  # the threads are up and blocked
         pids = {name: p.pid for name, p in procs.items()}
-        graph = run_window(3.0, 1.0, pids=list(pids.values()), collectors=["process", "ebpf"])
+        with mock.patch.object(EbpfCollector, "start", start_then_release_later):
+            graph = run_window(3.0, 1.0, pids=list(pids.values()), collectors=["process", "ebpf"])
     finally:
         for p in procs.values():
             p.kill()
@@ -231,7 +281,7 @@ def test_every_thread_in_scope_gets_its_futex_waits(traced):
     assert status.reason.startswith("futex waits traced on futex") and status.duration_s < 30
     for name, pid in pids.items():
         threads = _threads(graph, pid)
-        assert len(threads) == 5, (name, sorted(threads))  # the main thread and four workers
+        assert len(threads) == (3 if name == "blocked" else 5), (name, sorted(threads))  # main + workers
         assert all("futex_wait_pct" in t.metrics and "futex_wakeups_per_s" in t.metrics for t in threads.values())
         main = graph.entity(f"thread:{graph.meta.hosts[0]}:{pid}:{pid}")
         assert main.metrics["futex_wait_pct"] == 0  # time.sleep is a nanosleep, not a futex wait
@@ -254,9 +304,21 @@ def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
     assert gil > 40 and sum(t.metrics["futex_wakeups_per_s"] for t in workers["gil"]) > 4 * 25
 
     d = diagnose(graph, pids=list(pids.values()))
+    blocked = {t.id for t in workers["blocked"]}
     f = d.finding("control.lock_contention")
     assert f is not None, next(c for c in d.coverage if c.pattern == "control.lock_contention")
     poller = {t.id for t in workers["poller"]}
-    assert f.subjects and not poller & set(f.subjects)
+    assert f.subjects and not (poller | blocked) & set(f.subjects)
     assert set(f.subjects) <= {t.id for name in ("contended", "gil") for t in workers[name]}
     assert any(e.metric == "futex_wakeups_per_s" and e.threshold == ">= 25" for e in f.evidence)
+
+
+def test_waits_that_span_the_window_edges_count_inside_it(traced):
+    graph, pids = traced
+    by_name = {t.attrs.get("name"): t.metrics for t in _threads(graph, pids["blocked"]).values()}
+    # blocked before the window opened and still blocked when it closed: the whole window
+    held = by_name["held"]
+    assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, held
+    # blocked before the window, woken 1.5 s into its 3 s: half of it, one wake-up
+    later = by_name["later"]
+    assert 35 < later["futex_wait_pct"] < 65 and 0 < later["futex_wakeups_per_s"] < 1, later
