@@ -76,11 +76,18 @@ def test_a_thread_inside_a_futex_wait_is_told_from_its_syscall_file():
 
 
 def test_waits_in_progress_are_read_with_their_thread():
-    class Started:
+    class Batches:
+        def items_lookup_batch(self):
+            return iter([((42 << 32) | 43, 123_456)])
+
+    class KeyByKey:
+        def items_lookup_batch(self):
+            raise Exception("BPF_MAP_LOOKUP_BATCH failed: Invalid argument")
+
         def items(self):
             return [(ctypes.c_ulonglong((42 << 32) | 43), ctypes.c_ulonglong(123_456))]
 
-    assert started_rows(Started()) == {(42, 43): 123_456}
+    assert started_rows(Batches()) == started_rows(KeyByKey()) == {(42, 43): 123_456}
 
 
 # -- what the host must have ---------------------------------------------------------------
