@@ -173,11 +173,15 @@ class EbpfCollector(Collector):
         said: list[str] = []
         try:
             with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
-                self.bpf = bcc.BPF(text=program(present).encode())
+                self.bpf = bcc.BPF(text=program(present).encode(), cflags=["-w"])  # no warnings: see below
         except Exception as exc:  # bcc raises bare Exceptions; clang's reason went to its stderr
             errors = [line for line in "\n".join(said).splitlines() if "error" in line]
             raise RuntimeError(f"bcc could not load the futex program: {exc}"
                                + (f" ({errors[0].strip()})" if errors else "")) from None
+        # clang wrote nothing (warnings are off): what was caught came from the process's other
+        # threads (an MCP server's log), so it goes where they meant it to, a moment late
+        if "".join(said):
+            os.write(2, "".join(said).encode())
         self.bcc, self.syscalls = bcc, present
         self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
 
@@ -267,8 +271,8 @@ def _environ(key: str, value: str | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stderr_to(said: list[str]) -> Iterator[None]:
-    """clang inside libbcc writes its warnings to file descriptor 2: keep them out of the user's
-    terminal (and of an MCP server's log); what it wrote is appended to `said`."""
+    """clang inside libbcc writes its errors to file descriptor 2: keep them out of the user's
+    terminal (and of an MCP server's log); what was written meanwhile is appended to `said`."""
     with tempfile.TemporaryFile() as sink:
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)

@@ -22,6 +22,7 @@ import pytest
 from collectors import bpfhost
 from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
 from collectors.ebpf import SYSCALLS, EbpfCollector, in_futex_wait, program, started_rows, thread_metrics, wait_rows
+from collectors.base import Context
 from collectors.engine import run_window
 from diagnosis import diagnose
 
@@ -329,3 +330,32 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
     # blocked before the window, woken 1.5 s into its 3 s: half of it, one wake-up
     later = by_name["later"]
     assert 35 < later["futex_wait_pct"] < 65 and 0 < later["futex_wakeups_per_s"] < 1, later
+
+
+def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
+    """clang's output is kept off file descriptor 2 during the compile; an MCP server's log lines
+    written meanwhile by its other threads still reach it, every one."""
+    _ebpf_ready()
+    collector, stop = EbpfCollector(Context()), threading.Event()
+
+    def log():
+        n = 0
+        while not stop.is_set():
+            os.write(2, f"log line {n}\n".encode())
+            n += 1
+            time.sleep(0.005)
+
+    talker = threading.Thread(target=log)
+    talker.start()
+    try:
+        collector.prepare()
+    finally:
+        stop.set()
+        talker.join()
+    assert collector.bpf is not None, collector.problem
+    collector.start()
+    collector.finish()
+    lines = capfd.readouterr().err.splitlines()
+    numbers = sorted(int(line.split()[-1]) for line in lines if line.startswith("log line "))
+    assert len(numbers) > 20 and numbers == list(range(len(numbers)))  # some written during the compile
+    assert not [line for line in lines if not line.startswith("log line ")]  # and nothing from clang
