@@ -20,6 +20,9 @@ every other syscall of the host ~0.2 µs for that path; it is detached when the 
 root; collectors.bpfhost has the rest of what the host must have. Kprobes are never used: many
 hosts disable them.
 
+In a PID namespace of its own (a container without the host's), the program reports the ids of
+that namespace, which /proc shows there, and ignores the tasks outside it.
+
 The fragment holds every thread of the processes in scope (0 % for those that never waited) and,
 host-wide, up to OUT_OF_SCOPE_MAX other threads that waited at least 1 % of the window and were
 woken at least once a second, each linked to its process when the process collector reported it.
@@ -31,6 +34,7 @@ import contextlib
 import ctypes
 import os
 import platform
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -52,6 +56,7 @@ FUTEX_NR = {"x86_64": 202, "aarch64": 98, "riscv64": 98, "loongarch64": 98, "ppc
             "s390x": 238, "i686": 240, "armv7l": 240}
 WAITING_NRS = (449, 455)
 BPF_NOEXIST = 1  # bpf_map_update_elem flag: leave an entry the program wrote meanwhile as it is
+HOST_PIDNS_INO = 0xEFFFFFFC  # PROC_PID_INIT_INO: the inode of the initial PID namespace, on every kernel
 OUT_OF_SCOPE_MAX = 100
 OUT_OF_SCOPE_MIN_PCT = 1.0
 OUT_OF_SCOPE_MIN_PER_S = 1.0
@@ -61,15 +66,30 @@ struct wait_t { u64 ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
 BPF_HASH(started, u64, u64, 65536);  /* tgid << 32 | tid -> when its wait began (CLOCK_MONOTONIC ns) */
 BPF_HASH(waits, u64, struct wait_t, 65536);
 
+/* tgid << 32 | tid as /proc shows them here: in a nested PID namespace (a container), the ids
+   of that namespace, and 0 for a task outside it */
+static u64 current_id(void) {
+#ifdef PIDNS_INO
+    struct bpf_pidns_info ns = {};
+    if (bpf_get_ns_current_pid_tgid(PIDNS_DEV, PIDNS_INO, &ns, sizeof(ns)))
+        return 0;
+    return ((u64)ns.tgid << 32) | ns.pid;
+#else
+    return bpf_get_current_pid_tgid();
+#endif
+}
+
 static int enter(void) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_id();
+    if (id == 0)
+        return 0;
     u64 ts = bpf_ktime_get_ns();
     started.update(&id, &ts);
     return 0;
 }
 
 static int leave(long ret) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_id();
     u64 *ts = started.lookup(&id);
     if (ts == 0)
         return 0;
@@ -103,9 +123,10 @@ TRACEPOINT_PROBE(syscalls, sys_exit_%s) { return leave(args->ret); }
 """
 
 
-def program(syscalls: list[str]) -> str:
-    """The C text for the futex syscalls this kernel has tracepoints for."""
-    parts = [_HEAD]
+def program(syscalls: list[str], pidns: tuple[int, int] | None = None) -> str:
+    """The C text for the futex syscalls this kernel has tracepoints for; `pidns` (device, inode of
+    /proc/self/ns/pid) when this process runs in a PID namespace other than the host's."""
+    parts = [f"#define PIDNS_DEV {pidns[0]}ULL\n#define PIDNS_INO {pidns[1]}ULL\n" if pidns else "", _HEAD]
     for name in syscalls:
         parts.append(_FUTEX_ENTER if name == "futex" else _ENTER % name)
         parts.append(_EXIT % name)
@@ -133,6 +154,29 @@ def wait_rows(table) -> list[tuple[int, int, int, int, str]]:
             for key, value in map_items(table)]
 
 
+def nested_pid_namespace(proc: str, release: str) -> tuple[int, int] | None:
+    """(device, inode) of this process's PID namespace when it is not the host's (a container),
+    else None. The program then reports ids as /proc shows them here; that needs the helper
+    bpf_get_ns_current_pid_tgid (kernel 5.7): on older kernels the ids could not be matched."""
+    try:
+        ns = os.stat(f"{proc}/self/ns/pid")
+    except OSError:
+        return None
+    if ns.st_ino == HOST_PIDNS_INO:
+        return None
+    if kernel_version(release) < (5, 7):
+        raise NotReady(f"this process runs in a PID namespace of its own and kernel {release} (before 5.7) "
+                       "cannot give eBPF its ids: run in the host's PID namespace (docker --pid=host, "
+                       "Kubernetes hostPID: true)")
+    return ns.st_dev, ns.st_ino
+
+
+def kernel_version(release: str) -> tuple[int, int]:
+    """'6.1.0-57-amd64' -> (6, 1)."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
 def in_futex_wait(syscall: str | None, machine: str) -> bool:
     """Whether /proc/PID/task/TID/syscall ("202 0x55.. 0x189 0x0 ..." : number, then the arguments)
     shows a thread blocked in a futex wait; "running", "-1 ..." (not in a syscall) or no text: no."""
@@ -156,7 +200,7 @@ class EbpfCollector(Collector):
     order = 90  # finishes after the process collector, whose scope it reads
 
     def prepare(self) -> None:
-        self.bpf, self.problem, self.note = None, None, ""
+        self.bpf, self.problem, self.note, self.pidns = None, None, "", None
         if not self.ctx.is_root:
             self.problem = "eBPF needs root (CAP_BPF and CAP_PERFMON): run as root for futex wait times"
             return
@@ -167,13 +211,14 @@ class EbpfCollector(Collector):
             if "futex" not in present:
                 raise NotReady(f"no futex syscall tracepoints in {events} (kernel without CONFIG_FTRACE_SYSCALLS)")
             tree, self.note = kernel_headers(platform.release())
+            self.pidns = nested_pid_namespace(str(self.ctx.proc), platform.release())
         except NotReady as exc:
             self.problem = str(exc)
             return
         said: list[str] = []
         try:
             with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
-                self.bpf = bcc.BPF(text=program(present).encode(), cflags=["-w"])  # no warnings: see below
+                self.bpf = bcc.BPF(text=program(present, self.pidns).encode(), cflags=["-w"])  # no warnings: see below
         except Exception as exc:  # bcc raises bare Exceptions; clang's reason went to its stderr
             errors = [line for line in "\n".join(said).splitlines() if "error" in line]
             raise RuntimeError(f"bcc could not load the futex program: {exc}"
@@ -248,8 +293,9 @@ class EbpfCollector(Collector):
             g.entity_of("thread", tid_id, attrs, thread_metrics(ns, n, window_s))
             if shown is not None:
                 g.edge_of("has_thread", process_id(host, pid), tid_id)
-        if self.note:
-            self.status.reason = f"futex waits traced on {', '.join(self.syscalls)}; {self.note}"
+        notes = [self.note] + (["ids of this PID namespace: threads outside it are not traced"] if self.pidns else [])
+        if any(notes):
+            self.status.reason = "; ".join([f"futex waits traced on {', '.join(self.syscalls)}"] + [n for n in notes if n])
         return g
 
 

@@ -8,6 +8,7 @@ where a missing piece fails instead."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,8 @@ import pytest
 
 from collectors import bpfhost
 from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from collectors.ebpf import SYSCALLS, EbpfCollector, in_futex_wait, program, started_rows, thread_metrics, wait_rows
+from collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, in_futex_wait, kernel_version, nested_pid_namespace,
+                             program, started_rows, thread_metrics, wait_rows)
 from collectors.base import Context
 from collectors.engine import run_window
 from diagnosis import diagnose
@@ -37,6 +39,27 @@ def test_the_program_traces_the_waiting_futex_ops_of_each_syscall_it_is_given():
     # FUTEX_WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2 wait; WAKE (1) and the rest do not
     assert "op != 0 && op != 6 && op != 9 && op != 11 && op != 13" in text and "& 127" in text
     assert set(SYSCALLS) == {"futex", "futex_waitv", "futex_wait"}
+
+
+def test_in_a_container_the_program_reports_the_ids_of_its_pid_namespace():
+    assert "#define PIDNS_INO" not in program(["futex"])  # the host's namespace: the kernel's own ids
+    text = program(["futex"], (4, 4026532301))
+    assert text.startswith("#define PIDNS_DEV 4ULL\n#define PIDNS_INO 4026532301ULL\n")
+    assert "bpf_get_ns_current_pid_tgid(PIDNS_DEV, PIDNS_INO" in text
+
+
+def test_a_pid_namespace_of_its_own_is_told_from_the_hosts(tmp_path):
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    (tmp_path / "self" / "ns" / "pid").write_text("")  # any inode but the initial namespace's
+    ns = os.stat(tmp_path / "self" / "ns" / "pid")
+    assert ns.st_ino != HOST_PIDNS_INO
+    assert nested_pid_namespace(str(tmp_path), "6.1.0-57-amd64") == (ns.st_dev, ns.st_ino)
+    with pytest.raises(NotReady, match="kernel 5.4.0-150-generic \\(before 5.7\\) cannot give eBPF its ids: run in "
+                                       "the host's PID namespace"):
+        nested_pid_namespace(str(tmp_path), "5.4.0-150-generic")
+    assert nested_pid_namespace(str(tmp_path / "gone"), "6.1.0") is None  # unreadable: as on the host
+    assert [kernel_version(r) for r in ("6.18.44-fc-v1098", "5.7.0", "4.19.0-27-amd64", "6.10rc1", "x")] == \
+        [(6, 18), (5, 7), (4, 19), (6, 10), (0, 0)]
 
 
 def test_thread_metrics_are_shares_and_rates_of_the_window():
@@ -326,10 +349,10 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
     by_name = {t.attrs.get("name"): t.metrics for t in _threads(graph, pids["blocked"]).values()}
     # blocked before the window opened and still blocked when it closed: the whole window
     held = by_name["held"]
-    assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, held
+    assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, (held, later)
     # blocked before the window, woken 1.5 s into its 3 s: half of it, one wake-up
     later = by_name["later"]
-    assert 35 < later["futex_wait_pct"] < 65 and 0 < later["futex_wakeups_per_s"] < 1, later
+    assert 35 < later["futex_wait_pct"] < 65 and 0 < later["futex_wakeups_per_s"] < 1, (held, later)
 
 
 def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
@@ -359,3 +382,32 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
     numbers = sorted(int(line.split()[-1]) for line in lines if line.startswith("log line "))
     assert len(numbers) > 20 and numbers == list(range(len(numbers)))  # some written during the compile
     assert not [line for line in lines if not line.startswith("log line ")]  # and nothing from clang
+
+
+IN_A_CONTAINER = """
+import json, subprocess, sys, time
+from collectors.engine import run_window
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+time.sleep(0.5)
+try:
+    graph = run_window(2.0, 1.0, pids=[child.pid], collectors=["process", "ebpf"])
+finally:
+    child.kill()
+print(json.dumps({"pid": child.pid, "reason": graph.meta.collectors["ebpf"].reason,
+                  "threads": {t.id: t.metrics for t in graph.entities("thread")}}))
+"""
+
+
+def test_a_contended_lock_inside_a_pid_namespace_of_its_own(tmp_path):
+    """Run where a container would: a new PID namespace with its own /proc. The kernel's ids are
+    not the ones /proc shows there; the threads are still matched, and their waits counted."""
+    _ebpf_ready()
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", IN_A_CONTAINER, CONTENDED],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "ids of this PID namespace" in seen["reason"]
+    assert seen["pid"] < 100  # a namespace-local id, as the process collector read it from that /proc
+    workers = {tid: m for tid, m in seen["threads"].items() if not tid.endswith(f":{seen['pid']}:{seen['pid']}")}
+    assert len(workers) == 4
+    assert all(m["futex_wait_pct"] > 20 and m["futex_wakeups_per_s"] > 25 for m in workers.values()), workers
