@@ -3,7 +3,8 @@
 Measured in one run, root only:
 
 1. `prepare()` (find bcc and the headers, compile with clang, load and attach): wall and CPU time
-   and the peak RSS it adds to this process, median of --loads runs;
+   and the peak RSS it adds to this process, median of --loads runs, and the memory it keeps once
+   those rounds are over (anonymous: the heap; file-backed: libbcc's code, shared and evictable);
 2. the probes' cost per futex call: a child process calls FUTEX_WAIT on a word that does not hold
    the expected value, which returns EAGAIN at once, so each call is one enter and one exit
    probe and nothing else (the worst case: no real wait to hide behind). Calls per second with
@@ -121,6 +122,11 @@ def alternate(code: str, rounds: int, seconds: float) -> dict:
             "program_ns_per_run": probes}
 
 
+def rss_mib() -> dict[str, float]:
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loads", type=int, default=3)
@@ -129,19 +135,20 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("ebpf_overhead: needs root")
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0, kept0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_mib()
     loads = []
     for _ in range(args.loads):
         c, wall, cpu = load()
         loads.append((wall, cpu))
         c.finish()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss, kept = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_mib()
     print(json.dumps({
         "date": datetime.now(timezone.utc).date().isoformat(), "kernel": platform.release(), "cpus": os.cpu_count(),
         "load_avg": os.getloadavg()[0],
         "prepare_wall_s": round(statistics.median(w for w, _ in loads), 3),
         "prepare_cpu_s": round(statistics.median(c for _, c in loads), 3),
         "prepare_peak_rss_added_mib": round((rss - rss0) / 1024, 1),
+        "kept_after_rounds_mib": {k: round(kept[k] - kept0[k], 1) for k in kept},
         "headers": c.note,
         "futex_eagain": alternate(FUTEX_EAGAIN, args.rounds, args.seconds),
         "getppid": alternate(GETPPID, args.rounds, args.seconds),

@@ -227,6 +227,7 @@ class EbpfCollector(Collector):
         # threads (an MCP server's log), so it goes where they meant it to, a moment late
         if "".join(said):
             os.write(2, "".join(said).encode())
+        _return_freed_memory()
         self.bcc, self.syscalls = bcc, present
         self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
 
@@ -297,6 +298,15 @@ class EbpfCollector(Collector):
         if any(notes):
             self.status.reason = "; ".join([f"futex waits traced on {', '.join(self.syscalls)}"] + [n for n in notes if n])
         return g
+
+
+def _return_freed_memory() -> None:
+    """clang frees what it allocated to compile, but glibc keeps the pages (about 40 MiB): give them
+    back, so that a long-lived process (witty-mcp) does not keep them after its first round."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc (musl): nothing to trim
+        pass
 
 
 @contextlib.contextmanager
