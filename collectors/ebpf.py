@@ -6,8 +6,11 @@ space locks block. The program times every wait (sys_enter_futex with a waiting 
 futex_wait) to its exit, per thread, and counts how many of them another thread ended by a
 wake-up (return >= 0). Both are needed to tell contention from idleness: a thread waiting for a
 lock holder is woken many times a second, while an idle one (a pool with no work, a queue polled
-with a timeout) sleeps as long but is rarely woken. Timed-out waits count as waiting time: the GIL
-waits in 5 ms timed waits, and a Python thread contending for it spends most of its wait there.
+with a timeout) sleeps as long but is rarely woken. Of the waiting time, the lock wait share leaves
+out the waits that ran to a timeout longer than 10 ms (a poller's sleeps) and keeps the short
+timed waits: the GIL waits in 5 ms timed waits, and a Python thread contending for it spends most
+of its wait there. A poller in a process whose other threads hold the GIL is woken tens of times
+a second (GIL hand-overs) while it sleeps nearly all the time: its lock wait share stays small.
 A wait still going on when the window ends counts up to the end. A wait that began before the
 window counts from its start for the threads of the processes in scope when it opens (their
 /proc/PID/task/TID/syscall says which are inside a futex wait then); other threads' waits count
@@ -38,6 +41,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from collectors.base import Collector, register
 from collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
@@ -57,12 +61,15 @@ FUTEX_NR = {"x86_64": 202, "aarch64": 98, "riscv64": 98, "loongarch64": 98, "ppc
 WAITING_NRS = (449, 455)
 BPF_NOEXIST = 1  # bpf_map_update_elem flag: leave an entry the program wrote meanwhile as it is
 HOST_PIDNS_INO = 0xEFFFFFFC  # PROC_PID_INIT_INO: the inode of the initial PID namespace, on every kernel
+# A wait that ran to its timeout after longer than this is a sleep (a queue polled with a timeout),
+# not a lock: Python's GIL waits in 5 ms timed waits, a poller in tens of ms or more
+LOCK_WAIT_MAX_MS = 10
 OUT_OF_SCOPE_MAX = 100
 OUT_OF_SCOPE_MIN_PCT = 1.0
 OUT_OF_SCOPE_MIN_PER_S = 1.0
 
 _HEAD = """
-struct wait_t { u64 ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
+struct wait_t { u64 ns; u64 lock_ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
 BPF_HASH(started, u64, u64, 65536);  /* tgid << 32 | tid -> when its wait began (CLOCK_MONOTONIC ns) */
 BPF_HASH(waits, u64, struct wait_t, 65536);
 
@@ -104,6 +111,8 @@ static int leave(long ret) {
     w->ns += took;
     if (ret >= 0)  /* woken by another thread; < 0: timed out, interrupted, or the word had changed */
         w->woken += 1;
+    if (ret >= 0 || took <= LOCK_WAIT_MAX_NS)  /* not a long sleep that ran to its timeout */
+        w->lock_ns += took;
     return 0;
 }
 """
@@ -126,15 +135,27 @@ TRACEPOINT_PROBE(syscalls, sys_exit_%s) { return leave(args->ret); }
 def program(syscalls: list[str], pidns: tuple[int, int] | None = None) -> str:
     """The C text for the futex syscalls this kernel has tracepoints for; `pidns` (device, inode of
     /proc/self/ns/pid) when this process runs in a PID namespace other than the host's."""
-    parts = [f"#define PIDNS_DEV {pidns[0]}ULL\n#define PIDNS_INO {pidns[1]}ULL\n" if pidns else "", _HEAD]
+    parts = [f"#define LOCK_WAIT_MAX_NS {LOCK_WAIT_MAX_MS * 1_000_000}ULL\n",
+             f"#define PIDNS_DEV {pidns[0]}ULL\n#define PIDNS_INO {pidns[1]}ULL\n" if pidns else "", _HEAD]
     for name in syscalls:
         parts.append(_FUTEX_ENTER if name == "futex" else _ENTER % name)
         parts.append(_EXIT % name)
     return "".join(parts)
 
 
-def thread_metrics(wait_ns: int, woken: int, window_s: float) -> dict[str, float]:
-    return {"futex_wait_pct": round(min(100.0, wait_ns / (window_s * 1e9) * 100), 2),
+class Waits(NamedTuple):
+    """One thread's futex waits in the window."""
+    ns: int
+    lock_ns: int  # of which ended by a wake-up, or within LOCK_WAIT_MAX_MS
+    woken: int
+    comm: str | None
+
+
+def thread_metrics(wait_ns: int, lock_ns: int, woken: int, window_s: float) -> dict[str, float]:
+    def share(ns: int) -> float:
+        return round(min(100.0, ns / (window_s * 1e9) * 100), 2)
+
+    return {"futex_wait_pct": share(wait_ns), "futex_lock_wait_pct": share(lock_ns),
             "futex_wakeups_per_s": round(woken / window_s, 2)}
 
 
@@ -148,9 +169,9 @@ def map_items(table) -> list[tuple[int, object]]:
     return [(getattr(key, "value", key), getattr(value, "value", value)) for key, value in pairs]
 
 
-def wait_rows(table) -> list[tuple[int, int, int, int, str]]:
-    """(pid, tid, wait ns, wake-ups, comm) of every thread in the program's `waits` map."""
-    return [(key >> 32, key & 0xFFFFFFFF, value.ns, value.woken, value.comm.decode("utf-8", "replace"))
+def wait_rows(table) -> list[tuple[int, int, int, int, int, str]]:
+    """(pid, tid, wait ns, lock wait ns, wake-ups, comm) of every thread in the program's `waits` map."""
+    return [(key >> 32, key & 0xFFFFFFFF, value.ns, value.lock_ns, value.woken, value.comm.decode("utf-8", "replace"))
             for key, value in map_items(table)]
 
 
@@ -258,40 +279,42 @@ class EbpfCollector(Collector):
     def _in_futex_wait(self, pid: int, tid: int) -> bool:
         return in_futex_wait(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
 
-    def _graph(self, rows: list[tuple[int, int, int, int, str]], going: dict[tuple[int, int], int],
+    def _graph(self, rows: list[tuple[int, int, int, int, int, str]], going: dict[tuple[int, int], int],
                now_ns: int) -> Graph:
         g = self.fragment()
         host = self.ctx.host
         window_s = (now_ns - self.t0_ns) / 1e9
         scope = set(self.ctx.cache.get("scope_pids") or ())
         shown = self.ctx.cache.get("process_pids")  # None: the process collector did not run
-        waited = {(pid, tid): (ns, n, comm) for pid, tid, ns, n, comm in rows}
+        none = Waits(0, 0, 0, None)
+        waited = {(pid, tid): Waits(*rest) for pid, tid, *rest in rows}
         # a wait still going on counts up to now, for the threads that may be shown (out of scope: woken
-        # often enough); the thread must still be inside it (one that died waiting leaves its entry behind)
+        # often enough); the thread must still be inside it (one that died waiting leaves its entry behind).
+        # Whether it will end by a wake-up is not known yet: it counts as a lock wait too.
         often = OUT_OF_SCOPE_MIN_PER_S * window_s
         for key, began in going.items():
-            if (key[0] in scope or waited.get(key, (0, 0))[1] >= often) and self._in_futex_wait(*key):
-                ns, n, comm = waited.get(key, (0, 0, None))
-                waited[key] = (ns + now_ns - max(began, self.t0_ns), n, comm)
+            if (key[0] in scope or waited.get(key, none).woken >= often) and self._in_futex_wait(*key):
+                w, ns = waited.get(key, none), now_ns - max(began, self.t0_ns)
+                waited[key] = w._replace(ns=w.ns + ns, lock_ns=w.lock_ns + ns)
         chosen = {key for key in waited if key[0] in scope}
         for pid in sorted(scope):
             chosen.update((pid, tid) for tid in list_tids(str(self.ctx.proc), pid))
         others = []
-        for key, (ns, n, _) in waited.items():
-            m = thread_metrics(ns, n, window_s)
+        for key, w in waited.items():
+            m = thread_metrics(w.ns, w.lock_ns, w.woken, window_s)
             if key[0] not in scope and m["futex_wait_pct"] >= OUT_OF_SCOPE_MIN_PCT \
                     and m["futex_wakeups_per_s"] >= OUT_OF_SCOPE_MIN_PER_S:
-                others.append((-ns, key))
+                others.append((-w.ns, key))
         chosen.update(key for _, key in sorted(others)[:OUT_OF_SCOPE_MAX])
         for pid, tid in sorted(chosen):
             if shown is not None and pid not in shown:
                 continue  # a process too short-lived or idle for the graph: its thread would dangle
-            ns, n, comm = waited.get((pid, tid), (0, 0, None))
+            w = waited.get((pid, tid), none)
             attrs = {"tid": tid, "pid": pid}
-            if comm:
-                attrs["name"] = comm
+            if w.comm:
+                attrs["name"] = w.comm
             tid_id = thread_id(host, pid, tid)
-            g.entity_of("thread", tid_id, attrs, thread_metrics(ns, n, window_s))
+            g.entity_of("thread", tid_id, attrs, thread_metrics(w.ns, w.lock_ns, w.woken, window_s))
             if shown is not None:
                 g.edge_of("has_thread", process_id(host, pid), tid_id)
         notes = [self.note] + (["ids of this PID namespace: threads outside it are not traced"] if self.pidns else [])

@@ -295,8 +295,9 @@ def test_a_lock_contention_finding_cites_what_the_control_view_shows():
     g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
     process(g, 10, "train", cpu_util_pct=80.0)
     for tid, wait in ((11, 75.0), (12, 64.0), (13, 35.0)):
-        thread(g, 10, tid, futex_wait_pct=wait, futex_wakeups_per_s=300.0, cpu_util_pct=20.0)
-    thread(g, 10, 14, name="pool", futex_wait_pct=99.0, futex_wakeups_per_s=0.5)
+        thread(g, 10, tid, futex_wait_pct=wait + 5, futex_lock_wait_pct=wait, futex_wakeups_per_s=300.0,
+               cpu_util_pct=20.0)
+    thread(g, 10, 14, name="pool", futex_wait_pct=99.0, futex_lock_wait_pct=99.0, futex_wakeups_per_s=0.5)
     diagnosis = _diagnosis(g)
     finding = diagnosis.finding("control.lock_contention")
     assert finding is not None and len(finding.subjects) == 3

@@ -180,7 +180,7 @@ def futex_wakeups(v):
     """A workload thread waiting on futexes 80 % of the window (> 60 %), woken v times a second."""
     g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
     process(g, 10, "train", cpu_util_pct=30.0)
-    thread(g, 10, 11, futex_wait_pct=80.0, futex_wakeups_per_s=v)
+    thread(g, 10, 11, futex_wait_pct=80.0, futex_lock_wait_pct=80.0, futex_wakeups_per_s=v)
     return g
 
 

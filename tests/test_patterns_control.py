@@ -38,7 +38,7 @@ def throttling(name, **others):
 def futex(v):
     g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
     process(g, 10, "train")
-    thread(g, 10, 11, futex_wait_pct=v, futex_wakeups_per_s=200.0)
+    thread(g, 10, 11, futex_wait_pct=v, futex_lock_wait_pct=v, futex_wakeups_per_s=200.0)
     return g
 
 
@@ -63,7 +63,7 @@ BUILDERS = {
     ("control.scheduling_latency", "psi_cpu_some_pct"): psi,
     ("control.cpu_throttling", "throttled_periods_pct"): throttling("throttled_periods_pct", throttled_ms_per_s=1.0),
     ("control.cpu_throttling", "throttled_ms_per_s"): throttling("throttled_ms_per_s", throttled_periods_pct=1.0),
-    ("control.lock_contention", "futex_wait_pct"): futex,
+    ("control.lock_contention", "futex_lock_wait_pct"): futex,
     ("control.load_imbalance", "imbalance_pct"): imbalance,
     ("control.thread_oversubscription", "runnable_per_cpu"): oversubscription,
 }
@@ -122,8 +122,8 @@ def test_eBPF_patterns_say_what_they_need():
 
 def test_lock_contention_sets_idle_sleepers_apart_and_names_the_contended_threads():
     g = futex(90.0)  # thread 11: 90 % at 200 wake-ups/s
-    thread(g, 10, 12, name="pool", futex_wait_pct=99.0, futex_wakeups_per_s=0.5)  # an idle pool thread
-    thread(g, 10, 13, name="main", futex_wait_pct=0.0, futex_wakeups_per_s=0.0)
+    thread(g, 10, 12, name="pool", futex_wait_pct=99.0, futex_lock_wait_pct=99.0, futex_wakeups_per_s=0.5)  # idle
+    thread(g, 10, 13, name="main", futex_wait_pct=0.0, futex_lock_wait_pct=0.0, futex_wakeups_per_s=0.0)
     f = diagnose(g).finding("control.lock_contention")
     assert f.severity == "critical" and f.subjects == ["thread:h1:10:11"]
     assert "1 thread spends its time waiting on locks" in f.description and "woken 200 times a second" in f.description
@@ -156,4 +156,18 @@ def test_lock_contention_clear_line_gives_the_highest_wait_among_threads_woken_o
     g = futex(20.0)  # woken 200 times a second, but only 20 % of the window in futex waits
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
     assert row.status == "clear" and row.reason == ("1 thread traced; none of the 1 woken at least 25/s waited "
-                                                    "over 30 % of the window on futexes (highest 20 %)")
+                                                    "over 30 % of the window on locks (highest 20 %)")
+
+
+def test_a_poller_woken_by_gil_hand_overs_is_not_waiting_on_a_lock():
+    """A thread polling a queue with a timeout, in a process whose other threads hold the GIL: it
+    sleeps nearly all the window (timed-out waits) and is woken ~30 times a second when it takes
+    the GIL back: judged on the share it waits for the GIL (here 4 %), not on its sleep."""
+    g = futex(90.0)
+    thread(g, 10, 12, name="poller", futex_wait_pct=99.0, futex_lock_wait_pct=4.0, futex_wakeups_per_s=30.0)
+    f = diagnose(g).finding("control.lock_contention")
+    assert f.subjects == ["thread:h1:10:11"]
+    g.entity("thread:h1:10:11").metrics["futex_lock_wait_pct"] = 2.0  # the lock waiter becomes a poller too
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
+    assert row.status == "clear" and "none of the 2 woken at least 25/s waited over 30 % of the window on locks " \
+        "(highest 4 %)" in row.reason, row

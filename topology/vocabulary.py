@@ -217,6 +217,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("dram_bw_util_pct", "%", "DRAM bandwidth used as a share of the peak, host or NUMA node (uncore PMU)"),
     _M("futex_wait_pct", "%", "share of the window a thread spent in futex waits (locks, condition variables, "
        "the GIL), timed out or woken (eBPF)"),
+    _M("futex_lock_wait_pct", "%", "share of the window a thread spent in futex waits that another thread ended or "
+       "that lasted under 10 ms (lock hand-overs, GIL waits), leaving out sleeps that ran to a longer timeout (eBPF)"),
     _M("futex_wakeups_per_s", "1/s", "futex waits of a thread that another thread ended by a wake-up, per second: "
        "high for a thread contending for a lock, low for an idle one (eBPF)"),
     # legacy time bases

@@ -31,6 +31,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out: list[Block] = [legend(ctx, "rq_wait% = share of runnable time waiting for a CPU; vcs/ivcs = voluntary/"
                                     "involuntary context switches per second; per_cpu = threads per allowed CPU; "
                                     "futex% = share of the window in futex waits (locks, the GIL), "
+                                    "lock% = of which woken by another thread or under 10 ms (not timed-out sleeps), "
                                     "wakeups/s = futex waits another thread ended, per second (eBPF)"),
                         *findings_block(ctx, LAYER, on_rows={"cpu_util_pct": ("process", "thread")}),
                         coverage(ctx, LAYER)]
@@ -57,7 +58,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("ivcs", lambda p: rate(p.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
     ], procs, "processes", fold_query(ctx, "process", procs, top="runqueue_wait_pct"), pinned, weight=1.5))
     thread_metrics = ("runqueue_wait_pct", "cpu_util_pct", "voluntary_ctxt_switches_per_s", "futex_wakeups_per_s",
-                      "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct")
+                      "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct", "futex_lock_wait_pct")
     threads = [t for t in ctx.entities("thread") if has_any(t, thread_metrics) or t.id in cited]
     threads, pinned = rank(threads, lambda t: (neg(t.metrics.get("runqueue_wait_pct")),
                                                               neg(t.metrics.get("cpu_util_pct"))), cited, ctx)
@@ -68,6 +69,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("vcs", lambda t: rate(t.metrics.get("voluntary_ctxt_switches_per_s"))),
         Column("ivcs", lambda t: rate(t.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
         Column("futex%", lambda t: pct(t.metrics.get("futex_wait_pct"))),
+        Column("lock%", lambda t: pct(t.metrics.get("futex_lock_wait_pct"))),
         Column("wakeups/s", lambda t: rate(t.metrics.get("futex_wakeups_per_s"))),
     ], threads, "threads", fold_query(ctx, "thread", threads, top="runqueue_wait_pct"), pinned, weight=1.5))
     groups = [c for c in ctx.entities("cgroup") if c.metrics.get("cpu_quota_cores") is not None

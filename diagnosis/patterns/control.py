@@ -160,9 +160,9 @@ CPU_THROTTLING = Pattern(
 
 # -- control.lock_contention --------------------------------------------------------------
 def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
-    share, often = t["futex_wait_pct"], t["min_futex_wakeups_per_s"]
+    share, often = t["futex_lock_wait_pct"], t["min_futex_wakeups_per_s"]
     threads = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
-    measured = [th for th in threads if num(th, "futex_wait_pct") is not None]
+    measured = [th for th in threads if num(th, "futex_lock_wait_pct") is not None]
     # without a workload the collector reports only the threads that waited: none is a clear host
     traced = any(name.split("@")[0] == "ebpf" and status.status == "ok" for name, status in scope.meta.collectors.items())
     if not measured and (scope.has_workload or not traced):
@@ -171,26 +171,27 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     # a thread woken rarely sleeps on a condition (an idle pool, a queue with nothing in it), not on a lock
     woken_often = [th for th in measured if (num(th, "futex_wakeups_per_s") or 0.0) >= often]
     often_ids = {th.id for th in woken_often}
-    hits = [(th, share.severity(num(th, "futex_wait_pct"))) for th in woken_often]
+    hits = [(th, share.severity(num(th, "futex_lock_wait_pct"))) for th in woken_often]
     hits = [(th, sev) for th, sev in hits if sev]
     if not hits:
+        # sleeping on futexes (all waits, timed-out sleeps included) without being woken often: idle
         idle = [th for th in measured if share.severity(num(th, "futex_wait_pct")) and th.id not in often_ids]
         if woken_often:
-            top = max(num(th, "futex_wait_pct") or 0.0 for th in woken_often)
+            top = max(num(th, "futex_lock_wait_pct") or 0.0 for th in woken_often)
             what = (f"none of the {len(woken_often)} woken at least {number(often)}/s waited over "
-                    f"{number(share.limit())} % of the window on futexes (highest {ev.fmt(top, '%')})")
+                    f"{number(share.limit())} % of the window on locks (highest {ev.fmt(top, '%')})")
         else:
             what = f"none was woken from futex waits {number(often)} times a second or more"
         return clear(f"{ev.counted(len(measured), 'threads')} traced; {what}"
                      + (f"; {ev.counted(len(idle), 'idle threads')} slept longer on futexes but were woken less often"
                         if idle else ""))
-    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_wait_pct") or 0.0), h[0].id))
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_lock_wait_pct") or 0.0), h[0].id))
     items: list[Evidence] = []
     for th, sev in hits[:ev.MAX_SUBJECTS]:
         process = scope.entity(process_of_thread(th.id))
         of = f" of {ev.name_of(process)}" if process is not None else ""
-        items.append(ev.entity(th.id, "futex_wait_pct", num(th, "futex_wait_pct"), levels=share, severity=sev,
-                               note=f"{ev.name_of(th)}{of}"))
+        items.append(ev.entity(th.id, "futex_lock_wait_pct", num(th, "futex_lock_wait_pct"), levels=share,
+                               severity=sev, note=f"{ev.name_of(th)}{of}"))
         items.append(ev.entity(th.id, "futex_wakeups_per_s", num(th, "futex_wakeups_per_s"), unit="1/s",
                                bound=(">=", often), note="wake-ups by another thread per second"))
         if num(th, "cpu_util_pct") is not None:
@@ -209,8 +210,8 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     return finding(worst(*(s for _, s in hits)) or "warning",
                    f"{ev.counted(len(hits), 'threads', 'spend')} {ev.their(len(hits))} time waiting on locks: "
                    + (f"{names}; the worst, " if len(hits) > 1 else "")
-                   + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_wait_pct'), '%')} of the window in futex "
-                   f"waits and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
+                   + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_lock_wait_pct'), '%')} of the window on "
+                   f"locks and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
                    f"(threshold > {number(share.limit(hits[0][1]))} %).",
                    items, subjects=[th.id for th, _ in hits])
 
@@ -219,8 +220,9 @@ LOCK_CONTENTION = Pattern(
     id="control.lock_contention", layer=6, title="Lock contention",
     why="Threads that wait on futexes (mutexes, condition variables, the GIL's underlying lock) are "
         "serialised: adding threads adds waiting, not throughput.",
-    metrics=("thread.futex_wait_pct", "thread.futex_wakeups_per_s"),
-    thresholds=(Threshold("futex_wait_pct", "%", "above", "share of the window a thread spent in futex waits",
+    metrics=("thread.futex_lock_wait_pct", "thread.futex_wait_pct", "thread.futex_wakeups_per_s"),
+    thresholds=(Threshold("futex_lock_wait_pct", "%", "above", "share of the window a thread spent waiting on locks: "
+                          "futex waits another thread ended, or under 10 ms (not a poller's timed-out sleeps)",
                           critical=60, warning=30),),
     params=(Param("min_futex_wakeups_per_s", 25, "1/s", "a thread must be woken from futex waits at least this often: "
                   "one that sleeps long and is woken rarely is idle (a pool or queue with no work), not contended"),),
