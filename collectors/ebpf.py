@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from collectors.base import Collector, register
 from collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
-from collectors.procfs import read_text
+from collectors.procfs import mapping_of, read_text
 from collectors.tasks import list_tids
 from topology import Graph
 from topology.ids import process_id, thread_id
@@ -58,7 +58,7 @@ SYSCALLS = ("futex", "futex_waitv", "futex_wait")  # futex_waitv since 5.16, fut
 # futex_waitv (449) and futex_wait (455) have one number everywhere
 FUTEX_NR = {"x86_64": 202, "aarch64": 98, "riscv64": 98, "loongarch64": 98, "ppc64le": 221, "ppc64": 221,
             "s390x": 238, "i686": 240, "armv7l": 240}
-WAITING_NRS = (449, 455)
+FUTEX_WAITV_NR, FUTEX_WAIT_NR = 449, 455
 BPF_NOEXIST = 1  # bpf_map_update_elem flag: leave an entry the program wrote meanwhile as it is
 HOST_PIDNS_INO = 0xEFFFFFFC  # PROC_PID_INIT_INO: the inode of the initial PID namespace, on every kernel
 # A wait that ran to its timeout after longer than this is a sleep (a queue polled with a timeout),
@@ -70,8 +70,11 @@ OUT_OF_SCOPE_MIN_PER_S = 1.0
 
 _HEAD = """
 struct wait_t { u64 ns; u64 lock_ns; u64 woken; char comm[16];  /* TASK_COMM_LEN */ };
-BPF_HASH(started, u64, u64, 65536);  /* tgid << 32 | tid -> when its wait began (CLOCK_MONOTONIC ns) */
+struct lock_key_t { u64 id; u64 addr; };
+struct start_t { u64 ts; u64 addr; };  /* when a wait began (CLOCK_MONOTONIC ns), on which futex word */
+BPF_HASH(started, u64, struct start_t, 65536);  /* tgid << 32 | tid -> its wait in progress */
 BPF_HASH(waits, u64, struct wait_t, 65536);
+BPF_HASH(lock_waits, struct lock_key_t, u64, 65536);  /* thread, futex word -> lock wait ns */
 
 /* tgid << 32 | tid as /proc shows them here: in a nested PID namespace (a container), the ids
    of that namespace, and 0 for a task outside it */
@@ -86,21 +89,22 @@ static u64 current_id(void) {
 #endif
 }
 
-static int enter(void) {
+static int enter(u64 addr) {
     u64 id = current_id();
     if (id == 0)
         return 0;
-    u64 ts = bpf_ktime_get_ns();
-    started.update(&id, &ts);
+    struct start_t s = {bpf_ktime_get_ns(), addr};
+    started.update(&id, &s);
     return 0;
 }
 
 static int leave(long ret) {
     u64 id = current_id();
-    u64 *ts = started.lookup(&id);
-    if (ts == 0)
+    struct start_t *s = started.lookup(&id);
+    if (s == 0)
         return 0;
-    u64 took = bpf_ktime_get_ns() - *ts;
+    u64 took = bpf_ktime_get_ns() - s->ts;
+    u64 addr = s->addr;
     started.delete(&id);
     struct wait_t zero = {};
     struct wait_t *w = waits.lookup_or_try_init(&id, &zero);
@@ -111,8 +115,14 @@ static int leave(long ret) {
     w->ns += took;
     if (ret >= 0)  /* woken by another thread; < 0: timed out, interrupted, or the word had changed */
         w->woken += 1;
-    if (ret >= 0 || took <= LOCK_WAIT_MAX_NS)  /* not a long sleep that ran to its timeout */
+    if (ret >= 0 || took <= LOCK_WAIT_MAX_NS) {  /* not a long sleep that ran to its timeout */
         w->lock_ns += took;
+        struct lock_key_t key = {id, addr};
+        u64 none = 0;
+        u64 *on = lock_waits.lookup_or_try_init(&key, &none);
+        if (on != 0)
+            *on += took;
+    }
     return 0;
 }
 """
@@ -121,11 +131,11 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
     int op = args->op & %d;
     if (%s)
         return 0;
-    return enter();
+    return enter((u64)args->uaddr);
 }
 """ % (FUTEX_CMD_MASK, " && ".join(f"op != {op}" for op in WAIT_OPS))
 _ENTER = """
-TRACEPOINT_PROBE(syscalls, sys_enter_%s) { return enter(); }
+TRACEPOINT_PROBE(syscalls, sys_enter_%s) { return enter(%s); }
 """
 _EXIT = """
 TRACEPOINT_PROBE(syscalls, sys_exit_%s) { return leave(args->ret); }
@@ -138,7 +148,9 @@ def program(syscalls: list[str], pidns: tuple[int, int] | None = None) -> str:
     parts = [f"#define LOCK_WAIT_MAX_NS {LOCK_WAIT_MAX_MS * 1_000_000}ULL\n",
              f"#define PIDNS_DEV {pidns[0]}ULL\n#define PIDNS_INO {pidns[1]}ULL\n" if pidns else "", _HEAD]
     for name in syscalls:
-        parts.append(_FUTEX_ENTER if name == "futex" else _ENTER % name)
+        # futex_wait waits on one word; futex_waitv on a vector of them: no single address
+        parts.append(_FUTEX_ENTER if name == "futex" else _ENTER % (name, "(u64)args->uaddr" if name == "futex_wait"
+                                                                    else "0"))
         parts.append(_EXIT % name)
     return "".join(parts)
 
@@ -198,21 +210,35 @@ def kernel_version(release: str) -> tuple[int, int]:
     return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
-def in_futex_wait(syscall: str | None, machine: str) -> bool:
-    """Whether /proc/PID/task/TID/syscall ("202 0x55.. 0x189 0x0 ..." : number, then the arguments)
-    shows a thread blocked in a futex wait; "running", "-1 ..." (not in a syscall) or no text: no."""
+def futex_wait_address(syscall: str | None, machine: str) -> int | None:
+    """The futex word a thread is blocked on, from /proc/PID/task/TID/syscall ("202 0x55.. 0x189 ...":
+    the syscall number, then its arguments); 0 in futex_waitv (a vector of words); None when it is
+    not in a futex wait ("running", "-1 ..." outside a syscall, no text)."""
     parts = (syscall or "").split()
     if len(parts) < 3 or not parts[0].isdigit():
-        return False
+        return None
     nr = int(parts[0])
-    if nr in WAITING_NRS:
-        return True
-    return nr == FUTEX_NR.get(machine) and int(parts[2], 16) & FUTEX_CMD_MASK in WAIT_OPS
+    if nr == FUTEX_WAITV_NR:
+        return 0
+    if nr == FUTEX_WAIT_NR or (nr == FUTEX_NR.get(machine) and int(parts[2], 16) & FUTEX_CMD_MASK in WAIT_OPS):
+        return int(parts[1], 16)
+    return None
 
 
-def started_rows(table) -> dict[tuple[int, int], int]:
-    """(pid, tid) -> when the wait it is in began, from the program's `started` map."""
-    return {(key >> 32, key & 0xFFFFFFFF): value for key, value in map_items(table)}
+def main_locks(table) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, tid) -> (the futex word it spent the most lock wait on, that wait in ns), from the
+    program's `lock_waits` map."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for key, ns in map_items(table):
+        thread = (key.id >> 32, key.id & 0xFFFFFFFF)
+        if key.addr and (thread not in out or (ns, -key.addr) > (out[thread][1], -out[thread][0])):
+            out[thread] = (key.addr, ns)
+    return out
+
+
+def started_rows(table) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, tid) -> (when the wait it is in began, its futex word), from the program's `started` map."""
+    return {(key >> 32, key & 0xFFFFFFFF): (value.ts, value.addr) for key, value in map_items(table)}
 
 
 @register
@@ -261,8 +287,9 @@ class EbpfCollector(Collector):
         table = self.bpf[b"started"]
         for pid in scope:
             for tid in list_tids(str(self.ctx.proc), pid):
-                if self._in_futex_wait(pid, tid):
-                    key, began = table.Key((pid << 32) | tid), table.Leaf(self.t0_ns)
+                addr = self._futex_wait_address(pid, tid)
+                if addr is not None:
+                    key, began = table.Key((pid << 32) | tid), table.Leaf(self.t0_ns, addr)
                     self.bcc.lib.bpf_update_elem(table.map_fd, ctypes.byref(key), ctypes.byref(began), BPF_NOEXIST)
 
     def finish(self) -> Graph:
@@ -270,20 +297,31 @@ class EbpfCollector(Collector):
             return self.unavailable(self.problem or "the eBPF program was not loaded")
         try:
             rows = wait_rows(self.bpf[b"waits"])
+            locks = main_locks(self.bpf[b"lock_waits"])
             going = started_rows(self.bpf[b"started"])
             now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         finally:
             self.bpf.cleanup()
-        return self._graph(rows, going, now_ns)
+        return self._graph(rows, locks, going, now_ns)
 
-    def _in_futex_wait(self, pid: int, tid: int) -> bool:
-        return in_futex_wait(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
+    def _mapping(self, pid: int, address: int) -> str | None:
+        """Where the lock lives: in the program's data (a runtime's global lock, e.g. CPython's GIL in
+        python3.11 or libpython), [heap], an anonymous mapping; maps read once per process."""
+        maps = self._maps.get(pid)
+        if maps is None:
+            maps = self._maps[pid] = read_text(f"{self.ctx.proc}/{pid}/maps") or ""
+        return mapping_of(maps, address)
 
-    def _graph(self, rows: list[tuple[int, int, int, int, int, str]], going: dict[tuple[int, int], int],
+    def _futex_wait_address(self, pid: int, tid: int) -> int | None:
+        return futex_wait_address(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
+
+    def _graph(self, rows: list[tuple[int, int, int, int, int, str]], locks: dict[tuple[int, int], tuple[int, int]],
+               going: dict[tuple[int, int], tuple[int, int]],
                now_ns: int) -> Graph:
         g = self.fragment()
         host = self.ctx.host
         window_s = (now_ns - self.t0_ns) / 1e9
+        self._maps: dict[int, str] = {}
         scope = set(self.ctx.cache.get("scope_pids") or ())
         shown = self.ctx.cache.get("process_pids")  # None: the process collector did not run
         none = Waits(0, 0, 0, None)
@@ -292,10 +330,13 @@ class EbpfCollector(Collector):
         # often enough); the thread must still be inside it (one that died waiting leaves its entry behind).
         # Whether it will end by a wake-up is not known yet: it counts as a lock wait too.
         often = OUT_OF_SCOPE_MIN_PER_S * window_s
-        for key, began in going.items():
-            if (key[0] in scope or waited.get(key, none).woken >= often) and self._in_futex_wait(*key):
+        for key, (began, addr) in going.items():
+            if (key[0] in scope or waited.get(key, none).woken >= often) and self._futex_wait_address(*key) is not None:
                 w, ns = waited.get(key, none), now_ns - max(began, self.t0_ns)
                 waited[key] = w._replace(ns=w.ns + ns, lock_ns=w.lock_ns + ns)
+                main, main_ns = locks.get(key, (0, 0))
+                if addr and (addr == main or ns > main_ns):  # on its main lock, or outweighing it
+                    locks[key] = (addr, ns + (main_ns if addr == main else 0))
         chosen = {key for key in waited if key[0] in scope}
         for pid in sorted(scope):
             chosen.update((pid, tid) for tid in list_tids(str(self.ctx.proc), pid))
@@ -313,6 +354,11 @@ class EbpfCollector(Collector):
             attrs = {"tid": tid, "pid": pid}
             if w.comm:
                 attrs["name"] = w.comm
+            if (pid, tid) in locks:
+                attrs["futex_addr"] = f"0x{locks[pid, tid][0]:x}"
+                where = self._mapping(pid, locks[pid, tid][0])
+                if where:
+                    attrs["futex_mapping"] = where
             tid_id = thread_id(host, pid, tid)
             g.entity_of("thread", tid_id, attrs, thread_metrics(w.ns, w.lock_ns, w.woken, window_s))
             if shown is not None:

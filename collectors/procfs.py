@@ -151,6 +151,17 @@ def parse_maps_libraries(text: str) -> list[str]:
     return sorted(libs)
 
 
+def mapping_of(text: str, address: int) -> str | None:
+    """What /proc/PID/maps maps at `address`: the file's path, "[heap]", "[stack]", "[anon]" for an
+    anonymous mapping; None when nothing is mapped there."""
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        start, _, end = parts[0].partition("-")
+        if int(start, 16) <= address < int(end, 16):
+            return parts[5].strip() if len(parts) == 6 and parts[5].strip() else "[anon]"
+    return None
+
+
 _NODE_PAGES = re.compile(r"\bN(\d+)=(\d+)")
 
 

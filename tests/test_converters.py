@@ -295,13 +295,16 @@ def test_a_lock_contention_finding_cites_what_the_control_view_shows():
     g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
     process(g, 10, "train", cpu_util_pct=80.0)
     for tid, wait in ((11, 75.0), (12, 64.0), (13, 35.0)):
-        thread(g, 10, tid, futex_wait_pct=wait + 5, futex_lock_wait_pct=wait, futex_wakeups_per_s=300.0,
-               cpu_util_pct=20.0)
+        lock = "0x7f00aa14" if tid == 13 else "0x7f00aa10"  # one condition variable's two words: one lock
+        thread(g, 10, tid, attrs={"futex_addr": lock, "futex_mapping": "/usr/bin/python3.11"},
+               futex_wait_pct=wait + 5, futex_lock_wait_pct=wait, futex_wakeups_per_s=300.0, cpu_util_pct=20.0)
     thread(g, 10, 14, name="pool", futex_wait_pct=99.0, futex_lock_wait_pct=99.0, futex_wakeups_per_s=0.5)
     diagnosis = _diagnosis(g)
     finding = diagnosis.finding("control.lock_contention")
     assert finding is not None and len(finding.subjects) == 3
     assert any(e.metric == "contended_threads" and e.value == 3 for e in finding.evidence)
+    assert any(e.metric == "threads_on_one_lock" and e.value == 3 and "0x7f00aa10 in /usr/bin/python3.11" in e.note
+               for e in finding.evidence)
     for budget in (1000, None):
         text = render_view(g, "control", budget, diagnosis=diagnosis).text
         assert not missing_evidence(g, "control", text, finding), text

@@ -22,7 +22,7 @@ import pytest
 
 from collectors import bpfhost
 from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, in_futex_wait, kernel_version, nested_pid_namespace,
+from collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, futex_wait_address, kernel_version, main_locks, nested_pid_namespace,
                              program, started_rows, thread_metrics, wait_rows)
 from collectors.base import Context
 from collectors.engine import run_window
@@ -90,30 +90,46 @@ def test_the_map_is_read_in_batches_or_key_by_key_where_the_kernel_has_no_batche
 
 def test_a_thread_inside_a_futex_wait_is_told_from_its_syscall_file():
     # /proc/PID/task/TID/syscall of a Python thread blocked in Lock.acquire() on this x86_64 host:
-    # futex (202), op 0x189 = FUTEX_WAIT_BITSET | PRIVATE | CLOCK_REALTIME
+    # futex (202) on the word at 0x558f7edb8d20, op 0x189 = FUTEX_WAIT_BITSET | PRIVATE | CLOCK_REALTIME
     blocked = "202 0x558f7edb8d20 0x189 0x0 0x0 0x0 0xffffffff 0x7f2c955bbaa0 0x7f2c95ca3f16"
-    assert in_futex_wait(blocked, "x86_64")
-    assert not in_futex_wait(blocked.replace("0x189", "0x81", 1), "x86_64")  # FUTEX_WAKE | PRIVATE
-    assert not in_futex_wait(blocked, "aarch64")  # 202 is another syscall there (accept)
-    assert in_futex_wait(blocked.replace("202", "98", 1), "aarch64")
-    assert in_futex_wait("449 0x7ffd2a0 0x2 0x0 0x0 0x1 0x0 0x7ffd1f8 0x7f33", "aarch64")  # futex_waitv
+    assert futex_wait_address(blocked, "x86_64") == 0x558f7edb8d20
+    assert futex_wait_address(blocked.replace("0x189", "0x81", 1), "x86_64") is None  # FUTEX_WAKE | PRIVATE
+    assert futex_wait_address(blocked, "aarch64") is None  # 202 is another syscall there (accept)
+    assert futex_wait_address(blocked.replace("202", "98", 1), "aarch64") == 0x558f7edb8d20
+    assert futex_wait_address("455 0x7f00aa10 0x0 0xffffffff 0x82 0x0 0x1 0x7ffd1f8 0x7f33", "x86_64") == 0x7f00aa10
+    assert futex_wait_address("449 0x7ffd2a0 0x2 0x0 0x0 0x1 0x0 0x7ffd1f8 0x7f33", "aarch64") == 0  # a vector
     nanosleep = "230 0x1 0x0 0x7ffc6fcbb0e0 0x0 0x0 0x0 0x7ffc6fcbb0a8 0x7f9d1f8e3a23"
-    assert not any(in_futex_wait(text, "x86_64") for text in (nanosleep, "running", "-1 0x7ffc 0x7f9d", "", None))
+    assert all(futex_wait_address(text, "x86_64") is None
+               for text in (nanosleep, "running", "-1 0x7ffc 0x7f9d", "", None))
 
 
 def test_waits_in_progress_are_read_with_their_thread():
+    began = SimpleNamespace(ts=123_456, addr=0x7F00AA10)
+
     class Batches:
         def items_lookup_batch(self):
-            return iter([((42 << 32) | 43, 123_456)])
+            return iter([((42 << 32) | 43, began)])
 
     class KeyByKey:
         def items_lookup_batch(self):
             raise Exception("BPF_MAP_LOOKUP_BATCH failed: Invalid argument")
 
         def items(self):
-            return [(ctypes.c_ulonglong((42 << 32) | 43), ctypes.c_ulonglong(123_456))]
+            return [(ctypes.c_ulonglong((42 << 32) | 43), began)]
 
-    assert started_rows(Batches()) == started_rows(KeyByKey()) == {(42, 43): 123_456}
+    assert started_rows(Batches()) == started_rows(KeyByKey()) == {(42, 43): (123_456, 0x7F00AA10)}
+
+
+def test_each_thread_is_given_the_lock_it_waited_on_most():
+    class LockWaits:
+        def items_lookup_batch(self):
+            thread = (42 << 32) | 43
+            return iter([(SimpleNamespace(id=thread, addr=0x7F00AA10), 3_000_000),  # the GIL, say
+                         (SimpleNamespace(id=thread, addr=0x55D0C0DE), 9_000_000),  # a mutex: most
+                         (SimpleNamespace(id=(42 << 32) | 44, addr=0x55D0C0DE), 1_000),
+                         (SimpleNamespace(id=(42 << 32) | 45, addr=0), 5_000)])  # futex_waitv: no word
+
+    assert main_locks(LockWaits()) == {(42, 43): (0x55D0C0DE, 9_000_000), (42, 44): (0x55D0C0DE, 1_000)}
 
 
 # -- what the host must have ---------------------------------------------------------------
@@ -365,6 +381,14 @@ def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
     poller = {t.id for t in workers["poller"]}
     assert f.subjects and not (poller | blocked) & set(f.subjects)
     assert set(f.subjects) <= {t.id for t in workers["contended"] + spinners + gilpoll}
+    # which lock: the contended workers wait mostly on one futex word, the Lock's semaphore (on the
+    # heap), the GIL's spinners on another, the GIL's condition variable in the interpreter's data
+    on_one = [e for e in f.evidence if e.metric == "threads_on_one_lock"]
+    contended = {t.id for t in workers["contended"]}
+    lock = next(e for e in on_one if set(e.ids) == contended)
+    assert lock.value == 4 and ("in [heap]" in lock.note or "in [anon]" in lock.note), lock
+    gil_lock = next(e for e in on_one if {t.id for t in spinners} <= set(e.ids))
+    assert " in /" in gil_lock.note and gil_lock.note != lock.note, gil_lock
     # a GIL poller, if named, waits on the GIL for part of the window only: never critical
     assert not [e for e in f.evidence if e.metric == "futex_lock_wait_pct" and e.ids[0] in {t.id for t in gilpoll}
                 and e.threshold == "> 60"]
@@ -377,9 +401,11 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
     # blocked before the window opened and still blocked when it closed: the whole window
     held = by_name["held"]
     assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, (held, later)
-    # blocked before the window, woken 1.5 s into its 3 s: half of it, one wake-up
+    # blocked before the window, woken 1.5 s into it: about half of the window (3 s, and what the
+    # collectors before this one take to finish, more on a loaded host), woken by the release and by
+    # a GIL hand-over or two as it takes the interpreter back
     later = by_name["later"]
-    assert 35 < later["futex_wait_pct"] < 65 and 0 < later["futex_wakeups_per_s"] < 1, (held, later)
+    assert 0 < later["futex_wakeups_per_s"] < 2 and 25 < later["futex_wait_pct"] < 70, (held, later)
 
 
 def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
@@ -438,3 +464,7 @@ def test_a_contended_lock_inside_a_pid_namespace_of_its_own(tmp_path):
     workers = {tid: m for tid, m in seen["threads"].items() if not tid.endswith(f":{seen['pid']}:{seen['pid']}")}
     assert len(workers) == 4
     assert all(m["futex_wait_pct"] > 20 and m["futex_wakeups_per_s"] > 25 for m in workers.values()), workers
+
+
+
+

@@ -129,6 +129,7 @@ def test_lock_contention_sets_idle_sleepers_apart_and_names_the_contended_thread
     assert "1 thread spends its time waiting on locks" in f.description and "woken 200 times a second" in f.description
     rate = next(e for e in f.evidence if e.metric == "futex_wakeups_per_s")
     assert rate.ids == ["thread:h1:10:11"] and rate.value == 200.0
+    assert not any(e.metric == "threads_on_one_lock" for e in f.evidence)  # one thread: no lock in common
     g.entity("thread:h1:10:11").metrics["futex_wakeups_per_s"] = 2.0  # now rarely woken too: idle, not contended
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
     assert row.status == "clear" and row.reason.startswith("3 threads traced; none was woken") and "2 idle threads slept" in row.reason
@@ -171,3 +172,17 @@ def test_a_poller_woken_by_gil_hand_overs_is_not_waiting_on_a_lock():
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.lock_contention")
     assert row.status == "clear" and "none of the 2 woken at least 25/s waited over 30 % of the window on locks " \
         "(highest 4 %)" in row.reason, row
+
+
+def test_contended_threads_waiting_on_one_lock_are_grouped():
+    g = futex(90.0)
+    g.entity("thread:h1:10:11").attrs["futex_addr"] = "0x55d0c0de0"
+    thread(g, 10, 12, attrs={"futex_addr": "0x55d0c0de0", "futex_mapping": "[heap]"},
+           futex_wait_pct=80.0, futex_lock_wait_pct=80.0, futex_wakeups_per_s=300.0)
+    thread(g, 10, 13, attrs={"futex_addr": "0x7f00aa10"},  # contended too, on another lock
+           futex_wait_pct=70.0, futex_lock_wait_pct=70.0, futex_wakeups_per_s=300.0)
+    f = diagnose(g).finding("control.lock_contention")
+    assert len(f.subjects) == 3 and f.description.endswith("; 2 of them wait mostly on one lock (futex 0x55d0c0de0).")
+    [group] = [e for e in f.evidence if e.metric == "threads_on_one_lock"]
+    assert group.ids == ["thread:h1:10:11", "thread:h1:10:12"] and group.value == 2
+    assert group.note == "wait mostly on one lock: the futex at 0x55d0c0de0 in [heap]"  # as 12 saw it

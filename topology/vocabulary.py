@@ -25,7 +25,7 @@ ENTITY_TYPES: dict[str, str] = {
     "cpu": "a logical CPU; id cpu:<host>:<n>",
     "numa_node": "a NUMA node; id numa_node:<host>:<n>; attrs cpus, distances {node: distance}",
     "process": "a process; id process:<host>:<pid>; attrs pid, ppid, name, cmdline (redacted), cpus_allowed, mems_allowed, numa_pages, role, framework, rank, env (allowlisted), state, started_at, started_in_window, exited_in_window, in_scope, cgroup, ran_on_cpus (CPU lists in the kernel's '0-3,8' form)",
-    "thread": "a thread; id thread:<host>:<pid>:<tid>; attrs tid, pid, name, state, cpus_allowed, ran_on_cpus, numa_runtime_ns, exited_in_window, role (loader, compute or launcher, from the names PyTorch gives its threads)",
+    "thread": "a thread; id thread:<host>:<pid>:<tid>; attrs tid, pid, name, state, cpus_allowed, ran_on_cpus, numa_runtime_ns, exited_in_window, role (loader, compute or launcher, from the names PyTorch gives its threads), futex_addr and futex_mapping (the futex word it spent the most lock wait on, hex, and the mapping it lies in: a file, [heap], [anon]; eBPF)",
     "container": "a container or pod; id container:<host>:<id>; attrs runtime, name, pod",
     "cgroup": "a cgroup; id cgroup:<host>:<version>:<path> (version v1 or v2); attrs version, path, controllers",
     "gpu": "an NVIDIA GPU; id gpu:<host>:<pci address>; attrs index, name, uuid, pci_address, numa_node, local_cpus, driver_version, throttle_reasons, pcie_link_degraded, nvlink_version",

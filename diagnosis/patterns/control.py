@@ -205,15 +205,38 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
         if process is not None:  # which processes hold the contended locks
             items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads",
                                       note=f"of the {ev.counted(traced[pid_id], 'traced threads')} of {ev.name_of(process)}"))
+    shared = _shared_locks([th for th, _ in hits])
+    for (pid_id, slot), members in shared:
+        where = next((m.attrs["futex_mapping"] for m in members if m.attrs.get("futex_mapping")), None)
+        items.append(ev.statistic([m.id for m in members], "threads_on_one_lock", len(members), unit="threads",
+                                  note=f"wait mostly on one lock: the futex at 0x{slot:x}"
+                                       + (f" in {where}" if where else "")))
     names = ", ".join(ev.name_of(th) for th, _ in hits[:4]) + (" ..." if len(hits) > 4 else "")
     first = hits[0][0]
+    one_lock = ""
+    if shared:
+        (_, slot), members = shared[0]
+        one_lock = f"; {len(members)} of them wait mostly on one lock (futex 0x{slot:x})"
     return finding(worst(*(s for _, s in hits)) or "warning",
                    f"{ev.counted(len(hits), 'threads', 'spend')} {ev.their(len(hits))} time waiting on locks: "
                    + (f"{names}; the worst, " if len(hits) > 1 else "")
                    + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_lock_wait_pct'), '%')} of the window on "
                    f"locks and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
-                   f"(threshold > {number(share.limit(hits[0][1]))} %).",
+                   f"(threshold > {number(share.limit(hits[0][1]))} %){one_lock}.",
                    items, subjects=[th.id for th, _ in hits])
+
+
+def _shared_locks(threads: list[Entity]) -> list[tuple[tuple[str, int], list[Entity]]]:
+    """Groups of two or more threads of one process whose main lock (futex_addr) is the same, most
+    threads first. Words in one 8-byte slot are one lock: a glibc condition variable makes its
+    waiters wait on two neighbouring words in turn."""
+    groups: dict[tuple[str, int], list[Entity]] = {}
+    for th in threads:
+        addr = th.attrs.get("futex_addr")
+        if isinstance(addr, str) and addr.startswith("0x"):
+            groups.setdefault((process_of_thread(th.id), int(addr, 16) & ~7), []).append(th)
+    return sorted(((key, members) for key, members in groups.items() if len(members) >= 2),
+                  key=lambda kv: (-len(kv[1]), kv[0]))
 
 
 LOCK_CONTENTION = Pattern(
@@ -228,7 +251,8 @@ LOCK_CONTENTION = Pattern(
                   "one that sleeps long and is woken rarely is idle (a pool or queue with no work), not contended"),),
     needs="the eBPF collector (futex syscall tracepoints, root)",
     evidence="Each workload thread (every traced thread on the whole host) over the threshold and woken often enough, "
-             "with its wake-up rate and CPU use, and per process how many of its threads contend.",
+             "with its wake-up rate and CPU use, per process how many of its threads contend, and the contended "
+             "threads that wait mostly on one lock (the same futex word, with the mapping it lies in).",
     recommendations=(
         "Find the contended lock (offcputime, py-spy dump) and shorten its critical section or shard it.",
         "In Python, move work from threads to processes (GIL contention).",
