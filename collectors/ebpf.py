@@ -365,7 +365,8 @@ class EbpfCollector(Collector):
                 g.edge_of("has_thread", process_id(host, pid), tid_id)
         notes = [self.note] + (["ids of this PID namespace: threads outside it are not traced"] if self.pidns else [])
         if any(notes):
-            self.status.reason = "; ".join([f"futex waits traced on {', '.join(self.syscalls)}"] + [n for n in notes if n])
+            traced_on = f"futex waits traced on {', '.join(self.syscalls)}"
+            self.status.reason = "; ".join([traced_on] + [n for n in notes if n])
         return g
 
 

@@ -198,19 +198,8 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
             items.append(ev.entity(th.id, "cpu_util_pct", num(th, "cpu_util_pct"), unit="%"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "threads"))
-    traced = Counter(process_of_thread(th.id) for th in measured)
-    contended = Counter(process_of_thread(th.id) for th, _ in hits)
-    for pid_id, n in sorted(contended.items(), key=lambda kv: (-kv[1], kv[0])):
-        process = scope.entity(pid_id)
-        if process is not None:  # which processes hold the contended locks
-            items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads",
-                                      note=f"of the {ev.counted(traced[pid_id], 'traced threads')} of {ev.name_of(process)}"))
     shared = _shared_locks([th for th, _ in hits])
-    for (pid_id, slot), members in shared:
-        where = next((m.attrs["futex_mapping"] for m in members if m.attrs.get("futex_mapping")), None)
-        items.append(ev.statistic([m.id for m in members], "threads_on_one_lock", len(members), unit="threads",
-                                  note=f"wait mostly on one lock: the futex at 0x{slot:x}"
-                                       + (f" in {where}" if where else "")))
+    items += _where_they_wait(scope, [th for th, _ in hits], measured, shared)
     names = ", ".join(ev.name_of(th) for th, _ in hits[:4]) + (" ..." if len(hits) > 4 else "")
     first = hits[0][0]
     one_lock = ""
@@ -226,15 +215,37 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
                    items, subjects=[th.id for th, _ in hits])
 
 
+def _where_they_wait(scope: Scope, contended: list[Entity], measured: list[Entity],
+                     shared: list[tuple[tuple[str, int], list[Entity]]]) -> list[Evidence]:
+    """Per process, how many of its traced threads contend; per lock that several of them wait on,
+    which threads, and where the lock lies."""
+    items = []
+    traced = Counter(process_of_thread(th.id) for th in measured)
+    by_process = Counter(process_of_thread(th.id) for th in contended)
+    for pid_id, n in sorted(by_process.items(), key=lambda kv: (-kv[1], kv[0])):
+        process = scope.entity(pid_id)
+        if process is not None:
+            of = f"of the {ev.counted(traced[pid_id], 'traced threads')} of {ev.name_of(process)}"
+            items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads", note=of))
+    for (_, slot), members in shared:
+        where = next((m.attrs["futex_mapping"] for m in members if m.attrs.get("futex_mapping")), None)
+        items.append(ev.statistic([m.id for m in members], "threads_on_one_lock", len(members), unit="threads",
+                                  note=f"wait mostly on one lock: the futex at 0x{slot:x}"
+                                       + (f" in {where}" if where else "")))
+    return items
+
+
 def _shared_locks(threads: list[Entity]) -> list[tuple[tuple[str, int], list[Entity]]]:
     """Groups of two or more threads of one process whose main lock (futex_addr) is the same, most
     threads first. Words in one 8-byte slot are one lock: a glibc condition variable makes its
     waiters wait on two neighbouring words in turn."""
     groups: dict[tuple[str, int], list[Entity]] = {}
     for th in threads:
-        addr = th.attrs.get("futex_addr")
-        if isinstance(addr, str) and addr.startswith("0x"):
-            groups.setdefault((process_of_thread(th.id), int(addr, 16) & ~7), []).append(th)
+        try:
+            slot = int(str(th.attrs.get("futex_addr")), 16) & ~7
+        except ValueError:  # absent, or not an address (an edited file)
+            continue
+        groups.setdefault((process_of_thread(th.id), slot), []).append(th)
     return sorted(((key, members) for key, members in groups.items() if len(members) >= 2),
                   key=lambda kv: (-len(kv[1]), kv[0]))
 
