@@ -84,6 +84,7 @@ def load() -> tuple[EbpfCollector, float, float]:
     c.prepare()
     if c.bpf is None:
         sys.exit(f"ebpf_overhead: the collector cannot load here: {c.problem}")
+    c.start()
     return c, time.perf_counter() - wall, time.process_time() - cpu
 
 

@@ -181,10 +181,15 @@ def map_items(table) -> list[tuple[int, object]]:
     return [(getattr(key, "value", key), getattr(value, "value", value)) for key, value in pairs]
 
 
-def wait_rows(table) -> list[tuple[int, int, int, int, int, str]]:
-    """(pid, tid, wait ns, lock wait ns, wake-ups, comm) of every thread in the program's `waits` map."""
-    return [(key >> 32, key & 0xFFFFFFFF, value.ns, value.lock_ns, value.woken, value.comm.decode("utf-8", "replace"))
-            for key, value in map_items(table)]
+def thread_of(key: int) -> tuple[int, int]:
+    """The program's tgid << 32 | tid key -> (pid, tid)."""
+    return key >> 32, key & 0xFFFFFFFF
+
+
+def wait_rows(table) -> dict[tuple[int, int], Waits]:
+    """(pid, tid) -> its waits, for every thread in the program's `waits` map."""
+    return {thread_of(key): Waits(value.ns, value.lock_ns, value.woken, value.comm.decode("utf-8", "replace"))
+            for key, value in map_items(table)}
 
 
 def nested_pid_namespace(proc: str, release: str) -> tuple[int, int] | None:
@@ -230,7 +235,7 @@ def main_locks(table) -> dict[tuple[int, int], tuple[int, int]]:
     program's `lock_waits` map."""
     out: dict[tuple[int, int], tuple[int, int]] = {}
     for key, ns in map_items(table):
-        thread = (key.id >> 32, key.id & 0xFFFFFFFF)
+        thread = thread_of(key.id)
         if key.addr and (thread not in out or (ns, -key.addr) > (out[thread][1], -out[thread][0])):
             out[thread] = (key.addr, ns)
     return out
@@ -238,7 +243,7 @@ def main_locks(table) -> dict[tuple[int, int], tuple[int, int]]:
 
 def started_rows(table) -> dict[tuple[int, int], tuple[int, int]]:
     """(pid, tid) -> (when the wait it is in began, its futex word), from the program's `started` map."""
-    return {(key >> 32, key & 0xFFFFFFFF): (value.ts, value.addr) for key, value in map_items(table)}
+    return {thread_of(key): (value.ts, value.addr) for key, value in map_items(table)}
 
 
 @register
@@ -276,12 +281,11 @@ class EbpfCollector(Collector):
             os.write(2, "".join(said).encode())
         _return_freed_memory()
         self.bcc, self.syscalls = bcc, present
-        self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
 
     def start(self) -> None:
         if self.bpf is None:
             return
-        self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
         # waits the program cannot have seen begin: those of the scope's threads count from now
         scope = self.ctx.cache.get("scope_pids") or self.ctx.pids or ()
         table = self.bpf[b"started"]
@@ -296,13 +300,13 @@ class EbpfCollector(Collector):
         if self.bpf is None:
             return self.unavailable(self.problem or "the eBPF program was not loaded")
         try:
-            rows = wait_rows(self.bpf[b"waits"])
+            waited = wait_rows(self.bpf[b"waits"])
             locks = main_locks(self.bpf[b"lock_waits"])
             going = started_rows(self.bpf[b"started"])
             now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         finally:
             self.bpf.cleanup()
-        return self._graph(rows, locks, going, now_ns)
+        return self._graph(waited, locks, going, now_ns)
 
     def _mapping(self, pid: int, address: int) -> str | None:
         """Where the lock lives: in the program's data (a runtime's global lock, e.g. CPython's GIL in
@@ -315,9 +319,8 @@ class EbpfCollector(Collector):
     def _futex_wait_address(self, pid: int, tid: int) -> int | None:
         return futex_wait_address(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
 
-    def _graph(self, rows: list[tuple[int, int, int, int, int, str]], locks: dict[tuple[int, int], tuple[int, int]],
-               going: dict[tuple[int, int], tuple[int, int]],
-               now_ns: int) -> Graph:
+    def _graph(self, waited: dict[tuple[int, int], Waits], locks: dict[tuple[int, int], tuple[int, int]],
+               going: dict[tuple[int, int], tuple[int, int]], now_ns: int) -> Graph:
         g = self.fragment()
         host = self.ctx.host
         window_s = (now_ns - self.t0_ns) / 1e9
@@ -325,7 +328,6 @@ class EbpfCollector(Collector):
         scope = set(self.ctx.cache.get("scope_pids") or ())
         shown = self.ctx.cache.get("process_pids")  # None: the process collector did not run
         none = Waits(0, 0, 0, None)
-        waited = {(pid, tid): Waits(*rest) for pid, tid, *rest in rows}
         # a wait still going on counts up to now, for the threads that may be shown (out of scope: woken
         # often enough); the thread must still be inside it (one that died waiting leaves its entry behind).
         # Whether it will end by a wake-up is not known yet: it counts as a lock wait too.

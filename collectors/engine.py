@@ -176,7 +176,8 @@ def _select(wanted: list[str] | None) -> list[str]:
         return defaults
     unknown = sorted({n.removeprefix("-") for n in wanted} - set(REGISTRY))
     if unknown:
-        raise InputError(f"unknown {'collector' if len(unknown) == 1 else 'collectors'}: {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}")
+        what = "collector" if len(unknown) == 1 else "collectors"
+        raise InputError(f"unknown {what}: {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}")
     left_out = {n[1:] for n in wanted if n.startswith("-")}
     if left_out and len(left_out) != len(wanted):
         raise InputError("name the collectors to run, or the ones to leave out with '-' (e.g. -ebpf), not both")

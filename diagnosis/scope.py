@@ -17,6 +17,7 @@ from typing import Any
 from topology import Edge, Entity, Graph, cpulist
 from topology.errors import InputError
 from topology.ids import host_of
+from topology.wording import counted
 
 IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue")
 # the relations the patterns follow, from their source and to their target
@@ -114,7 +115,7 @@ class Scope:
     def describe(self) -> str:
         if self.mode == "pids":
             n = len(self.processes)
-            return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({n} process{'es' if n != 1 else ''})"
+            return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({counted(n, 'processes')})"
         if self.mode == "ai":
             return f"{len(self.processes)} AI training/inference processes"
         return "the whole host (no --pid given and no AI training/inference process recognised)"

@@ -85,7 +85,7 @@ def test_the_map_is_read_in_batches_or_key_by_key_where_the_kernel_has_no_batche
         def items(self):
             return [(ctypes.c_ulonglong(key), value)]
 
-    assert wait_rows(Batches()) == wait_rows(KeyByKey()) == [(42, 43, 2_000_000, 500_000, 7, "python3")]
+    assert wait_rows(Batches()) == wait_rows(KeyByKey()) == {(42, 43): (2_000_000, 500_000, 7, "python3")}
 
 
 def test_a_thread_inside_a_futex_wait_is_told_from_its_syscall_file():
