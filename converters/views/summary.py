@@ -11,8 +11,8 @@ from converters.hints import Slot
 from converters.render import Block, Column, Lines, Table, fit, num, pct
 from converters.views import LAYERS
 from converters.views.common import CPU, ID, NAME, ROLE, short
-from topology.wording import counted
 from converters.views.folds import fold_query
+from topology.wording import counted
 
 CAP = 499  # always under 500 tokens
 
@@ -105,7 +105,7 @@ def heuristic_suspects(ctx: GraphContext) -> dict[str, str]:
     growing = [e for k in ("pipe", "unix_socket", "tcp") for e in ctx.edges(k)
                if (e.metrics.get("queued_bytes_growth_per_s") or 0) > 0]
     if growing:
-        out["dataplane"] = f"{counted(len(growing), 'growing IPC queues')}"
+        out["dataplane"] = counted(len(growing), "growing IPC queues")
     return out
 
 
