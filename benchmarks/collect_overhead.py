@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.base import Context  # noqa: E402
-from collectors.engine import discover, run_window  # noqa: E402
-from collectors.process import ProcessCollector  # noqa: E402
-from topology.gcpause import gc_paused  # noqa: E402
+from witty_profiler.collectors.base import Context  # noqa: E402
+from witty_profiler.collectors.engine import discover, run_window  # noqa: E402
+from witty_profiler.collectors.process import ProcessCollector  # noqa: E402
+from witty_profiler.topology.gcpause import gc_paused  # noqa: E402
 
 
 def start_crowd(procs: int, threads: int) -> int:

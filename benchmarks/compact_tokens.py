@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synthetic import synthetic_graph  # noqa: E402
-from converters import LAYER_VIEWS, count_tokens, render_view  # noqa: E402
-from topology import dumps_graph, load_graph  # noqa: E402
+from witty_profiler.converters import LAYER_VIEWS, count_tokens, render_view  # noqa: E402
+from witty_profiler.topology import dumps_graph, load_graph  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "witty-profiler-vllm-8npu.json"
 
@@ -71,7 +71,7 @@ def main() -> int:
         print("\n".join(measure(f"real legacy sample ({args.sample.name}, loaded in {seconds:.2f} s)", graph,
                                 args.sample.read_text())))
     if args.live_seconds > 0:
-        from collectors.engine import run_window
+        from witty_profiler.collectors.engine import run_window
         graph = run_window(duration_s=args.live_seconds, interval_s=1.0)
         print("\n".join(measure(f"live window of this host ({args.live_seconds:g} s)", graph, None)))
     (graph, seconds) = _timed(lambda: synthetic_graph(args.entities))

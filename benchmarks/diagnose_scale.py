@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diagnosis import diagnose  # noqa: E402
-from diagnosis.report import report  # noqa: E402
-from topology import Graph  # noqa: E402
-from topology.ids import cpu_id, numa_id, process_id, thread_id  # noqa: E402
-from topology.models import CollectorStatus, Meta  # noqa: E402
+from witty_profiler.diagnosis import diagnose  # noqa: E402
+from witty_profiler.diagnosis.report import report  # noqa: E402
+from witty_profiler.topology import Graph  # noqa: E402
+from witty_profiler.topology.ids import cpu_id, numa_id, process_id, thread_id  # noqa: E402
+from witty_profiler.topology.models import CollectorStatus, Meta  # noqa: E402
 
 H = "bench"
 NODES, CPUS_PER_NODE, GPUS, RANKS, LOADERS = 8, 24, 8, 8, 4

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from topology import Graph, dump_graph, load_graph  # noqa: E402
-from topology.models import CollectorStatus, Meta  # noqa: E402
+from witty_profiler.topology import Graph, dump_graph, load_graph  # noqa: E402
+from witty_profiler.topology.models import CollectorStatus, Meta  # noqa: E402
 
 THREADS_PER_PROCESS = 10
 

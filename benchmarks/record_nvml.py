@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from collectors.base import Context
-from collectors.gpu import GpuCollector
-from collectors.nvml import LiveNvml, NvmlUnavailable, RecordingNvml
-from topology import Graph
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.gpu import GpuCollector
+from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable, RecordingNvml
+from witty_profiler.topology import Graph
 
 
 def record(nvml: Any, duration_s: float, interval_s: float, source: str = "", sys_root: Path = Path("/sys"),

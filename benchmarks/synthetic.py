@@ -1,7 +1,7 @@
 """A large, deterministic, plausible graph: a GPU training host with thousands of processes.
 
 Used to check that every view fits its budget and stays fast on big graphs, and to measure
-token figures in benchmarks/compact_tokens.py. Only names from topology.vocabulary are used.
+token figures in benchmarks/compact_tokens.py. Only names from witty_profiler.topology.vocabulary are used.
 The shape: 8 NUMA nodes x 32 CPUs, 8 GPUs with NVLink, 4 NICs, 8 disks, one torchrun job of 8
 ranks with DataLoader workers, and a crowd of other processes with many threads each; about
 `entities` entities in all (threads make up most of them).
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import random
 
-from topology import Graph
-from topology.ids import cpu_id, edge_id, numa_id, process_id
-from topology.models import CollectorStatus, Edge, Entity, Meta
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import cpu_id, edge_id, numa_id, process_id
+from witty_profiler.topology.models import CollectorStatus, Edge, Entity, Meta
 
 NODES, CPUS_PER_NODE, GPUS = 8, 32, 8
 
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("entities", type=int, nargs="?", default=100_000)
     parser.add_argument("-o", "--output", default="synthetic-graph.json")
     args = parser.parse_args()
-    from topology import dump_graph
+    from witty_profiler.topology import dump_graph
     graph = synthetic_graph(args.entities)
     dump_graph(graph, args.output)
     print(f"{args.output}: {graph.entity_count()} entities, {graph.edge_count()} edges")

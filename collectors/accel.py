@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from collectors.pci import is_nic, pcie_link_type, read_device, scan
-from topology import Graph
-from topology.cpulist import format_cpulist
-from topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.collectors.pci import is_nic, pcie_link_type, read_device, scan
+from witty_profiler.topology import Graph
+from witty_profiler.topology.cpulist import format_cpulist
+from witty_profiler.topology.ids import entity_id, numa_id, pci_address
 
 # closeness on the PCIe tree, nearest first (nvidia-smi topo terms)
 LINK_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}

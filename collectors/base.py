@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from topology import Graph
-from topology.ids import host_id
-from topology.models import CollectorStatus, Meta
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import host_id
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 
 @dataclass
@@ -88,7 +88,7 @@ class CounterCollector(Collector):
     by `finish`. Subclasses implement `_read` and call it once more at the top of `finish`."""
 
     def start(self) -> None:
-        from collectors.sampling import SeriesTable
+        from witty_profiler.collectors.sampling import SeriesTable
         self.series = SeriesTable()
         self._read()
 

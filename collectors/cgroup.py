@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import CounterCollector, register
-from collectors.procfs import parse_cgroup, parse_kv_numbers, parse_psi, read_text
-from collectors.sampling import ratio_metrics, window_metrics
-from collectors.tasks import list_pids
-from topology import Graph
-from topology.ids import entity_id, process_id
+from witty_profiler.collectors.base import CounterCollector, register
+from witty_profiler.collectors.procfs import parse_cgroup, parse_kv_numbers, parse_psi, read_text
+from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
+from witty_profiler.collectors.tasks import list_pids
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import entity_id, process_id
 
 UNLIMITED = 1 << 62  # v1 writes "no limit" as a page-rounded LONG_MAX
 

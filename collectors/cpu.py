@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import CounterCollector, register
-from collectors.procfs import parse_proc_stat_cpus, read_text
-from collectors.sampling import ratio_metrics, window_metrics
-from topology import Graph
-from topology.ids import cpu_id
+from witty_profiler.collectors.base import CounterCollector, register
+from witty_profiler.collectors.procfs import parse_proc_stat_cpus, read_text
+from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import cpu_id
 
 
 @register

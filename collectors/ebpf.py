@@ -43,12 +43,12 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from collectors.base import Collector, register
-from collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
-from collectors.procfs import mapping_of, read_text
-from collectors.tasks import list_tids
-from topology import Graph
-from topology.ids import process_id, thread_id
+from witty_profiler.collectors.base import Collector, register
+from witty_profiler.collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
+from witty_profiler.collectors.procfs import mapping_of, read_text
+from witty_profiler.collectors.tasks import list_tids
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import process_id, thread_id
 
 # FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2: the ops that block
 WAIT_OPS = (0, 6, 9, 11, 13)

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import collectors
-from collectors.base import REGISTRY, Collector, Context
-from collectors.numa import numa_topology
-from collectors.procfs import parse_stat, read_text
-from topology import Graph
-from topology.errors import InputError
-from topology.models import CollectorStatus, Meta
+from witty_profiler import collectors
+from witty_profiler.collectors.base import REGISTRY, Collector, Context
+from witty_profiler.collectors.numa import numa_topology
+from witty_profiler.collectors.procfs import parse_stat, read_text
+from witty_profiler.topology import Graph
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 MAX_DURATION_S = 3600.0
 Progress = Callable[[float, float, str], None]
@@ -39,7 +39,7 @@ def discover() -> dict[str, str]:
         if mod.name.startswith("_") or mod.name == "engine":
             continue
         try:
-            importlib.import_module(f"collectors.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")
         except Exception as exc:  # noqa: BLE001 - one broken module must not stop the others
             broken[mod.name] = _one_line(f"import failed: {type(exc).__name__}: {exc}")
     return broken

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors import fdscan, sockdiag
-from collectors.base import Collector, register
-from collectors.procfs import read_bytes
-from topology import Graph
-from topology.ids import entity_id, process_id
+from witty_profiler.collectors import fdscan, sockdiag
+from witty_profiler.collectors.base import Collector, register
+from witty_profiler.collectors.procfs import read_bytes
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import entity_id, process_id
 
 PAIRWISE_LIMIT = 16  # above this many sharers of one shm object, draw a star instead of all pairs
 

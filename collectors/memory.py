@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import CounterCollector, register
-from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from collectors.sampling import Series
-from topology import Graph
+from witty_profiler.collectors.base import CounterCollector, register
+from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
+from witty_profiler.collectors.sampling import Series
+from witty_profiler.topology import Graph
 
 _VMSTAT_RATES = {"pgmajfault": "major_faults_per_s", "pswpin": "swap_in_pages_per_s",
                  "pswpout": "swap_out_pages_per_s", "numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s",

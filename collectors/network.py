@@ -15,12 +15,12 @@ import re
 import time
 from pathlib import Path
 
-from collectors import fdscan, sockdiag
-from collectors.base import Collector, register
-from collectors.procfs import read_text
-from collectors.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
-from topology import Graph
-from topology.ids import entity_id, numa_id, pci_address, process_id
+from witty_profiler.collectors import fdscan, sockdiag
+from witty_profiler.collectors.base import Collector, register
+from witty_profiler.collectors.procfs import read_text
+from witty_profiler.collectors.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
 
 MAX_CONNECTIONS = 2000  # above this, keep the connections that moved the most bytes
 NET_DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errors", "rx_drops", None, None, None, None,

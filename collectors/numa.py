@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import time
 
-from collectors.base import Context, CounterCollector, register
-from collectors.memory import remote_alloc_pct
-from collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from topology import Graph
-from topology.cpulist import format_cpulist, parse_cpulist
-from topology.ids import cpu_id, numa_id
+from witty_profiler.collectors.base import Context, CounterCollector, register
+from witty_profiler.collectors.memory import remote_alloc_pct
+from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
+from witty_profiler.topology import Graph
+from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist
+from witty_profiler.topology.ids import cpu_id, numa_id
 
 _NUMASTAT_RATES = {"numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s", "numa_foreign": "numa_foreign_per_s",
                    "local_node": "numa_local_per_s", "other_node": "numa_other_per_s"}

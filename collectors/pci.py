@@ -11,10 +11,10 @@ import os
 import re
 from pathlib import Path
 
-from collectors.base import Collector, register
-from topology import Graph
-from topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
-from topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.collectors.base import Collector, register
+from witty_profiler.topology import Graph
+from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from witty_profiler.topology.ids import entity_id, numa_id, pci_address
 
 # sysfs class code (first two bytes) -> what a person calls it
 CLASS_NAMES = {

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from collectors.base import CounterCollector, register
-from collectors.procfs import parse_psi, read_text
-from topology import Graph
+from witty_profiler.collectors.base import CounterCollector, register
+from witty_profiler.collectors.procfs import parse_psi, read_text
+from witty_profiler.topology import Graph
 
 # (resource, line) -> metric; PSI 'full' for cpu exists on newer kernels but has no defined meaning for hosts
 _METRICS = {("cpu", "some"): "psi_cpu_some_pct", ("io", "some"): "psi_io_some_pct", ("io", "full"): "psi_io_full_pct",

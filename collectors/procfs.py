@@ -11,7 +11,7 @@ import os
 import re
 from functools import lru_cache
 
-from topology.cpulist import format_cpulist, parse_cpulist  # noqa: F401 - process.py imports them from here
+from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist  # noqa: F401 - process.py imports them from here
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -11,10 +11,10 @@ import re
 import time
 from pathlib import Path
 
-from collectors.base import Collector, register
-from collectors.pci import read_device, read_text
-from topology import Graph
-from topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.collectors.base import Collector, register
+from witty_profiler.collectors.pci import read_device, read_text
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import entity_id, numa_id, pci_address
 
 # IBTA PortCounters that only move when something is wrong on the link or in the fabric
 ERROR_COUNTERS = (

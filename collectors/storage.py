@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from collectors.base import CounterCollector, register
-from collectors.procfs import read_text
-from collectors.sampling import SeriesTable, ratio_metrics, window_metrics
-from topology import Graph
-from topology.ids import entity_id
+from witty_profiler.collectors.base import CounterCollector, register
+from witty_profiler.collectors.procfs import read_text
+from witty_profiler.collectors.sampling import SeriesTable, ratio_metrics, window_metrics
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import entity_id
 
 SECTOR = 512
 # diskstats columns after major, minor, name (Documentation/admin-guide/iostats.rst)

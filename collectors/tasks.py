@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from array import array
 
-from collectors.procfs import Stat, parse_kv_numbers, parse_schedstat, parse_stat, parse_status, read_text
-from collectors.sampling import Series
+from witty_profiler.collectors.procfs import Stat, parse_kv_numbers, parse_schedstat, parse_stat, parse_status, read_text
+from witty_profiler.collectors.sampling import Series
 
 
 class ThreadState:

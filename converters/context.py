@@ -12,10 +12,10 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
-from converters.hints import CliHints, Hints
-from topology import Edge, Entity, Graph
-from topology.cpulist import format_cpulist, parse_cpulist
-from topology.ids import host_of, process_of_thread
+from witty_profiler.converters.hints import CliHints, Hints
+from witty_profiler.topology import Edge, Entity, Graph
+from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist
+from witty_profiler.topology.ids import host_of, process_of_thread
 
 # the diagnosis' layer numbers (diagnosis.LAYERS) by the name of their view
 LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
@@ -115,8 +115,8 @@ class GraphContext:
         Cited ids that no table of the view can show get a row of their own, with what the
         findings cite of them, in a table before the others."""
         if layer not in self._blocks:
-            from converters.render import Table, unordered
-            from converters.views import module
+            from witty_profiler.converters.render import Table, unordered
+            from witty_profiler.converters.views import module
             blocks = module(layer).blocks(self)
             cited = self.cited(layer) if layer in LAYER_NUMBERS else set()
             shown: set[str] = set()  # cited ids already shown by a pinned row of an earlier table
@@ -136,8 +136,8 @@ class GraphContext:
     def _cited_table(self, layer: str, ids: list[str]) -> Any:
         """A row per cited id that no table of the layer shows: its name and the values the findings
         cite of it."""
-        from converters.render import Column, Table
-        from converters.views.common import ID, NAME, evidence_value
+        from witty_profiler.converters.render import Column, Table
+        from witty_profiler.converters.views.common import ID, NAME, evidence_value
         values: dict[str, list[str]] = defaultdict(list)
         for f in self.findings(layer):
             for ev in f.evidence:
@@ -200,7 +200,7 @@ class GraphContext:
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            from diagnosis import diagnose
+            from witty_profiler.diagnosis import diagnose
         except ImportError:
             return None, "diagnosis not available in this installation"
         try:
@@ -237,7 +237,7 @@ class GraphContext:
         block writes it: for a table column that shows what a finding computed on the row of the
         entity it belongs to."""
         if layer not in self._values:
-            from converters.views.common import evidence_value, item_owner
+            from witty_profiler.converters.views.common import evidence_value, item_owner
             out: dict[tuple[str, str], str] = {}
             for f in self.findings(layer):
                 for ev in f.evidence:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from converters.tokens import count_tokens
+from witty_profiler.converters.tokens import count_tokens
 
 MIN_TOKENS = 200  # below this a view cannot say what it left out; the API refuses smaller budgets
 NOTES_SHARE = 0.3  # the most of a budget that legends and notes may take

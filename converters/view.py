@@ -6,13 +6,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from converters.context import GraphContext, context_for
-from converters.hints import CliHints, Hints
-from converters.render import MIN_TOKENS, Lines, fit
-from converters.views import LAYER_VIEWS, module
-from converters.views.common import LEGEND_START
-from topology import Graph
-from topology.errors import InputError
+from witty_profiler.converters.context import GraphContext, context_for
+from witty_profiler.converters.hints import CliHints, Hints
+from witty_profiler.converters.render import MIN_TOKENS, Lines, fit
+from witty_profiler.converters.views import LAYER_VIEWS, module
+from witty_profiler.converters.views.common import LEGEND_START
+from witty_profiler.topology import Graph
+from witty_profiler.topology.errors import InputError
 
 
 class View(BaseModel):

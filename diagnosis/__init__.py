@@ -7,10 +7,10 @@ every pattern as a finding (P0/P1/P2), `clear` or `not_evaluated` with the reaso
 graph with the same thresholds always gives the same bytes.
 """
 
-from diagnosis.catalog import Pattern, Threshold, catalog
-from diagnosis.matcher import diagnose, layer_number
-from diagnosis.models import LAYERS, CoverageRow, Diagnosis, Evidence, Finding
-from diagnosis.thresholds import load_thresholds
+from witty_profiler.diagnosis.catalog import Pattern, Threshold, catalog
+from witty_profiler.diagnosis.matcher import diagnose, layer_number
+from witty_profiler.diagnosis.models import LAYERS, CoverageRow, Diagnosis, Evidence, Finding
+from witty_profiler.diagnosis.thresholds import load_thresholds
 
 __all__ = ["LAYERS", "CoverageRow", "Diagnosis", "Evidence", "Finding", "Pattern", "Threshold", "catalog",
            "diagnose", "layer_number", "load_thresholds"]

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from diagnosis.models import LAYERS, Evidence
+from witty_profiler.diagnosis.models import LAYERS, Evidence
 
 if TYPE_CHECKING:
-    from diagnosis.scope import Scope
+    from witty_profiler.diagnosis.scope import Scope
 
 LEVELS = ("critical", "warning", "notice")
 
@@ -164,7 +164,7 @@ def catalog() -> dict[str, Pattern]:
     if _CATALOG is None:
         found: dict[str, Pattern] = {}
         for module in _MODULES:
-            for pattern in importlib.import_module(f"diagnosis.patterns.{module}").PATTERNS:
+            for pattern in importlib.import_module(f"{__package__}.patterns.{module}").PATTERNS:
                 if pattern.id in found:
                     raise RuntimeError(f"pattern {pattern.id} is defined twice")
                 if not pattern.id.startswith(pattern.layer_name + "."):

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import Field
 
-from diagnosis.catalog import with_unit
-from diagnosis.matcher import diagnose
-from diagnosis.models import Diagnosis, Evidence, Finding, _Model, rounded
-from topology import Graph
+from witty_profiler.diagnosis.catalog import with_unit
+from witty_profiler.diagnosis.matcher import diagnose
+from witty_profiler.diagnosis.models import Diagnosis, Evidence, Finding, _Model, rounded
+from witty_profiler.topology import Graph
 
 
 class Delta(_Model):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis.catalog import Levels, number, with_unit
-from diagnosis.models import Evidence
-from topology.wording import Count, agree, counted, listed, their  # noqa: F401  (the patterns' sentences use them as ev.*)
+from witty_profiler.diagnosis.catalog import Levels, number, with_unit
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.topology.wording import Count, agree, counted, listed, their  # noqa: F401  (the patterns' sentences use them as ev.*)
 
 MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
 Bound = tuple[str, float]  # a pattern parameter as a threshold: (">=", 10) -> ">= 10"

@@ -13,14 +13,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from diagnosis.catalog import Verdict, catalog, not_evaluated
-from diagnosis.models import (LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, PRIORITY, SEVERITY_RANK, CoverageRow,
+from witty_profiler.diagnosis.catalog import Verdict, catalog, not_evaluated
+from witty_profiler.diagnosis.models import (LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, PRIORITY, SEVERITY_RANK, CoverageRow,
                               Diagnosis, Finding)
-from diagnosis.scope import Scope
-from diagnosis.thresholds import Overrides, coerce, effective
-from topology import Graph
-from topology.errors import InputError
-from topology.gcpause import gc_paused
+from witty_profiler.diagnosis.scope import Scope
+from witty_profiler.diagnosis.thresholds import Overrides, coerce, effective
+from witty_profiler.topology import Graph
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.gcpause import gc_paused
 
 
 def layer_number(layer: str | int | None) -> int | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from diagnosis.scope import Scope, num, parse_cpulist
-from topology import Entity
-from topology.ids import host_of
+from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import host_of
 
 
 @dataclass

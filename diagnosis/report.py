@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis.catalog import with_unit
-from diagnosis.models import LAYERS, CoverageRow, Diagnosis, Evidence, Finding, rounded
-from topology import Graph
-from topology.errors import InputError
+from witty_profiler.diagnosis.catalog import with_unit
+from witty_profiler.diagnosis.models import LAYERS, CoverageRow, Diagnosis, Evidence, Finding, rounded
+from witty_profiler.topology import Graph
+from witty_profiler.topology.errors import InputError
 
 PHASES = (("P0", "Immediate", "fix before the next run"), ("P1", "Short term", "within the current tuning cycle"),
           ("P2", "Longer term", "when the larger items are done"))

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, with_unit, worst
-from diagnosis.models import Evidence
-from diagnosis.scope import Scope, num
-from topology import Entity
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, with_unit, worst
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology import Entity
 
 Value = Callable[[Entity], float | None]
 

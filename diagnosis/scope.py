@@ -14,10 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from topology import Edge, Entity, Graph, cpulist
-from topology.errors import InputError
-from topology.ids import host_of
-from topology.wording import counted
+from witty_profiler.topology import Edge, Entity, Graph, cpulist
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.wording import counted
 
 IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue")
 # the relations the patterns follow, from their source and to their target

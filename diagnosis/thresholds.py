@@ -20,8 +20,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from diagnosis.catalog import LEVELS, Levels, Pattern, catalog
-from topology.errors import InputError
+from witty_profiler.diagnosis.catalog import LEVELS, Levels, Pattern, catalog
+from witty_profiler.topology.errors import InputError
 
 Overrides = dict[str, dict[str, Any]]  # pattern id -> name -> {level: value} | value
 

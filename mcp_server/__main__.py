@@ -1,5 +1,5 @@
 import sys
 
-from mcp_server.cli import main
+from witty_profiler.mcp_server.cli import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from topology.errors import InputError
+from witty_profiler.topology.errors import InputError
 from witty_profiler import count_tokens
 
 def compact_json(data: Any) -> str:

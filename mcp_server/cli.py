@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from topology.errors import InputError
+from witty_profiler.topology.errors import InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pathlib import Path
 
-    from mcp_server.server import build_server
-    from mcp_server.store import GraphStore
-    from mcp_server.tools import WittyTools
+    from witty_profiler.mcp_server.server import build_server
+    from witty_profiler.mcp_server.store import GraphStore
+    from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None)
     server = build_server(tools)

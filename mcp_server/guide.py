@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_server.schemas import GraphSummary
+from witty_profiler.mcp_server.schemas import GraphSummary
 
 PROMPT = """\
 Find why this host is slow. Symptom reported: {symptom}
@@ -51,14 +51,14 @@ def summary_text(out: GraphSummary) -> str:
 
 
 def pattern_catalog() -> str:
-    from diagnosis.docs import patterns_markdown
+    from witty_profiler.diagnosis.docs import patterns_markdown
     return patterns_markdown()
 
 
 def thresholds_toml(overrides: dict[str, Any] | None, source: str | None) -> str:
     """Every pattern's thresholds and parameters in force, as a TOML file that --thresholds accepts."""
-    from diagnosis import catalog
-    from diagnosis.thresholds import effective
+    from witty_profiler.diagnosis import catalog
+    from witty_profiler.diagnosis.thresholds import effective
     lines = [f"# Thresholds in force: the defaults{' with the overrides of ' + source if source else ''}.",
              "# A levelled threshold fires at the highest level its value crosses, strictly (above: value > level;",
              "# below: value < level): critical -> P0, warning -> P1, notice -> P2. Copy a table into a file and",

@@ -23,10 +23,10 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
 from pydantic import BaseModel, Field, ValidationError
 
-from mcp_server import guide, schemas as s
-from mcp_server.store import GraphStore
-from mcp_server.tools import WittyTools, suggest
-from topology.errors import InputError
+from witty_profiler.mcp_server import guide, schemas as s
+from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.tools import WittyTools, suggest
+from witty_profiler.topology.errors import InputError
 
 log = logging.getLogger("witty-mcp")
 

@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from topology import Graph, dump_graph, load_graph, loads_graph
-from topology.errors import InputError
-from topology.models import FORMAT_NAME
+from witty_profiler.topology import Graph, dump_graph, load_graph, loads_graph
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.models import FORMAT_NAME
 
 def state_dir() -> Path:
     if os.environ.get("WITTY_STATE_DIR"):

@@ -20,13 +20,13 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel
 
 import witty_profiler as wp
-from converters import McpHints
-from mcp_server import schemas as s
-from mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
-from mcp_server.store import GraphRecord, GraphStore
-from topology import Edge, Entity, Graph
-from topology.errors import InputError
-from topology.vocabulary import ENTITY_TYPES, metric_info
+from witty_profiler.converters import McpHints
+from witty_profiler.mcp_server import schemas as s
+from witty_profiler.mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
+from witty_profiler.mcp_server.store import GraphRecord, GraphStore
+from witty_profiler.topology import Edge, Entity, Graph
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
 
@@ -231,8 +231,8 @@ class WittyTools:
     # -- diagnosis ------------------------------------------------------------------------
     def thresholds(self, given: str | None = None) -> dict[str, Any] | None:
         """Validated overrides from TOML text or a TOML file path; default: the server's --thresholds file."""
-        from diagnosis import load_thresholds
-        from diagnosis.thresholds import validate
+        from witty_profiler.diagnosis import load_thresholds
+        from witty_profiler.diagnosis.thresholds import validate
         given = given if given is not None else self.thresholds_path
         if given is None:
             return None

@@ -4,8 +4,8 @@ the diagnosis has findings in most layers and every view has rows to rank."""
 
 from __future__ import annotations
 
-from topology import Graph
-from topology.models import CollectorStatus, Meta
+from witty_profiler.topology import Graph
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 
 def hand_graph() -> Graph:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from topology import Graph
-from topology.ids import cpu_id, host_id, numa_id, process_id, thread_id
-from topology.models import CollectorStatus, Meta
+from witty_profiler.topology import Graph
+from witty_profiler.topology.ids import cpu_id, host_id, numa_id, process_id, thread_id
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 H = "h1"
 
@@ -99,7 +99,7 @@ def two_numa_host(g: Graph) -> None:
 def threshold_cases(layer: int) -> list:
     import pytest
 
-    from diagnosis.catalog import catalog
+    from witty_profiler.diagnosis.catalog import catalog
     cases = []
     for p in catalog().values():
         if p.layer != layer:
@@ -118,8 +118,8 @@ def assert_threshold(build, pattern: str, level: str, limit: float, direction: s
     """`build(value)` makes a graph where `value` is the measure the threshold is compared with.
     Just past the level the pattern fires at that level and cites the level in its evidence; at the
     level and just before it, it does not reach that level."""
-    from diagnosis import diagnose
-    from diagnosis.catalog import LEVELS, number
+    from witty_profiler.diagnosis import diagnose
+    from witty_profiler.diagnosis.catalog import LEVELS, number
     step = _eps(limit)
     past, before = (limit + step, limit - step) if direction == "above" else (limit - step, limit + step)
     d = diagnose(build(past), **kwargs)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from topology import Graph
-from topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
+from witty_profiler.topology import Graph
+from witty_profiler.topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
 
 
 def assert_known_names(graph: Graph) -> None:

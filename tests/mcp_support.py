@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from topology import Graph, Meta, dump_graph
+from witty_profiler.topology import Graph, Meta, dump_graph
 
 
 def host_process_graph(path: Path) -> Path:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import Context
-from collectors.gpu import GpuCollector
-from collectors.npu import NpuCollector
-from collectors.pci import PciCollector
-from collectors.rdma import RdmaCollector
-from topology import Graph, dumps_graph, loads_graph
-from topology.models import Meta
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.gpu import GpuCollector
+from witty_profiler.collectors.npu import NpuCollector
+from witty_profiler.collectors.pci import PciCollector
+from witty_profiler.collectors.rdma import RdmaCollector
+from witty_profiler.topology import Graph, dumps_graph, loads_graph
+from witty_profiler.topology.models import Meta
 
 
 def test_this_host_explains_missing_accelerators():

@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from topology import dump_graph, load_graph
-from topology.schema import SCHEMA_PATH, generate
+from witty_profiler.topology import dump_graph, load_graph
+from witty_profiler.topology.schema import SCHEMA_PATH, generate
 
 MODULE = [sys.executable, "-m", "witty_profiler"]
 
@@ -156,7 +156,7 @@ def test_bad_where_message_says_how_to_write_it(vllm_sample_path):
 
 def test_shipped_schema_is_not_stale():
     assert SCHEMA_PATH.read_text(encoding="utf-8") == generate(), \
-        "topology/schema/graph-v1.schema.json is stale: python -m topology.schema > topology/schema/graph-v1.schema.json"
+        "topology/schema/graph-v1.schema.json is stale: python -m witty_profiler.topology.schema > topology/schema/graph-v1.schema.json"
 
 
 def test_written_graph_validates_against_the_schema(vllm_sample_path, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from diagnosis_graphs import host, new_graph, process
-from topology import dump_graph
+from witty_profiler.topology import dump_graph
 
 
 def small_native_graph(path: Path) -> None:

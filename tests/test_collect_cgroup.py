@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
-from collectors.engine import run_window
+from witty_profiler.collectors.engine import run_window
 
 
 @pytest.fixture
@@ -71,9 +71,9 @@ def _v2_counters(directory, usage_usec, periods, throttled, throttled_usec, majf
 
 
 def test_a_cgroup_v2_tree_in_the_kernels_formats(tmp_path, monkeypatch):
-    import collectors.cgroup as cgroup_module
-    from collectors.base import Context
-    from collectors.cgroup import CgroupCollector
+    import witty_profiler.collectors.cgroup as cgroup_module
+    from witty_profiler.collectors.base import Context
+    from witty_profiler.collectors.cgroup import CgroupCollector
 
     mount, proc = tmp_path / "cgroup", tmp_path / "proc"
     group = mount / V2_GROUP.lstrip("/")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import REGISTRY, Collector, register
-from collectors.engine import discover, run_window
-from topology import load_graph, loads_graph
-from topology.errors import InputError
+from witty_profiler.collectors.base import REGISTRY, Collector, register
+from witty_profiler.collectors.engine import discover, run_window
+from witty_profiler.topology import load_graph, loads_graph
+from witty_profiler.topology.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -170,7 +170,7 @@ def _collect_as_nobody(out: Path) -> None:
         os.setgid(65534)
         os.setuid(65534)
         g = run_window(1.0, 0.5)
-        from topology import dump_graph
+        from witty_profiler.topology import dump_graph
         dump_graph(g, out)
         os._exit(0)
     except BaseException as exc:  # noqa: BLE001 - report to the parent, never return into pytest
@@ -236,7 +236,7 @@ def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
 
 
 def test_collectors_named_with_a_minus_are_left_out_of_the_defaults():
-    from collectors.engine import _select
+    from witty_profiler.collectors.engine import _select
     discover()
     defaults = _select(None)
     assert "ebpf" in defaults and "ipc" in defaults

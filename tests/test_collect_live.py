@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from graph_checks import assert_known_names
 
-from topology import load_graph
+from witty_profiler.topology import load_graph
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -39,7 +39,7 @@ while True:
 def plain_env(**extra: str) -> dict[str, str]:
     """This environment without the keys a graph keeps (a CI host may set OMP_NUM_THREADS or
     NCCL_*), plus `extra`: what the graph shows of it is then exactly `extra`'s allowlisted keys."""
-    from topology.privacy import allowed_env_key
+    from witty_profiler.topology.privacy import allowed_env_key
     return {**{k: v for k, v in os.environ.items() if not allowed_env_key(k)}, **extra}
 
 
@@ -100,7 +100,7 @@ def window(tmp_path_factory):
 
 
 def _cpus(text: str) -> list[int]:
-    from collectors.procfs import parse_cpulist
+    from witty_profiler.collectors.procfs import parse_cpulist
     return parse_cpulist(text)
 
 

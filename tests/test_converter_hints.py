@@ -18,14 +18,14 @@ import pytest
 
 from benchmarks.synthetic import synthetic_graph
 from converter_graphs import hand_graph
-from converters import LAYER_VIEWS, CliHints, McpHints, count_tokens, render_view
-from converters.render import MIN_TOKENS
-from converters.views import LAYERS
-from mcp_server import schemas as s
-from mcp_server.store import GraphStore
-from mcp_server.tools import WittyTools
+from witty_profiler.converters import LAYER_VIEWS, CliHints, McpHints, count_tokens, render_view
+from witty_profiler.converters.render import MIN_TOKENS
+from witty_profiler.converters.views import LAYERS
+from witty_profiler.mcp_server import schemas as s
+from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.tools import WittyTools
 from test_converters import missing_evidence
-from topology import dump_graph, load_graph
+from witty_profiler.topology import dump_graph, load_graph
 from witty_profiler.cli import main as cli
 
 GID = "vllm-8npu-0123abcd"
@@ -102,7 +102,7 @@ def test_a_fold_ranks_by_a_metric_only_where_every_row_has_it(hand, sample):
 
 @pytest.mark.parametrize("name", ["hand", "sample"])
 def test_mcp_views_fit_every_budget_and_keep_every_citation(request, name):
-    from diagnosis import diagnose
+    from witty_profiler.diagnosis import diagnose
     graph = request.getfixturevalue(name)
     hints = McpHints("a-graph-id-as-long-as-the-store-makes-them-0123abcd")
     for layer in LAYER_VIEWS:
@@ -290,7 +290,7 @@ def test_every_mcp_fold_request_lists_at_least_the_rows_it_left_out(request, nam
 
 
 def test_cli_hints_quote_a_path_with_spaces():
-    from converters.hints import CliHints
+    from witty_profiler.converters.hints import CliHints
     hints = CliHints("my graphs/run 1.json")
     assert hints.query(type="thread", limit=5) == "witty-profiler query 'my graphs/run 1.json' --type thread -n 5"
     assert hints.collectors() == "witty-profiler info 'my graphs/run 1.json'"

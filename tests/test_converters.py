@@ -14,13 +14,13 @@ import pytest
 
 from benchmarks.synthetic import synthetic_graph
 from converter_graphs import hand_graph
-from converters import LAYER_VIEWS, View, count_tokens, render_view
-from converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size
-from converters.views import LAYERS
-from converters.views.common import evidence_value
+from witty_profiler.converters import LAYER_VIEWS, View, count_tokens, render_view
+from witty_profiler.converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size
+from witty_profiler.converters.views import LAYERS
+from witty_profiler.converters.views.common import evidence_value
 from diagnosis_graphs import cgroup, device, host, new_graph, process, thread, two_numa_host, uses
-from topology import load_graph
-from topology.errors import InputError
+from witty_profiler.topology import load_graph
+from witty_profiler.topology.errors import InputError
 
 BUDGETS = (1000, 4000, 16000)
 
@@ -68,7 +68,7 @@ def memory():
 def live():
     """A live window of this host while a busy loop and a pipe run (2 s)."""
     try:
-        from collectors.engine import run_window
+        from witty_profiler.collectors.engine import run_window
     except ImportError as exc:  # the collectors land separately; the other graphs still run
         pytest.skip(f"live collection not available: {exc}")
     busy = subprocess.Popen([sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('x' * 4096)"],
@@ -91,7 +91,7 @@ def _graph(request, name):
 
 def _diagnosis(graph):
     try:
-        from diagnosis import diagnose
+        from witty_profiler.diagnosis import diagnose
     except ImportError as exc:
         pytest.skip(f"diagnosis.diagnose is not importable yet: {exc}")
     return diagnose(graph)
@@ -421,7 +421,7 @@ def test_same_graph_same_text(vllm_sample_path):
 
 
 def test_an_empty_graph_renders_every_view_and_says_why_it_is_empty():
-    from topology import Graph
+    from witty_profiler.topology import Graph
     graph = Graph()
     for layer in LAYER_VIEWS:
         view = render_view(graph, layer, MIN_TOKENS)

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from collectors import procfs
-from diagnosis.scope import parse_cpulist as attr_cpus
-from topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
-from topology.legacy.values import LegacyValueError, cpu_list
+from witty_profiler.collectors import procfs
+from witty_profiler.diagnosis.scope import parse_cpulist as attr_cpus
+from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from witty_profiler.topology.legacy.values import LegacyValueError, cpu_list
 
 
 def test_cpulist_round_trip():

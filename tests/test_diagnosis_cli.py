@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis import diagnose
-from diagnosis.catalog import catalog
-from diagnosis.compare import compare
-from diagnosis.docs import patterns_markdown, thresholds_markdown
-from diagnosis.report import report
-from diagnosis.thresholds import load_thresholds
-from topology import dump_graph
-from topology.errors import InputError
+from witty_profiler.diagnosis import diagnose
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.compare import compare
+from witty_profiler.diagnosis.docs import patterns_markdown, thresholds_markdown
+from witty_profiler.diagnosis.report import report
+from witty_profiler.diagnosis.thresholds import load_thresholds
+from witty_profiler.topology import dump_graph
+from witty_profiler.topology.errors import InputError
 from witty_profiler.cli import main
 from witty_profiler.tools import view
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis import LAYERS, diagnose
-from diagnosis import evidence as ev
-from diagnosis.catalog import catalog
-from diagnosis.report import report
-from topology import Graph, dumps_graph, load_graph, loads_graph
-from topology.vocabulary import metric_info
+from witty_profiler.diagnosis import LAYERS, diagnose
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.report import report
+from witty_profiler.topology import Graph, dumps_graph, load_graph, loads_graph
+from witty_profiler.topology.vocabulary import metric_info
 
 from converter_graphs import hand_graph
 from diagnosis_graphs import allocates_on, device, host, new_graph, process, runs_on, thread, two_numa_host, uses
@@ -117,7 +117,7 @@ def test_layer_filter_keeps_only_that_layer():
 
 
 def test_unknown_pid_and_layer_are_input_errors():
-    from topology.errors import InputError
+    from witty_profiler.topology.errors import InputError
     with pytest.raises(InputError, match="pid 4242 is not in this graph"):
         diagnose(_busy_graph(), pids=[4242])
     with pytest.raises(InputError, match="unknown layer"):

@@ -20,13 +20,13 @@ from unittest import mock
 
 import pytest
 
-from collectors import bpfhost
-from collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, futex_wait_address, kernel_version, main_locks, nested_pid_namespace,
+from witty_profiler.collectors import bpfhost
+from witty_profiler.collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
+from witty_profiler.collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, futex_wait_address, kernel_version, main_locks, nested_pid_namespace,
                              program, started_rows, thread_metrics, wait_rows)
-from collectors.base import Context
-from collectors.engine import run_window
-from diagnosis import diagnose
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.engine import run_window
+from witty_profiler.diagnosis import diagnose
 
 PY = sys.executable
 
@@ -439,7 +439,7 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
 
 IN_A_CONTAINER = """
 import json, subprocess, sys, time
-from collectors.engine import run_window
+from witty_profiler.collectors.engine import run_window
 child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
 time.sleep(0.5)
 try:

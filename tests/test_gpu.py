@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import Context
-from collectors.gpu import MAX_NVLINKS, NVLINK_BYTES_PER_S, GpuCollector, gpu_link
-from collectors.nvml import RecordedNvml
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.gpu import MAX_NVLINKS, NVLINK_BYTES_PER_S, GpuCollector, gpu_link
+from witty_profiler.collectors.nvml import RecordedNvml
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 
@@ -163,7 +163,7 @@ def test_nvlink_rates_cover_every_nvml_version():
 
 def test_hgx_gpu_that_lost_a_nvlink_is_found(hgx_sysfs):
     """From the recording to the finding: the straggler's inactive link 17 and its XID 74."""
-    from diagnosis import diagnose
+    from witty_profiler.diagnosis import diagnose
     _, g = run("hgx-h100-8gpu.json", hgx_sysfs)
     f = diagnose(g).finding("interconnect.pcie_link_degraded")
     assert f is not None and f.severity == "warning" and f.subjects == ["gpu:n1:0000:61:00.0"]
@@ -176,8 +176,8 @@ def test_recording_a_replay_gives_the_same_answers(recording, hgx_sysfs, tmp_pat
     """RecordingNvml writes what it is answered in RecordedNvml's format: recording the replay of a
     fixture and replaying that gives the collector the same answers, hence the same graph, and
     recording it once more gives the same recording."""
-    from collectors.nvml import RecordingNvml
-    from topology.io import dumps_graph
+    from witty_profiler.collectors.nvml import RecordingNvml
+    from witty_profiler.topology.io import dumps_graph
 
     def window(nvml):
         c = GpuCollector(Context(host="n1", sys=hgx_sysfs), nvml=nvml)
@@ -204,7 +204,7 @@ def test_recorder_keeps_errors_and_ctypes_answers():
 
     import pynvml as nvml_module
 
-    from collectors.nvml import RecordingNvml, to_json
+    from witty_profiler.collectors.nvml import RecordingNvml, to_json
 
     pynvml = nvml_module
 
@@ -262,5 +262,5 @@ def test_record_nvml_window_without_samples(hgx_sysfs, tmp_path):
 
 
 def dumps(graph):
-    from topology.io import dumps_graph
+    from witty_profiler.topology.io import dumps_graph
     return dumps_graph(graph)

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from topology import Edge, Entity, Graph, GraphFormatError, dumps_graph, loads_graph
-from topology.ids import pci_address, process_id, thread_id
-from topology.models import CollectorStatus, Meta
+from witty_profiler.topology import Edge, Entity, Graph, GraphFormatError, dumps_graph, loads_graph
+from witty_profiler.topology.ids import pci_address, process_id, thread_id
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 
 def small_graph() -> Graph:
@@ -145,7 +145,7 @@ def test_fast_item_lines_equal_pydantic_serialisation():
     """dumps_graph writes items without model_dump; the bytes must be what model_dump would give."""
     import datetime
 
-    from topology.io import _item_line
+    from witty_profiler.topology.io import _item_line
     items = [
         Entity(id="x:h:1", type="x", attrs={"t": (1, 2), "u": "é✓", "d": {"z": [1, {"b": 2, "a": 1}]},
                                            "when": datetime.datetime(2026, 1, 1), "s": frozenset({3})},

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import fdscan, ipc, sockdiag
-from collectors.base import Context
-from topology.ids import process_id
+from witty_profiler.collectors import fdscan, ipc, sockdiag
+from witty_profiler.collectors.base import Context
+from witty_profiler.topology.ids import process_id
 
 TCP_BYTES = 300_000
 PY = sys.executable
@@ -325,7 +325,7 @@ def test_non_root_gives_partial_with_reason():
     """As nobody, other users' fds are unreadable: a smaller graph, status partial, and why."""
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to another user")
-    from collectors.network import NetworkCollector
+    from witty_profiler.collectors.network import NetworkCollector
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: drop privileges, collect, report the statuses, exit without pytest's teardown

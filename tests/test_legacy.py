@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from topology import GraphFormatError, dumps_graph, load_graph, loads_graph
-from topology.legacy import from_legacy, is_legacy
-from topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
+from witty_profiler.topology import GraphFormatError, dumps_graph, load_graph, loads_graph
+from witty_profiler.topology.legacy import from_legacy, is_legacy
+from witty_profiler.topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
 
 WORKERS = [1895087, 1895088, 1895089, 1895090]
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from conftest import VLLM_SAMPLE
-from diagnosis.catalog import catalog
-from diagnosis.models import LAYERS
-from mcp_server.budget import count_tokens
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.models import LAYERS
+from witty_profiler.mcp_server.budget import count_tokens
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_inspector.sh"
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}

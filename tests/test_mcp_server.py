@@ -12,13 +12,13 @@ import mcp
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from diagnosis.thresholds import validate
-from mcp_server.budget import count_tokens
-from mcp_server.server import build_server
-from mcp_server.store import GraphStore
-from mcp_server.tools import WittyTools
+from witty_profiler.diagnosis.thresholds import validate
+from witty_profiler.mcp_server.budget import count_tokens
+from witty_profiler.mcp_server.server import build_server
+from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.tools import WittyTools
 from mcp_support import call, call_error, host_process_graph
-from topology import load_graph
+from witty_profiler.topology import load_graph
 
 pytestmark = pytest.mark.anyio
 
@@ -195,7 +195,7 @@ async def test_a_restarted_server_knows_the_graphs(state: Path, workdir: Path, g
 
 
 async def test_state_dir_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from mcp_server.store import state_dir
+    from witty_profiler.mcp_server.store import state_dir
     monkeypatch.setenv("WITTY_STATE_DIR", str(tmp_path / "s"))
     assert state_dir() == tmp_path / "s"
     monkeypatch.delenv("WITTY_STATE_DIR")
@@ -233,7 +233,7 @@ async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path
 
 def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_file: Path) -> None:
     tools = WittyTools(GraphStore(state), workdir=workdir)
-    from mcp_server.schemas import LoadGraphInput
+    from witty_profiler.mcp_server.schemas import LoadGraphInput
     out, text = tools.load_graph(LoadGraphInput(path=str(graph_file)))
     assert json.loads(text)["graph_id"] == out.graph_id
 
@@ -260,7 +260,7 @@ async def test_a_row_larger_than_the_budget_is_clipped_and_says_so(state: Path, 
     graph = load_graph(host_process_graph(workdir / "host.json"))
     big = graph.entities("process")[0]
     big.attrs["maps"] = [f"/usr/lib/x86_64-linux-gnu/lib{i}.so" for i in range(2000)]  # a long attribute
-    from topology import dump_graph
+    from witty_profiler.topology import dump_graph
     dump_graph(graph, workdir / "host.json")
     async with mcp.Client(server_for(state, workdir)) as client:
         gid = (await call(client, "load_graph", path="host.json"))["graph_id"]

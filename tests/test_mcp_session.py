@@ -22,12 +22,12 @@ import mcp
 import pytest
 from mcp import StdioServerParameters
 
-from diagnosis.catalog import catalog
-from diagnosis.models import LAYERS
-from mcp_server.budget import count_tokens
-from mcp_server.server import build_server
-from mcp_server.store import GraphStore
-from mcp_server.tools import WittyTools
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.models import LAYERS
+from witty_profiler.mcp_server.budget import count_tokens
+from witty_profiler.mcp_server.server import build_server
+from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.tools import WittyTools
 from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio

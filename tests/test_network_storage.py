@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import network, sockdiag, storage
-from collectors.base import Context
-from topology.ids import host_id, process_id
+from witty_profiler.collectors import network, sockdiag, storage
+from witty_profiler.collectors.base import Context
+from witty_profiler.topology.ids import host_id, process_id
 
 FRAMES, PAYLOAD = 200, 1000
 ETH_P_EXPERIMENTAL = 0x88B5  # IEEE 802 local experimental ethertype: no stack handles it, nothing is routed
@@ -273,8 +273,8 @@ def test_tcp_info_offsets_match_ss():
 
 
 def test_through_the_engine_with_vocabulary_names_only():
-    engine = pytest.importorskip("collectors.engine")
-    from topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
+    engine = pytest.importorskip("witty_profiler.collectors.engine")
+    from witty_profiler.topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info
     graph = engine.run_window(duration_s=1.0, interval_s=0.5, collectors=["ipc", "network", "storage"])
     for name in ("ipc", "network", "storage"):
         assert graph.meta.collectors[name].status in ("ok", "partial"), graph.meta.collectors[name]
@@ -300,7 +300,7 @@ def test_connection_metrics_over_the_window():
 
 
 def test_client_side_of_a_local_pair():
-    from collectors.ipc import client_side
+    from witty_profiler.collectors.ipc import client_side
     client = _sock(("127.0.0.1", 5000), ("127.0.0.1", 8080))
     server = _sock(("127.0.0.1", 8080), ("127.0.0.1", 5000))
     listening = {("0.0.0.0", 8080)}

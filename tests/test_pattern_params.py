@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnosis import diagnose
-from diagnosis.catalog import catalog
-from topology import Graph
+from witty_profiler.diagnosis import diagnose
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.topology import Graph
 
 from diagnosis_graphs import (allocates_on, device, host, ipc, new_graph, numa, process, runs_on, thread,
                               two_numa_host, uses)
@@ -301,7 +301,7 @@ def test_every_param_of_the_catalog_has_a_spec():
 
 
 def test_every_param_is_overridable():
-    from diagnosis.thresholds import effective, validate
+    from witty_profiler.diagnosis.thresholds import effective, validate
     for p in catalog().values():
         for q in p.params:
             overrides = validate({p.id: {q.name: q.value + 1}})

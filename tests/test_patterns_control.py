@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis import diagnose
-from diagnosis.catalog import catalog
-from topology.models import CollectorStatus
+from witty_profiler.diagnosis import diagnose
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.topology.models import CollectorStatus
 
 from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, process, thread, threshold_cases, uses
 

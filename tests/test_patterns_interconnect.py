@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis import diagnose
-from diagnosis.catalog import catalog
+from witty_profiler.diagnosis import diagnose
+from witty_profiler.diagnosis.catalog import catalog
 
 from diagnosis_graphs import (allocates_on, assert_threshold, device, linked_devices, new_graph, numa, process,
                               runs_on, thread, threshold_cases, two_numa_host, uses)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis import diagnose
-from diagnosis.catalog import catalog
+from witty_profiler.diagnosis import diagnose
+from witty_profiler.diagnosis.catalog import catalog
 
 from diagnosis_graphs import (assert_threshold, cgroup, device, host, new_graph, numa, process, threshold_cases,
                               uses)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from topology.privacy import filter_env, redact_cmdline
-from topology.workload import classify_process
+from witty_profiler.topology.privacy import filter_env, redact_cmdline
+from witty_profiler.topology.workload import classify_process
 
 
 @pytest.mark.parametrize("cmdline, expected", [
@@ -49,7 +49,7 @@ def test_roles():
 
 
 def test_thread_roles_from_the_names_pytorch_gives():
-    from topology.workload import thread_role
+    from witty_profiler.topology.workload import thread_role
     assert thread_role("pt_data_pin", True) == "loader"
     assert thread_role("pt_autograd_0", True) == "compute" and thread_role("pt_main_thread", True) == "compute"
     assert thread_role("pt_elastic", True) == "launcher"
@@ -60,7 +60,7 @@ def test_thread_roles_from_the_names_pytorch_gives():
 
 
 def test_a_stored_command_line_is_redacted_then_bounded():
-    from collectors.process import CMDLINE_MAX_CHARS, stored_cmdline
+    from witty_profiler.collectors.process import CMDLINE_MAX_CHARS, stored_cmdline
     short = "python train.py --token=abc --lr 0.1"
     assert stored_cmdline(short) == "python train.py --token=<redacted> --lr 0.1"
     exact = "x" * CMDLINE_MAX_CHARS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from converters.tokens import count_tokens, encoder
+from witty_profiler.converters.tokens import count_tokens, encoder
 
 
 def test_counts_are_cl100k_and_offline():

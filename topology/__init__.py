@@ -7,10 +7,10 @@ queries that the converters, the diagnosis and the MCP server run. This package 
 package of the project.
 """
 
-from topology.errors import GraphFormatError
-from topology.graph import Graph
-from topology.models import CollectorStatus, Edge, Entity, GraphDocument, Meta
-from topology.io import dump_graph, dumps_graph, load_graph, loads_graph
+from witty_profiler.topology.errors import GraphFormatError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.models import CollectorStatus, Edge, Entity, GraphDocument, Meta
+from witty_profiler.topology.io import dump_graph, dumps_graph, load_graph, loads_graph
 
 __all__ = [
     "CollectorStatus", "Edge", "Entity", "Graph", "GraphDocument", "GraphFormatError", "Meta",

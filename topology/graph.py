@@ -14,11 +14,11 @@ from typing import Any, Literal, TypeVar
 
 import networkx as nx
 
-from topology.errors import InputError
-from topology.ids import edge_id
-from topology.merge import merge_attrs, merge_meta, merge_metrics
-from topology.models import Edge, Entity, Meta
-from topology.predicates import Predicate, compile_where
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.ids import edge_id
+from witty_profiler.topology.merge import merge_attrs, merge_meta, merge_metrics
+from witty_profiler.topology.models import Edge, Entity, Meta
+from witty_profiler.topology.predicates import Predicate, compile_where
 
 Direction = Literal["out", "in", "both"]
 _Item = TypeVar("_Item", Entity, Edge)

@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from topology.errors import GraphFormatError
-from topology.gcpause import gc_paused
-from topology.graph import Graph
-from topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
+from witty_profiler.topology.errors import GraphFormatError
+from witty_profiler.topology.gcpause import gc_paused
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
 
 
 # One encoder for every line: json.dumps with options builds a new encoder per call. Values that
@@ -163,7 +163,7 @@ def graph_from_data(data: Any, name: str = "<input>") -> Graph:
         except ValidationError as exc:
             raise GraphFormatError(f"{name}: invalid witty graph: {_first_error(exc)}") from None
         return graph_from_document(doc, name)
-    from topology import legacy
+    from witty_profiler.topology import legacy
     if legacy.is_legacy(data):
         return legacy.from_legacy(data, name)
     found = type(data).__name__ if not isinstance(data, dict) else "an object with keys " + ", ".join(sorted(data)[:6])

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from topology.models import Meta
+from witty_profiler.topology.models import Meta
 
 
 def merge_metrics(into: dict[str, Any], incoming: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from topology.errors import InputError
+from witty_profiler.topology.errors import InputError
 
 Predicate = Callable[[Any], bool]
 

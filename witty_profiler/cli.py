@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from topology.errors import InputError
+from witty_profiler.topology.errors import InputError
 from witty_profiler import __version__
 from witty_profiler.commands import COMMANDS
 

@@ -8,9 +8,9 @@ regenerates it; tests/test_skill.py fails when the file is stale.
 
 from __future__ import annotations
 
-from diagnosis.catalog import catalog
-from diagnosis.models import LAYERS
-from topology.vocabulary import METRICS, metric_info
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.models import LAYERS
+from witty_profiler.topology.vocabulary import METRICS, metric_info
 
 # layer name -> (what it covers, where its data comes from)
 ABOUT: dict[str, tuple[str, str]] = {

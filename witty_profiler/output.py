@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from topology.errors import InputError
+from witty_profiler.topology.errors import InputError
 
 
 def print_json(data: Any) -> None:

@@ -10,4 +10,4 @@ LAYER_VIEWS = ("summary", *LAYERS, "all")
 
 
 def module(name: str) -> ModuleType:
-    return importlib.import_module(f"converters.views.{name}")
+    return importlib.import_module(f"{__name__}.{name}")

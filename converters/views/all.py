@@ -8,11 +8,11 @@ it; what the small layers do not use goes, in a second pass, to the layers that 
 
 from __future__ import annotations
 
-from converters.context import GraphContext
-from converters.hints import Slot
-from converters.tokens import count_tokens
-from converters.views import LAYERS, module
-from converters.views.common import legend_line
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.hints import Slot
+from witty_profiler.converters.tokens import count_tokens
+from witty_profiler.converters.views import LAYERS, module
+from witty_profiler.converters.views.common import legend_line
 
 _HEADER = "# witty-profiler view: all · {n} tokens{limit}"
 LAYER_MIN = 80  # below this a layer view is only its header: name it on the left-out line instead
@@ -45,7 +45,7 @@ def _assemble(ctx: GraphContext, legend: str | None, summary, views: dict, limit
 
 
 def _share_out(ctx: GraphContext, room: int, layers: list[str]) -> dict:
-    from converters.view import render_layer
+    from witty_profiler.converters.view import render_layer
     weights = _weights(ctx)
     layers = sorted(layers, key=lambda k: (-weights[k], LAYERS.index(k)))
     while layers and room * weights[layers[-1]] // sum(weights[k] for k in layers) < LAYER_MIN:
@@ -68,7 +68,7 @@ def _share_out(ctx: GraphContext, room: int, layers: list[str]) -> dict:
 
 
 def render(ctx: GraphContext, max_tokens: int | None):
-    from converters.view import View, render_layer
+    from witty_profiler.converters.view import View, render_layer
     legend: str | None = legend_line(ctx)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
     if max_tokens is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
-from converters.render import Column, Lines, Ranked, num, pct, size
-from topology import Entity
-from topology.ids import process_of_thread
+from witty_profiler.converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
+from witty_profiler.converters.render import Column, Lines, Ranked, num, pct, size
+from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import process_of_thread
 
 LEGEND_START = "legend: ids work as "
 

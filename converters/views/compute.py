@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from converters.context import GraphContext
-from converters.render import Block, Column, Table, duration_ns, num, pct
-from converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import fold_query, per_type_query
-from topology.ids import host_of
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.render import Block, Column, Table, duration_ns, num, pct
+from witty_profiler.converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.folds import fold_query, per_type_query
+from witty_profiler.topology.ids import host_of
 
 LAYER = "compute"
 NUMBER = 1

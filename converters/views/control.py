@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from converters.context import GraphContext, cpu_list
-from converters.render import Block, Column, Table, duration_ms, duration_us, num, pct, rate
-from converters.views.common import coverage, has_any, CPU, ID, SHORT_NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import fold_query
+from witty_profiler.converters.context import GraphContext, cpu_list
+from witty_profiler.converters.render import Block, Column, Table, duration_ms, duration_us, num, pct, rate
+from witty_profiler.converters.views.common import coverage, has_any, CPU, ID, SHORT_NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.folds import fold_query
 
 LAYER = "control"
 NUMBER = 6

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from converters.context import GraphContext
-from converters.render import unordered
-from converters.views.common import is_number
-from topology.predicates import compile_where
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.render import unordered
+from witty_profiler.converters.views.common import is_number
+from witty_profiler.topology.predicates import compile_where
 
 
 def fold_query(ctx: GraphContext, kind: str, rows: Iterable[Any], top: str | None = None,

@@ -7,12 +7,12 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 
 from __future__ import annotations
 
-from converters.context import GraphContext, compact_list
-from converters.render import Block, Column, Lines, Table, num, pct
-from converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
-from converters.views.folds import edge_query, fold_query, per_type_query
-from converters.views.memory import pages_by_node, pages_cell
-from topology.ids import host_of
+from witty_profiler.converters.context import GraphContext, compact_list
+from witty_profiler.converters.render import Block, Column, Lines, Table, num, pct
+from witty_profiler.converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
+from witty_profiler.converters.views.folds import edge_query, fold_query, per_type_query
+from witty_profiler.converters.views.memory import pages_by_node, pages_cell
+from witty_profiler.topology.ids import host_of
 
 LAYER = "interconnect"
 NUMBER = 3

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from converters.context import GraphContext
-from converters.render import Block, Column, Table, num, pct, rate, size
-from converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import fold_query, per_type_query
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.render import Block, Column, Table, num, pct, rate, size
+from witty_profiler.converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.folds import fold_query, per_type_query
 
 LAYER = "memory"
 NUMBER = 2

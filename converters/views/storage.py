@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from converters.context import GraphContext
-from converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
-from converters.views.common import coverage, ID, NAME, ROLE, findings_block, legend, neg, rank
-from converters.views.folds import fold_query
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
+from witty_profiler.converters.views.common import coverage, ID, NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.folds import fold_query
 
 LAYER = "storage"
 NUMBER = 5

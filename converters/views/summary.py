@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from converters.context import GraphContext
-from converters.hints import Slot
-from converters.render import Block, Column, Lines, Table, fit, num, pct
-from converters.views import LAYERS
-from converters.views.common import CPU, ID, NAME, ROLE, short
-from converters.views.folds import fold_query
-from topology.wording import counted
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.hints import Slot
+from witty_profiler.converters.render import Block, Column, Lines, Table, fit, num, pct
+from witty_profiler.converters.views import LAYERS
+from witty_profiler.converters.views.common import CPU, ID, NAME, ROLE, short
+from witty_profiler.converters.views.folds import fold_query
+from witty_profiler.topology.wording import counted
 
 CAP = 499  # always under 500 tokens
 
@@ -91,7 +91,7 @@ def heuristic_suspects(ctx: GraphContext) -> dict[str, str]:
         out["compute"] = f"{counted(len(idle), 'accelerators')} in use under 30% busy"
     if (m.get("psi_memory_some_pct") or 0) > 10 or (m.get("swap_out_pages_per_s") or 0) > 0:
         out["memory"] = "memory pressure or swapping"
-    from converters.views.interconnect import _placement_flag
+    from witty_profiler.converters.views.interconnect import _placement_flag
     bad = [p for p in ctx.workload if "OFF-NODE" in _placement_flag(ctx, p)]
     if bad:
         out["interconnect"] = f"{counted(len(bad), 'device users')} off their device's NUMA node"
@@ -129,7 +129,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
 
 
 def render(ctx: GraphContext, max_tokens: int | None):
-    from converters.view import View
+    from witty_profiler.converters.view import View
     budget = min(max_tokens or CAP, CAP)
     fitted = fit(ctx.blocks("summary"), lambda n: f"# witty-profiler summary · {n} tokens", budget)
     return View(layer="summary", text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,

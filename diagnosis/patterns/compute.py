@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
                              needs_workload, workload_devices)
-from diagnosis.scope import Scope, num, parse_cpulist
-from topology import Entity
-from topology.ids import host_of
+from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import host_of
 
 DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.preprocessing_bottleneck")
 

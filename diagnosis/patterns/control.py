@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.models import Evidence
-from diagnosis.rules import host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups
-from diagnosis.scope import Scope, num, parse_cpulist
-from topology import Entity
-from topology.ids import host_of, process_of_thread
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.rules import host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups
+from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import host_of, process_of_thread
 
 
 # -- control.scheduling_latency -----------------------------------------------------------

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.models import Evidence
-from diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
                              runnable_pct, workload_devices)
-from diagnosis.scope import IPC_EDGES, Scope, num
-from topology import Edge, Entity
+from witty_profiler.diagnosis.scope import IPC_EDGES, Scope, num
+from witty_profiler.topology import Edge, Entity
 
 
 def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | None]]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from diagnosis.models import Evidence
-from diagnosis.placement import Placement, expected_remote_pct, placement_of
-from diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
-from diagnosis.scope import Scope, num, parse_cpulist
-from topology import Entity
-from topology.cpulist import format_cpulist
-from topology.ids import host_of
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.placement import Placement, expected_remote_pct, placement_of
+from witty_profiler.diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
+from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.topology import Entity
+from witty_profiler.topology.cpulist import format_cpulist
+from witty_profiler.topology.ids import host_of
 
 
 def _dist(values: dict[int, float]) -> dict[str, float]:

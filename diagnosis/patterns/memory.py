@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated
-from diagnosis.models import Evidence
-from diagnosis.rules import levels_check, metric_check, metric_of, scope_cgroups, workload_devices
-from diagnosis.scope import Scope, num
-from topology import Entity
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.rules import levels_check, metric_check, metric_of, scope_cgroups, workload_devices
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology import Entity
 
 
 def _pmu_subjects(scope: Scope) -> list[Entity]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from diagnosis import evidence as ev
-from diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, not_evaluated, number
-from diagnosis.rules import metric_check, several_metrics_check
-from diagnosis.scope import Scope, num
-from topology import Entity
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, not_evaluated, number
+from witty_profiler.diagnosis.rules import metric_check, several_metrics_check
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology import Entity
 
 
 def _address(endpoint: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

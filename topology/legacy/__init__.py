@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from topology.cpulist import parse_cpulist
-from topology.errors import GraphFormatError
-from topology.graph import Graph
-from topology.ids import host_of
-from topology.legacy.derive import colocation_pct, derive
-from topology.legacy.edges import read_edge
-from topology.legacy.reader import Reader
-from topology.legacy.values import LegacyValueError
-from topology.models import CollectorStatus, Meta
-from topology.wording import counted
+from witty_profiler.topology.cpulist import parse_cpulist
+from witty_profiler.topology.errors import GraphFormatError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.legacy.derive import colocation_pct, derive
+from witty_profiler.topology.legacy.edges import read_edge
+from witty_profiler.topology.legacy.reader import Reader
+from witty_profiler.topology.legacy.values import LegacyValueError
+from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.wording import counted
 
 __all__ = ["colocation_pct", "from_legacy", "is_legacy"]
 

@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-from topology.ids import host_of
-from topology.legacy import values as v
-from topology.legacy.reader import Reader
-from topology.models import Entity
-from topology.workload import classify_process
+from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.legacy import values as v
+from witty_profiler.topology.legacy.reader import Reader
+from witty_profiler.topology.models import Entity
+from witty_profiler.topology.workload import classify_process
 
 
 def derive(r: Reader) -> None:

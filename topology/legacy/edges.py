@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from topology.cpulist import format_cpulist
-from topology.ids import host_of
-from topology.legacy import values as v
-from topology.legacy.reader import PlacementVectors, Reader, kind_of, redact_values
+from witty_profiler.topology.cpulist import format_cpulist
+from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.legacy import values as v
+from witty_profiler.topology.legacy.reader import PlacementVectors, Reader, kind_of, redact_values
 
 _BASE_FIELDS = ("edge_type", "weight", "source_node", "target_node", "nodes")
 Handler = Callable[[Reader, str, str, dict, str], None]

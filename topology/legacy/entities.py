@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from topology.cpulist import format_cpulist
-from topology.ids import pci_address
-from topology.legacy import values as v
-from topology.legacy.reader import Reader, digest, redact_values
-from topology.privacy import redact_cmdline
+from witty_profiler.topology.cpulist import format_cpulist
+from witty_profiler.topology.ids import pci_address
+from witty_profiler.topology.legacy import values as v
+from witty_profiler.topology.legacy.reader import Reader, digest, redact_values
+from witty_profiler.topology.privacy import redact_cmdline
 
 _BASE_FIELDS = ("entity_namespace", "entity_type", "details")
 _PCI = re.compile(r"^([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")

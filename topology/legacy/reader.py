@@ -14,11 +14,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from topology.graph import Graph
-from topology.ids import edge_id, entity_id
-from topology.legacy.values import LegacyValueError
-from topology.models import Edge, Entity
-from topology.privacy import redact_cmdline
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.ids import edge_id, entity_id
+from witty_profiler.topology.legacy.values import LegacyValueError
+from witty_profiler.topology.models import Edge, Entity
+from witty_profiler.topology.privacy import redact_cmdline
 
 DEFAULT_HOST = "local"
 
@@ -47,7 +47,7 @@ class Reader:
     # -- entities ---------------------------------------------------------------------------
     def entity(self, node: Any, where: str) -> str:
         """Map one legacy node (top-level or embedded) to an entity; returns its id."""
-        from topology.legacy.entities import READERS, read_opaque
+        from witty_profiler.topology.legacy.entities import READERS, read_opaque
         if not isinstance(node, dict):
             raise LegacyValueError(where, f"expected a node object, found {type(node).__name__}")
         kind = node.get("entity_type")

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from topology.cpulist import parse_cpulist
+from witty_profiler.topology.cpulist import parse_cpulist
 
 
 class LegacyValueError(ValueError):

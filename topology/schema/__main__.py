@@ -1,4 +1,4 @@
-"""python -m topology.schema > topology/schema/graph-v1.schema.json"""
-from topology.schema import generate
+"""python -m witty_profiler.topology.schema > topology/schema/graph-v1.schema.json"""
+from witty_profiler.topology.schema import generate
 
 print(generate(), end="")

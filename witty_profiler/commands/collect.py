@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collectors.engine import MAX_DURATION_S, run_window, validate_window
-from topology import dumps_graph
-from topology.errors import InputError
+from witty_profiler.collectors.engine import MAX_DURATION_S, run_window, validate_window
+from witty_profiler.topology import dumps_graph
+from witty_profiler.topology.errors import InputError
 from witty_profiler.output import check_output, write_output
 
 DEFAULT_FILE = "witty-graph.json"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from diagnosis.compare import compare
-from diagnosis.thresholds import load_thresholds
-from topology import load_graph
+from witty_profiler.diagnosis.compare import compare
+from witty_profiler.diagnosis.thresholds import load_thresholds
+from witty_profiler.topology import load_graph
 from witty_profiler.output import add_output_arguments, write_output
 
 

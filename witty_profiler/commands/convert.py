@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from converters import LAYER_VIEWS, render_view
-from converters.view import check_request
-from topology import load_graph
+from witty_profiler.converters import LAYER_VIEWS, render_view
+from witty_profiler.converters.view import check_request
+from witty_profiler.topology import load_graph
 from witty_profiler.output import add_output_arguments, write_output
 
 

@@ -7,10 +7,10 @@ import argparse
 import sys
 from typing import Any
 
-from diagnosis import diagnose, layer_number
-from diagnosis.report import report
-from diagnosis.thresholds import load_thresholds
-from topology import Graph, load_graph
+from witty_profiler.diagnosis import diagnose, layer_number
+from witty_profiler.diagnosis.report import report
+from witty_profiler.diagnosis.thresholds import load_thresholds
+from witty_profiler.topology import Graph, load_graph
 from witty_profiler.output import add_output_arguments, check_output, write_output
 
 
@@ -30,7 +30,7 @@ def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
     layer = layer_number(args.layer)
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     if args.graph is None:
-        from collectors.engine import validate_window
+        from witty_profiler.collectors.engine import validate_window
         validate_window(args.duration, args.interval)
     return layer, thresholds
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from topology import Graph, load_graph
+from witty_profiler.topology import Graph, load_graph
 from witty_profiler.output import print_json, table
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from diagnosis.catalog import catalog
-from diagnosis.docs import catalog_dict, patterns_markdown, thresholds_markdown
+from witty_profiler.diagnosis.catalog import catalog
+from witty_profiler.diagnosis.docs import catalog_dict, patterns_markdown, thresholds_markdown
 from witty_profiler.output import print_json, table
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from topology import Entity, Graph, load_graph
-from topology.errors import InputError
+from witty_profiler.topology import Entity, Graph, load_graph
+from witty_profiler.topology.errors import InputError
 from witty_profiler.output import print_json, table
 
 

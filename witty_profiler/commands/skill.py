@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from topology.errors import InputError
-from topology.wording import counted
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.wording import counted
 
 SKILL_NAME = "bottleneck-identification"
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
@@ -121,7 +121,7 @@ def _link_problems(root: Path, text: str) -> list[str]:
 
 def catalog_pattern_ids() -> list[str]:
     """Every pattern id the diagnosis catalog defines."""
-    from diagnosis.catalog import catalog
+    from witty_profiler.diagnosis.catalog import catalog
     return list(catalog())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from converters.tokens import count_tokens
-from topology.errors import InputError
+from witty_profiler.converters.tokens import count_tokens
+from witty_profiler.topology.errors import InputError
 
 
 def _read(path: str) -> str:

@@ -216,8 +216,8 @@ def check(a: dict[str, Any], report: dict[str, Any] | None, md: str | None, ctx:
 
 # -- producing the reports with the tool -------------------------------------------------------
 def _tool_context() -> dict[str, Any]:
-    from diagnosis.catalog import catalog
-    from diagnosis.models import LAYERS
+    from witty_profiler.diagnosis.catalog import catalog
+    from witty_profiler.diagnosis.models import LAYERS
     return {"catalog": {pid: p.layer for pid, p in catalog().items()}, "layers": LAYERS}
 
 
@@ -277,7 +277,7 @@ def saved(case: dict[str, Any], folder: Path) -> tuple[dict | None, str | None, 
     if (base / "context.json").is_file():
         ctx.update(json.loads((base / "context.json").read_text()))
     if (base / "view.txt").is_file():
-        from converters.tokens import count_tokens
+        from witty_profiler.converters.tokens import count_tokens
         text = (base / "view.txt").read_text()
         ctx["view"] = {"text": text, "tokens": count_tokens(text)}
     report = json.loads((base / "report.json").read_text()) if (base / "report.json").is_file() else None

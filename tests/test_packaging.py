@@ -1,0 +1,118 @@
+"""The wheel: one installed name (`witty_profiler`) holding every part, the skill and the schema,
+and an install from it that works without the checkout."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from witty_profiler.commands import skill
+
+REPO = Path(__file__).resolve().parents[1]
+# the folders at the top of the repository that install as witty_profiler.<folder>
+PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server")
+
+
+def _tracked(*patterns: str) -> list[str]:
+    done = subprocess.run(["git", "ls-files", *patterns], cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """(wheel, the copy of the tree it was built from). Built from a copy, so the build leaves
+    nothing in the checkout; the copy is what the checks compare with, since the checkout may change
+    while the tests run."""
+    pytest.importorskip("wheel")
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "-w", str(tmp), "--no-deps",
+                            "--no-build-isolation", "-q"], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    return next(tmp.glob("witty_profiler-*.whl")), src
+
+
+def test_the_wheel_installs_one_name(built):
+    """Installed beside a distribution called `collectors`, `topology`, `converters`, `diagnosis` or
+    `mcp-server`, neither may overwrite the other: everything lives under witty_profiler."""
+    wheel, _ = built
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert top == {"witty_profiler"}, top
+    top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["witty_profiler"]
+
+
+def test_every_module_of_every_part_ships(built):
+    """The package list in pyproject.toml names each package folder: a new subpackage that is
+    not listed would be missing from the wheel, and only from the wheel."""
+    wheel, src = built
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = set()
+    for part in (*PARTS, "witty_profiler"):
+        for path in (src / part).rglob("*.py"):
+            if "__pycache__" in path.parts or "skill" in path.relative_to(src).parts[:2]:
+                continue
+            inside = path.relative_to(src / part).as_posix()
+            expected.add(f"witty_profiler/{inside}" if part == "witty_profiler" else f"witty_profiler/{part}/{inside}")
+    assert expected - names == set()
+    assert "witty_profiler/topology/schema/graph-v1.schema.json" in names
+
+
+def test_the_wheel_ships_the_skill(built):
+    wheel, src = built
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = sorted(n.removeprefix("witty_profiler/skill/") for n in names if n.startswith("witty_profiler/skill/"))
+    assert shipped == skill._skill_files(src / "skills" / "bottleneck-identification")
+
+
+def test_an_install_from_the_wheel_works_without_the_checkout(built, tmp_path):
+    """Installed as a plain package (not editable) and run away from the checkout: the commands find
+    their parts, the schema and the skill in site-packages."""
+    wheel, src = built
+    site = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                              str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    graph = tmp_path / "g.json"
+    for argv, expected in ((["skill", "validate"], f"ok: {site / 'witty_profiler' / 'skill'}"),
+                           (["skill", "install", "--dest", str(tmp_path / "skills")],
+                            f"installed: {tmp_path / 'skills' / 'bottleneck-identification'}"),
+                           (["collect", "--duration", "0.3", "--interval", "0.1", "--collectors", "cpu,memory",
+                             "-o", str(graph)], "")):
+        run = subprocess.run([sys.executable, "-m", "witty_profiler", *argv], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == expected, run.stdout + run.stderr
+    where = subprocess.run([sys.executable, "-c", "import witty_profiler.collectors as c, witty_profiler.mcp_server as m;"
+                            "print(c.__file__); print(m.__file__)"], capture_output=True, text=True, cwd=tmp_path,
+                           env=env, timeout=60)
+    assert where.stdout.split() == [str(site / "witty_profiler" / p / "__init__.py") for p in ("collectors", "mcp_server")]
+    assert skill.same_tree(src / "skills" / "bottleneck-identification", tmp_path / "skills" / "bottleneck-identification")
+    info = subprocess.run([sys.executable, "-m", "witty_profiler", "info", str(graph)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60)
+    assert info.returncode == 0 and "cpu" in info.stdout, info.stdout + info.stderr
+
+
+def test_no_code_imports_a_part_by_its_folder_name():
+    """`import collectors` works from a checkout (the folder is on the path) but not after a plain
+    install: every import names witty_profiler.<part>."""
+    wrong = []
+    for name in _tracked("*.py"):
+        tree = ast.parse((REPO / name).read_text(encoding="utf-8"), name)
+        for node in ast.walk(tree):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{name}:{node.lineno} {m}" for m in modules if m.split(".")[0] in PARTS]
+    assert wrong == []
