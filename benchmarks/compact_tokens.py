@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synthetic import synthetic_graph  # noqa: E402
 from witty_profiler.converters import LAYER_VIEWS, count_tokens, render_view  # noqa: E402
+from witty_profiler.diagnosis import diagnose  # noqa: E402
 from witty_profiler.topology import dumps_graph, load_graph  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "witty-profiler-vllm-8npu.json"
@@ -44,15 +45,15 @@ def measure(name: str, graph, raw_text: str | None) -> list[str]:
     if raw_tokens:
         rows.append(f"| raw legacy JSON | {raw_tokens:,} | 100.0 | - |")
     rows.append(f"| v1 JSON (lossless, normalised) | {v1_tokens:,} | {100 * v1_tokens / base:.1f} | - |")
-    render_view(graph, "summary")  # build the shared context and the diagnosis once, outside the timings
+    diagnosis = diagnose(graph)  # once, outside the timings, as the CLI and the MCP server reuse it
     for layer in LAYER_VIEWS:
-        view, seconds = _timed(lambda: render_view(graph, layer))
+        view, seconds = _timed(lambda: render_view(graph, layer, diagnosis=diagnosis))
         rows.append(f"| view `{layer}` | {view.tokens:,} | {100 * view.tokens / base:.2f} | {seconds:.2f} |")
     rows += ["", "| view | 1k budget: tokens / s | 4k | 16k |", "|---|---|---|---|"]
     for layer in LAYER_VIEWS:
         cells = []
         for budget in (1000, 4000, 16000):
-            view, seconds = _timed(lambda: render_view(graph, layer, budget))
+            view, seconds = _timed(lambda: render_view(graph, layer, budget, diagnosis=diagnosis))
             cells.append(f"{view.tokens} / {seconds:.2f}")
         rows.append(f"| `{layer}` | " + " | ".join(cells) + " |")
     return rows + [""]

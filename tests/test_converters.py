@@ -14,10 +14,11 @@ import pytest
 
 from benchmarks.synthetic import synthetic_graph
 from converter_graphs import hand_graph
-from witty_profiler.converters import LAYER_VIEWS, View, count_tokens, render_view
+from witty_profiler.api import convert
+from witty_profiler.converters import LAYER_VIEWS, View, count_tokens
 from witty_profiler.converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size
 from witty_profiler.converters.views import LAYERS
-from witty_profiler.converters.views.common import evidence_value
+from witty_profiler.converters.evidence import evidence_value
 from diagnosis_graphs import cgroup, device, host, new_graph, process, thread, two_numa_host, uses
 from witty_profiler.topology import load_graph
 from witty_profiler.topology.errors import InputError
@@ -130,10 +131,10 @@ def test_numbers_carry_their_units():
 def test_layer_names_and_bad_requests(hand):
     assert LAYER_VIEWS == ("summary", *LAYERS, "all")
     with pytest.raises(InputError, match="unknown layer"):
-        render_view(hand, "gpu")
+        convert(hand, "gpu")
     for bad in (MIN_TOKENS - 1, 0, -5, 1.5, True):
         with pytest.raises(InputError, match="max_tokens"):
-            render_view(hand, "compute", bad)
+            convert(hand, "compute", bad)
 
 
 # -- budgets --------------------------------------------------------------------------------------
@@ -142,13 +143,13 @@ def test_every_view_fits_every_budget(request, name):
     graph = _graph(request, name)
     for layer in LAYER_VIEWS:
         for budget in (MIN_TOKENS, *BUDGETS):
-            view = render_view(graph, layer, budget)
+            view = convert(graph, layer, budget)
             assert isinstance(view, View) and view.layer == layer
             assert view.tokens == count_tokens(view.text) <= budget, (name, layer, budget)
             assert f"· {view.tokens} tokens" in view.text.splitlines()[0]
             if view.truncated and layer != "summary":
                 assert view.omitted or "left out" in view.text
-        summary = render_view(graph, "summary")
+        summary = convert(graph, "summary")
         assert summary.tokens < 500, (name, summary.tokens)
 
 
@@ -156,8 +157,8 @@ def test_every_view_fits_every_budget(request, name):
 def test_a_budget_drops_whole_rows_and_says_how_to_get_them(request, name):
     graph = _graph(request, name)
     for layer in LAYERS:
-        full = [line.split() for line in render_view(graph, layer).text.splitlines()]
-        view = render_view(graph, layer, 400)
+        full = [line.split() for line in convert(graph, layer).text.splitlines()]
+        view = convert(graph, layer, 400)
         for line in view.text.splitlines()[1:]:
             if line.startswith("… +") or " left out" in line:
                 assert "witty-profiler " in line  # the fold line names the command that lists the rest
@@ -178,7 +179,7 @@ def _within(cells: list[str], other: list[str]) -> bool:
 
 def test_unbounded_views_hide_nothing_on_the_hand_graph(hand):
     for layer in LAYERS:
-        view = render_view(hand, layer)
+        view = convert(hand, layer)
         assert not view.omitted and "… +" not in view.text
 
 
@@ -274,7 +275,7 @@ def test_every_cited_id_and_value_is_in_its_layer_view(request, name):
             found = [f for f in diagnosis.findings if f.layer == LAYERS.index(layer) + 1]
             if not found:
                 continue
-            text = render_view(graph, layer, budget, diagnosis=diagnosis).text
+            text = convert(graph, layer, budget, diagnosis=diagnosis).text
             for finding in found:
                 problems += [f"{layer} {budget}: {p}" for p in missing_evidence(graph, layer, text, finding)]
     assert not problems, "\n".join(problems[:40])
@@ -287,7 +288,7 @@ def test_a_saturation_that_counts_stolen_time_cites_what_the_compute_view_shows(
     diagnosis = _diagnosis(g)
     finding = diagnosis.finding("compute.cpu_saturation")
     for budget in (1000, None):
-        text = render_view(g, "compute", budget, diagnosis=diagnosis).text
+        text = convert(g, "compute", budget, diagnosis=diagnosis).text
         assert not missing_evidence(g, "compute", text, finding), text
 
 
@@ -306,7 +307,7 @@ def test_a_lock_contention_finding_cites_what_the_control_view_shows():
     assert any(e.metric == "threads_on_one_lock" and e.value == 3 and "0x7f00aa10 in /usr/bin/python3.11" in e.note
                for e in finding.evidence)
     for budget in (1000, None):
-        text = render_view(g, "control", budget, diagnosis=diagnosis).text
+        text = convert(g, "control", budget, diagnosis=diagnosis).text
         assert not missing_evidence(g, "control", text, finding), text
 
 
@@ -320,7 +321,7 @@ def test_the_completeness_check_catches_a_missing_row_or_value(hand):
     """The check above must be able to fail: the view without a cited row, or with a value changed."""
     diagnosis = _diagnosis(hand)
     finding = diagnosis.finding("storage.disk_saturation")
-    text = render_view(hand, "storage", 1000, diagnosis=diagnosis).text
+    text = convert(hand, "storage", 1000, diagnosis=diagnosis).text
     assert not missing_evidence(hand, "storage", text, finding)
     disk = "block_device:n1:nvme0n1"
     without_row = "\n".join(line for line in text.splitlines() if not line.startswith(disk)) + "\n"
@@ -359,7 +360,7 @@ def _raw_workers(path):
 
 def test_all_on_the_real_sample_is_small_and_keeps_the_placement_facts(sample, vllm_sample_path):
     raw_tokens = count_tokens(vllm_sample_path.read_text())
-    view = render_view(sample, "all")
+    view = convert(sample, "all")
     assert view.tokens <= raw_tokens * 0.10, (view.tokens, raw_tokens)
     workers, flows = _raw_workers(vllm_sample_path)
     assert len(workers) == 4 and len(flows) == 44
@@ -378,7 +379,7 @@ def test_all_on_the_real_sample_is_small_and_keeps_the_placement_facts(sample, v
 
 
 def test_summary_of_the_real_sample_names_the_workload_and_devices(sample):
-    text = render_view(sample, "summary").text
+    text = convert(sample, "summary").text
     for pid in (1895087, 1895088, 1895089, 1895090):
         assert f"process:local:{pid}" in text
     assert "npu 8" in text and "numa nodes 8" in text and "legacy" in text
@@ -415,8 +416,8 @@ def test_convert_command_missing_graph_exit_2(tmp_path):
 
 
 def test_same_graph_same_text(vllm_sample_path):
-    first = render_view(load_graph(vllm_sample_path), "all", 3000).text
-    again = render_view(load_graph(vllm_sample_path), "all", 3000).text
+    first = convert(load_graph(vllm_sample_path), "all", 3000).text
+    again = convert(load_graph(vllm_sample_path), "all", 3000).text
     assert first == again
 
 
@@ -424,6 +425,6 @@ def test_an_empty_graph_renders_every_view_and_says_why_it_is_empty():
     from witty_profiler.topology import Graph
     graph = Graph()
     for layer in LAYER_VIEWS:
-        view = render_view(graph, layer, MIN_TOKENS)
+        view = convert(graph, layer, MIN_TOKENS)
         assert view.tokens <= MIN_TOKENS
-    assert "0 entities" in render_view(graph, "summary").text
+    assert "0 entities" in convert(graph, "summary").text

@@ -1,5 +1,5 @@
 """The kernel's CPU list and mask formats (topology.cpulist), as collectors, the legacy reader and
-the diagnosis read them."""
+the readers of a graph (diagnosis and views) read them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import os
 import pytest
 
 from witty_profiler.collectors import procfs
-from witty_profiler.diagnosis.scope import parse_cpulist as attr_cpus
-from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from witty_profiler.topology.cpulist import cpu_set as attr_cpus, format_cpulist, parse_cpulist, parse_cpumask
 from witty_profiler.topology.legacy.values import LegacyValueError, cpu_list
 
 
@@ -47,7 +46,7 @@ def test_lists_the_kernel_would_not_write_are_refused(text, problem):
         parse_cpulist(text)
     with pytest.raises(LegacyValueError, match=r"^edges\[3\]\.cpus_allowed_list: " + problem.replace("+", r"\+")):
         cpu_list(text, "edges[3].cpus_allowed_list")
-    assert attr_cpus(text) is None
+    assert attr_cpus(text) == set()
 
 
 def test_legacy_values_that_are_not_lists_name_the_field_once():
@@ -58,4 +57,4 @@ def test_legacy_values_that_are_not_lists_name_the_field_once():
 
 def test_graph_attributes_in_every_spelling():
     assert attr_cpus("0-2,8") == {0, 1, 2, 8} and attr_cpus([3, "4"]) == {3, 4} and attr_cpus(7) == {7}
-    assert attr_cpus(None) is None and attr_cpus("") is None and attr_cpus(["x"]) is None
+    assert attr_cpus(None) == attr_cpus("") == attr_cpus(["x"]) == attr_cpus(True) == set()

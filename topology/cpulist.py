@@ -39,6 +39,26 @@ def parse_cpulist(text: str | None) -> list[int]:
     return cpus if in_order else sorted(set(cpus))
 
 
+def cpu_set(value: object) -> set[int]:
+    """The CPUs (or nodes) of a graph attribute: a list string ('0-3,8'), a list of numbers or one
+    number. Readers of a graph use it, so a malformed attribute reads as no CPUs instead of stopping a
+    view or a pattern; the collectors and the legacy reader, which must reject bad input, use
+    parse_cpulist."""
+    if value is None or value == "" or isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if all((isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v.isdigit())
+               for v in value):
+            return {int(v) for v in value}
+        return set()
+    try:
+        return set(parse_cpulist(str(value)))
+    except ValueError:
+        return set()
+
+
 def parse_cpumask(text: str | None) -> list[int]:
     """'00000000,0000ffff' (32-bit hex words, most significant first) -> [0, 1, ..., 15]."""
     bits = int("".join((text or "").strip().split(",")) or "0", 16)

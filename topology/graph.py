@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 import networkx as nx
@@ -22,6 +22,7 @@ from witty_profiler.topology.predicates import Predicate, compile_where
 
 Direction = Literal["out", "in", "both"]
 _Item = TypeVar("_Item", Entity, Edge)
+_T = TypeVar("_T")
 
 
 class Graph:
@@ -31,12 +32,15 @@ class Graph:
         self._edges: dict[str, Edge] = {}
         self._index: nx.MultiDiGraph | None = None
         self._by_type: dict[str, list[str]] | None = None
+        self._edges_by_type: dict[str, list[Edge]] | None = None
+        self._derived: dict[str, Any] = {}  # what readers compute from the graph (see `derived`)
         self.extra: dict[str, Any] = {}  # unknown top-level fields of the file, kept for the round trip
 
     # -- building -------------------------------------------------------------------------
     def add_entity(self, entity: Entity) -> Entity:
         """Add an entity, or merge it into the one with the same id (see topology.merge)."""
         old = self._entities.get(entity.id)
+        self._derived.clear()
         if old is None:
             self._entities[entity.id] = entity
             self._by_type = None
@@ -57,8 +61,10 @@ class Graph:
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or merge it into the one with the same id. Endpoints may be added later."""
         old = self._edges.get(edge.id)
+        self._derived.clear()
         if old is None:
             self._edges[edge.id] = edge
+            self._edges_by_type = None
             if self._index is not None:
                 self._index.add_edge(edge.source, edge.target, key=edge.id)
             return edge
@@ -103,8 +109,22 @@ class Graph:
         return [self._entities[k] for k in self._type_index().get(kind, [])]
 
     def edges(self, kind: str | None = None) -> list[Edge]:
-        edges = (e for e in self._edges.values() if kind is None or e.type == kind)
-        return sorted(edges, key=lambda e: e.id)
+        """Edges in id order, optionally of one type."""
+        if kind is None:
+            return sorted(self._edges.values(), key=lambda e: e.id)
+        if self._edges_by_type is None:
+            by_type: dict[str, list[Edge]] = {}
+            for edge in self.edges():
+                by_type.setdefault(edge.type, []).append(edge)
+            self._edges_by_type = by_type
+        return list(self._edges_by_type.get(kind, ()))
+
+    def derived(self, key: str, build: Callable[[], _T]) -> _T:
+        """What a reader computes from the whole graph (an index, a diagnosis), built on first use and
+        kept until the graph changes."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
 
     def entity_count(self) -> int:
         return len(self._entities)

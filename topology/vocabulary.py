@@ -77,6 +77,9 @@ EDGE_TYPES: dict[str, str] = {
     "related": "a legacy edge of a type this version does not know, kept as is",
 }
 
+# process -> process relations of inter-process communication ('ipc': the legacy format's unnamed kind)
+IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue", "ipc")
+
 _M = Metric
 METRICS: dict[str, Metric] = {m.name: m for m in [
     # CPU time, per host, cpu, process, thread and cgroup

@@ -1,16 +1,25 @@
-"""Recognising AI training/inference processes and their roles, from what a process shows.
+"""The workload: recognising AI training/inference processes and their roles, and choosing the
+processes a diagnosis is about.
 
 Pure functions over a process's name, command line, mapped libraries and allowlisted
 environment, used by the live collectors and the legacy reader (which store the result in the
-process's attrs ``framework``, ``role``, ``ai``) and by the diagnosis to decide what "the
-workload" is when no pid is given.
+process's attrs ``framework``, ``role``, ``ai``); then `resolve_workload`, which the diagnosis and
+the views share: the processes named by pid and their descendants, else the AI processes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.ids import process_of_thread
+from witty_profiler.topology.models import Entity
+from witty_profiler.topology.query import GraphQuery
+from witty_profiler.topology.wording import counted
 
 # (framework, pattern in cmdline or name)
 _CMDLINE_FRAMEWORKS = [
@@ -117,3 +126,67 @@ def _int(text: str) -> int | str:
         return int(text)
     except ValueError:
         return text
+
+
+# -- the workload of a graph ------------------------------------------------------------------
+Mode = Literal["pids", "ai", "host"]
+
+
+@dataclass
+class Workload:
+    """The processes a diagnosis and its views are about, and how they were chosen.
+
+    ``pids``: the processes named (and their descendants, by ``parent_of``); ``ai``: the processes
+    marked ``ai`` (AI training/inference and their workers); ``host``: nobody, and only host-level
+    facts are judged, on the whole host."""
+
+    mode: Mode
+    processes: list[Entity]  # id order
+    requested_pids: list[int] = field(default_factory=list)
+
+    @cached_property
+    def ids(self) -> frozenset[str]:
+        return frozenset(p.id for p in self.processes)
+
+    def describe(self) -> str:
+        if self.mode == "pids":
+            n = len(self.processes)
+            return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({counted(n, 'processes')})"
+        if self.mode == "ai":
+            return f"{len(self.processes)} AI training/inference processes"
+        return "the whole host (no --pid given and no AI training/inference process recognised)"
+
+
+def resolve_workload(q: GraphQuery, pids: Iterable[int] | None = None) -> Workload:
+    """The workload of a graph: `pids` and their descendants, else the AI processes, else none.
+    A pid the graph does not hold is an InputError."""
+    requested = sorted(set(pids)) if pids else []
+    processes = q.graph.entities("process")
+    if requested:
+        by_pid: dict[int, list[Entity]] = {}
+        for p in processes:
+            pid = p.attrs.get("pid")
+            if isinstance(pid, int):
+                by_pid.setdefault(pid, []).append(p)
+        missing = [pid for pid in requested if pid not in by_pid]
+        if missing:
+            raise InputError(f"pid {', '.join(map(str, missing))} is not in this graph; "
+                             f"list its processes with: witty-profiler query GRAPH --type process")
+        chosen: dict[str, Entity] = {}
+        frontier = [p for pid in requested for p in by_pid[pid]]
+        while frontier:
+            proc = frontier.pop()
+            if proc.id not in chosen:
+                chosen[proc.id] = proc
+                frontier.extend(c for c in q.children_of(proc) if c.type == "process")
+        return Workload("pids", sorted(chosen.values(), key=lambda e: e.id), requested)
+    ai = [p for p in processes if p.attrs.get("ai") is True]
+    return Workload("ai", ai) if ai else Workload("host", [])
+
+
+def workload_members(q: GraphQuery, workload: Workload) -> frozenset[str]:
+    """The workload's processes and their threads (by has_thread edge, or by what a thread's id says)."""
+    members = set(workload.ids)
+    members.update(t.id for p in workload.processes for t in q.threads_of(p))
+    members.update(t.id for t in q.graph.entities("thread") if process_of_thread(t.id) in workload.ids)
+    return frozenset(members)

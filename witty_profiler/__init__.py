@@ -22,7 +22,7 @@ _API = {
     "View": ("witty_profiler.converters", "View"),
     "collect": ("witty_profiler.collectors.engine", "run_window"),
     "compare": ("witty_profiler.diagnosis.compare", "compare"),
-    "convert": ("witty_profiler.converters", "convert"),
+    "convert": ("witty_profiler.api", "convert"),
     "count_tokens": ("witty_profiler.converters", "count_tokens"),
     "diagnose": ("witty_profiler.diagnosis", "diagnose"),
     "dump_graph": ("witty_profiler.topology", "dump_graph"),
@@ -34,7 +34,8 @@ __all__ = ["__version__", *sorted(_API)]
 
 if TYPE_CHECKING:
     from witty_profiler.collectors.engine import run_window as collect
-    from witty_profiler.converters import View, convert, count_tokens
+    from witty_profiler.api import convert
+    from witty_profiler.converters import View, count_tokens
     from witty_profiler.diagnosis import diagnose
     from witty_profiler.diagnosis.compare import compare
     from witty_profiler.diagnosis.report import report

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from witty_profiler.converters.context import LAYER_NUMBERS, GraphContext, compact_list, cpu_list
-from witty_profiler.converters.render import Column, Lines, Ranked, num, pct, size
+from witty_profiler.converters.context import LAYER_NUMBERS, GraphContext
+from witty_profiler.converters.evidence import evidence_lines
+from witty_profiler.converters.render import Column, Lines, Ranked, num, pct
 from witty_profiler.topology import Entity
-from witty_profiler.topology.ids import process_of_thread
+from witty_profiler.topology.cpulist import cpu_set, format_cpulist
 
 LEGEND_START = "legend: ids work as "
 
@@ -48,6 +49,11 @@ def short(text: str, limit: int = 80) -> str:
     """The first clause of a long reason: the whole of it is in the graph's collector statuses."""
     text = text.split(":")[0] if len(text) > limit else text
     return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
+
+
+def compact_list(values: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8'; nothing -> '-' (a table cell is never empty)."""
+    return format_cpulist(values) or "-"
 
 
 def has_any(e: Any, names: Iterable[str]) -> bool:
@@ -99,90 +105,6 @@ def findings_block(ctx: GraphContext, layer: str, on_rows: dict[str, tuple[str, 
             Lines([f"not evaluated: {r.pattern} ({short(r.reason, 70)})" for r in skipped])]
 
 
-LIST_MAX = 12  # values of one metric named one by one; a longer run reads as its range
-
-
-def evidence_lines(evidence: list[Any], on_rows: dict[str, tuple[str, ...]] | None = None) -> list[str]:
-    """One line per measured metric: `metric (> threshold): value id; value id...`, each value with
-    the entity it belongs to, so that a figure the diagnosis computed (a share, an imbalance) is
-    read where no table has a column for it. Relations and settings (a device used, a node, allowed
-    CPUs) and the metrics of `on_rows` are in the rows of the tables below: they are named on one
-    line."""
-    by_metric: dict[str, list[Any]] = {}
-    for ev in evidence:
-        relation = ev.kind == "edge" and ev.ids and "|" in ev.ids[0] and ev.ids[0].split("|", 1)[0]
-        by_metric.setdefault(ev.metric or relation or ev.kind, []).append(ev)
-    out, shown_below = [], []
-    for name, items in by_metric.items():
-        thresholds = sorted({evidence_value(ev.threshold, ev.unit) for ev in items if ev.threshold is not None})
-        head = name + (f" ({' / '.join(thresholds)})" if thresholds else "")
-        if not all(_measured(ev.value) for ev in items) or all(ev.kind == "edge" for ev in items):
-            shown_below.append(name)  # a relation or a setting: its rows show it
-            continue
-        kinds = (on_rows or {}).get(name, ())
-        if kinds and all((item_owner(ev.ids or []) or "").split(":", 1)[0] in kinds for ev in items):
-            shown_below.append(head)  # a column of the rows of the entities the values belong to
-            continue
-        numbers = [ev.value for ev in items if not isinstance(ev.value, dict)]
-        if len(items) > LIST_MAX and len(numbers) == len(items):
-            unit = items[0].unit
-            values = f"{evidence_value(min(numbers), unit)}..{evidence_value(max(numbers), unit)} ({len(items)} values)"
-        else:
-            values = "; ".join(evidence_value(ev.value, ev.unit) + _named(ev.ids or []) for ev in items)
-        out.append(f"{head}: {values}")
-    if shown_below:
-        out.append(f"in the rows below: {', '.join(shown_below)}")
-    return out
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _measured(value: Any) -> bool:
-    """A number, or numbers by key (pages or run time per NUMA node)."""
-    if isinstance(value, dict):
-        return bool(value) and all(is_number(v) for v in value.values())
-    return is_number(value)
-
-
-def evidence_value(value: Any, unit: str | None) -> str:
-    """An evidence value as the findings block writes it: `94.9%`, `18 ms`, `1.5GiB`, or by key, largest first,
-    `7:70.4% 5:29.5%` (run time per NUMA node), `6:573587 0:40779` (pages per node)."""
-    unit = unit or ""
-    sep = "" if unit in ("%", "") else " "
-    if isinstance(value, dict):
-        pairs = sorted(value.items(), key=lambda kv: (-kv[1], str(kv[0])))
-        return " ".join(f"{k}:{num(v)}{'%' if unit == '%' else ''}" for k, v in pairs if v)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "-" if value is None else str(value)
-    if unit in ("bytes", "bytes/s"):
-        return size(value, per_s=unit == "bytes/s")
-    if unit == "1/s":
-        return f"{num(value)}/s"  # as the tables write rates
-    return f"{num(value)}{sep}{unit}"
-
-
-def _named(ids: list[str]) -> str:
-    """The entities a value belongs to: the first id cited (and how many more), or its owner."""
-    ents = [i for i in ids if "|" not in i]
-    if len(ents) > 1:
-        return f" {ents[0]} +{len(ents) - 1}"
-    owner = item_owner(ids)
-    return f" {owner}" if owner else ""
-
-
-def item_owner(ids: list[str]) -> str | None:
-    """The one entity an evidence value belongs to: its only entity id, or for edges their common
-    source (or the process of the threads whose run time a share adds up)."""
-    ents = [i for i in ids if "|" not in i]
-    if ents:
-        return ents[0] if len(ents) == 1 else None
-    sources = {i.split("|")[1] for i in ids if i.count("|") >= 2}
-    owners = {process_of_thread(src) or src for src in sources}
-    return next(iter(sources)) if len(sources) == 1 else next(iter(owners)) if len(owners) == 1 else None
-
-
 def edge_ends(edge: Any) -> tuple[str, ...]:
     """What a row of an edge table shows: the edge and both its ends."""
     return (edge.id, edge.source, edge.target)
@@ -216,7 +138,7 @@ def allowed_cell(e: Entity) -> str:
     if cpus is None:
         n = e.metrics.get("cpus_allowed_count")
         return f"{num(n)} cpus" if n is not None else ""
-    return compact_list(cpu_list(cpus)) if not isinstance(cpus, str) else cpus
+    return compact_list(cpu_set(cpus)) if not isinstance(cpus, str) else cpus
 
 
 ALLOWED = Column("allowed_cpus", allowed_cell, left=True)

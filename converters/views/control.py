@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from witty_profiler.converters.context import GraphContext, cpu_list
+from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, duration_ms, duration_us, num, pct, rate
 from witty_profiler.converters.views.common import coverage, has_any, CPU, ID, SHORT_NAME, ROLE, findings_block, legend, neg, rank
 from witty_profiler.converters.views.folds import fold_query
+from witty_profiler.topology.cpulist import cpu_set
 
 LAYER = "control"
 NUMBER = 6
@@ -15,7 +16,7 @@ TITLE = "control plane (layer 6)"
 def _allowed_count(e) -> int | None:
     n = e.metrics.get("cpus_allowed_count")
     if n is None and e.attrs.get("cpus_allowed") is not None:
-        n = len(cpu_list(e.attrs["cpus_allowed"]))
+        n = len(cpu_set(e.attrs["cpus_allowed"]))
     return n
 
 
@@ -44,7 +45,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
     proc_metrics = ("num_threads", "runnable_threads", "runqueue_wait_pct", "voluntary_ctxt_switches_per_s",
                     "nonvoluntary_ctxt_switches_per_s")
-    procs = [p for p in ctx.entities("process") if has_any(p, proc_metrics) or p.id in cited]
+    procs = [p for p in ctx.graph.entities("process") if has_any(p, proc_metrics) or p.id in cited]
     procs, pinned = rank(procs, lambda p: (neg(p.metrics.get("runqueue_wait_pct")),
                                                             neg(p.metrics.get("nonvoluntary_ctxt_switches_per_s"))),
                          cited, ctx)
@@ -59,7 +60,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     ], procs, "processes", fold_query(ctx, "process", procs, top="runqueue_wait_pct"), pinned, weight=1.5))
     thread_metrics = ("runqueue_wait_pct", "cpu_util_pct", "voluntary_ctxt_switches_per_s", "futex_wakeups_per_s",
                       "nonvoluntary_ctxt_switches_per_s", "futex_wait_pct", "futex_lock_wait_pct")
-    threads = [t for t in ctx.entities("thread") if has_any(t, thread_metrics) or t.id in cited]
+    threads = [t for t in ctx.graph.entities("thread") if has_any(t, thread_metrics) or t.id in cited]
     threads, pinned = rank(threads, lambda t: (neg(t.metrics.get("runqueue_wait_pct")),
                                                               neg(t.metrics.get("cpu_util_pct"))), cited, ctx)
     out.append(Table("threads, workload first, then by run-queue wait", [
@@ -72,10 +73,10 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("lock%", lambda t: pct(t.metrics.get("futex_lock_wait_pct"))),
         Column("wakeups/s", lambda t: rate(t.metrics.get("futex_wakeups_per_s"))),
     ], threads, "threads", fold_query(ctx, "thread", threads, top="runqueue_wait_pct"), pinned, weight=1.5))
-    groups = [c for c in ctx.entities("cgroup") if c.metrics.get("cpu_quota_cores") is not None
+    groups = [c for c in ctx.graph.entities("cgroup") if c.metrics.get("cpu_quota_cores") is not None
               or c.metrics.get("throttled_periods_pct") or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("throttled_periods_pct")), cited, ctx,
-                          workload=lambda c: any(e.source in ctx.workload_ids for e in ctx.in_edges(c.id, "in_cgroup")))
+                          workload=lambda c: any(e.source in ctx.workload_ids for e in ctx.query.in_edges(c.id, "in_cgroup")))
     out.append(Table("cgroups with a CPU quota or throttling", [
         ID, Column("quota", lambda c: f"{num(c.metrics['cpu_quota_cores'])} cores"
                    if c.metrics.get("cpu_quota_cores") is not None else ""),
@@ -90,7 +91,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
 def _members(ctx: GraphContext, group, cited: set[str]) -> str:
     """The cited and workload processes in a cgroup (at most 3), and how many others: the row then
     shows which process a quota throttles."""
-    ids = [e.source for e in ctx.in_edges(group.id, "in_cgroup")]
+    ids = [e.source for e in ctx.query.in_edges(group.id, "in_cgroup")]
     named = sorted((i for i in ids if i in cited or i in ctx.workload_ids),
                    key=lambda i: (i not in cited, i))[:3]
     rest = len(ids) - len(named)

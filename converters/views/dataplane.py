@@ -7,12 +7,11 @@ from witty_profiler.converters.render import Block, Column, Table, num, pct, siz
 from witty_profiler.converters.views.common import coverage, edge_ends, edge_label, CPU, ID, NAME, findings_block, legend, neg, rank
 from witty_profiler.converters.views.folds import edge_query, fold_query
 from witty_profiler.topology.ids import host_of, process_id
+from witty_profiler.topology.vocabulary import IPC_EDGES
 
 LAYER = "dataplane"
 NUMBER = 7
 TITLE = "data plane (layer 7)"
-
-IPC_EDGES = ("pipe", "unix_socket", "tcp", "shm", "msg_queue", "ipc")
 
 
 def _volume(e) -> float | None:
@@ -54,11 +53,11 @@ def blocks(ctx: GraphContext) -> list[Block]:
                                     "channels = pipes/sockets folded into the edge; queued = backlog at the end"),
                         *findings_block(ctx, LAYER),
                         coverage(ctx, LAYER)]
-    ipc = [e for kind in IPC_EDGES for e in ctx.edges(kind)]
+    ipc = [e for kind in IPC_EDGES for e in ctx.graph.edges(kind)]
     ipc, pinned = rank(ipc, lambda e: (neg(_volume(e)), neg(e.metrics.get("queued_bytes_growth_per_s")),
                                        neg(e.metrics.get("queued_bytes")), neg(e.metrics.get("channels"))), cited, ctx,
                        workload=lambda e: e.source in ctx.workload_ids or e.target in ctx.workload_ids)
-    names = {p.id: p.attrs.get("name") or "" for p in ctx.entities("process")}
+    names = {p.id: p.attrs.get("name") or "" for p in ctx.graph.entities("process")}
     out.append(Table("IPC between processes, workload first, then by volume and backlog", [
         Column("source", lambda e: e.source, left=True),
         Column("target", lambda e: e.target, left=True),
@@ -69,7 +68,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("queued", _queue_cell, left=True),
     ], ipc, "ipc edges", edge_query(ctx, ipc), pinned, weight=2.0,
         covers=edge_ends, label=edge_label))
-    loaders = [p for p in ctx.entities("process") if p.attrs.get("role") == "loader" or p.id in cited]
+    loaders = [p for p in ctx.graph.entities("process") if p.attrs.get("role") == "loader" or p.id in cited]
     loaders, pinned = rank(loaders, lambda p: neg(p.metrics.get("cpu_util_pct")), cited, ctx)
     out.append(Table("loader workers, busiest first", [
         ID, NAME, Column("parent", lambda p: process_id(host_of(p.id), p.attrs['ppid'])
@@ -78,12 +77,12 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),
         Column("threads", lambda p: num(p.metrics.get("num_threads"))),
     ], loaders, "loaders", fold_query(ctx, "process", loaders, where="role=loader"), pinned))
-    shm = ctx.entities("shared_memory")
-    shm, pinned = rank(shm, lambda s: -len(ctx.in_edges(s.id, "uses_shm")), cited, ctx,
-                       workload=lambda s: any(e.source in ctx.workload_ids for e in ctx.in_edges(s.id, "uses_shm")))
+    shm = ctx.graph.entities("shared_memory")
+    shm, pinned = rank(shm, lambda s: -len(ctx.query.in_edges(s.id, "uses_shm")), cited, ctx,
+                       workload=lambda s: any(e.source in ctx.workload_ids for e in ctx.query.in_edges(s.id, "uses_shm")))
     out.append(Table("shared memory objects", [
         ID, Column("size", lambda s: size(s.attrs.get("size_bytes") or s.metrics.get("size_bytes"))),
-        Column("users", lambda s: len(ctx.in_edges(s.id, "uses_shm")) or ""),
+        Column("users", lambda s: len(ctx.query.in_edges(s.id, "uses_shm")) or ""),
     ], shm, "shared memory objects", fold_query(ctx, "shared_memory", shm), pinned, weight=0.5))
     return out
 

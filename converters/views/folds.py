@@ -13,7 +13,7 @@ from typing import Any
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import unordered
-from witty_profiler.converters.views.common import is_number
+from witty_profiler.converters.evidence import is_number
 from witty_profiler.topology.predicates import compile_where
 
 
@@ -91,14 +91,14 @@ def _centre(ctx: GraphContext, kind: str, group: list[Any]) -> tuple[str, int, i
     degree: dict[str, int] = {}
     for e in group:
         for n in (e.source, e.target):
-            if ctx.entity(n) is not None:
+            if ctx.graph.entity(n) is not None:
                 degree[n] = degree.get(n, 0) + 1
     best: tuple[int, int, str] | None = None
     for node in sorted(degree, key=lambda n: (-degree[n], n))[:8]:
         dist = _hops(ctx, kind, node, MAX_DEPTH + 1)
         depth = max(min(dist.get(e.source, MAX_DEPTH + 1), dist.get(e.target, MAX_DEPTH + 1)) for e in group) + 1
         reached = [n for n, d in dist.items() if d <= depth]
-        edges = {x.id for n, d in dist.items() if d < depth for x in ctx.out_edges(n, kind) + ctx.in_edges(n, kind)}
+        edges = {x.id for n, d in dist.items() if d < depth for x in ctx.query.out_edges(n, kind) + ctx.query.in_edges(n, kind)}
         key = (depth, max(len(reached), len(edges)), node)
         best = key if best is None or key < best else best
     return None if best is None else (best[2], best[0], best[1])
@@ -110,7 +110,7 @@ def _hops(ctx: GraphContext, kind: str, start: str, limit: int) -> dict[str, int
     for hop in range(1, limit + 1):
         nxt = []
         for n in frontier:
-            for x in ctx.out_edges(n, kind) + ctx.in_edges(n, kind):
+            for x in ctx.query.out_edges(n, kind) + ctx.query.in_edges(n, kind):
                 other = x.target if x.source == n else x.source
                 if other not in dist:
                     dist[other] = hop

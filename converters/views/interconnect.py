@@ -7,12 +7,14 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 
 from __future__ import annotations
 
-from witty_profiler.converters.context import GraphContext, compact_list
+from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Lines, Table, num, pct
-from witty_profiler.converters.views.common import coverage, edge_ends, edge_label, ALLOWED, ID, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import (ALLOWED, ID, compact_list, coverage, edge_ends, edge_label,
+                                                    findings_block, legend, neg, rank)
 from witty_profiler.converters.views.folds import edge_query, fold_query, per_type_query
 from witty_profiler.converters.views.memory import pages_by_node, pages_cell
 from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.query import node_number
 
 LAYER = "interconnect"
 NUMBER = 3
@@ -21,65 +23,21 @@ TITLE = "interconnect (layer 3)"
 PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", "runtime_share_pct")
 
 
-def _allowed_nodes(ctx: GraphContext, e) -> list[int]:
-    cpus = e.attrs.get("cpus_allowed")
-    nodes = ctx.nodes_of_cpus(host_of(e.id), cpus) if cpus is not None else []
-    if not nodes:
-        nodes = sorted({_node_no(ctx, x.target) for x in ctx.out_edges(e.id, "allowed_on")} - {None})
-    return nodes
-
-
-def _node_no(ctx: GraphContext, eid: str) -> int | None:
-    node = ctx.entity(eid)
-    if node is None:
-        return None
-    n = node.attrs.get("node")
-    return n if isinstance(n, int) else None
-
-
-def _ran_on(ctx: GraphContext, e) -> str:
-    """Nodes a process (its runs_on edges, else its threads') ran on, with the share of CPU time."""
-    shares: dict[int, float] = {}
-    edges = ctx.out_edges(e.id, "runs_on")
-    if not edges:
-        edges = [x for t in ctx.out_edges(e.id, "has_thread") for x in ctx.out_edges(t.target, "runs_on")]
-    direct = bool(ctx.out_edges(e.id, "runs_on"))
-    for x in edges:
-        node = _node_no(ctx, x.target)
-        if node is not None:  # a process's own share where it has one, else its threads' CPU time
-            weight = x.metrics.get("runtime_share_pct") if direct else x.metrics.get("runtime_ns_total")
-            shares[node] = shares.get(node, 0.0) + float(weight or 0)
-    total = sum(shares.values())
-    if not shares:
-        return ""
-    if not total:
-        return ",".join(str(n) for n in sorted(shares))
-    return " ".join(f"{n}:{100 * v / total:.0f}%" for n, v in sorted(shares.items(), key=lambda kv: -kv[1])
-                    if 100 * v / total >= 0.5) or "-"
-
-
-def _pages_on(e, nodes: list[int]) -> float | None:
-    pages = e.attrs.get("numa_pages")
-    if not isinstance(pages, dict) or not pages or not nodes:
-        return None
-    total = sum(v for v in pages.values() if isinstance(v, (int, float)))
-    on = sum(v for k, v in pages.items() if str(k) in {str(n) for n in nodes} and isinstance(v, (int, float)))
-    return 100.0 * on / total if total else None
-
-
 def _dev_nodes(ctx: GraphContext, p) -> list[int]:
-    return sorted({n for d in ctx.devices_of(p) if (n := ctx.device_node(d)) is not None})
+    return sorted({n for _, d in ctx.query.devices_of(p) if (n := ctx.query.device_node(d)[0]) is not None})
 
 
-def _placement_flag(ctx: GraphContext, p) -> str:
+def placement_flag(ctx: GraphContext, p) -> str:
+    """'ok', or 'OFF-NODE:' and what is away from the device's node: no allowed CPU there (cpus),
+    under half the pages there (pages); '' for a process without a device of known node."""
     dev = _dev_nodes(ctx, p)
     if not dev:
         return ""
-    allowed = _allowed_nodes(ctx, p)
+    placement = ctx.query.placement(p)
     flags = []
-    if allowed and not set(allowed) & set(dev):
+    if placement.allowed_nodes and not set(placement.allowed_nodes) & set(dev):
         flags.append("cpus")
-    share = _pages_on(p, dev)
+    share = placement.pages_on(dev)
     if share is not None and share < 50:
         flags.append("pages")
     return "OFF-NODE:" + "+".join(flags) if flags else "ok"
@@ -95,58 +53,58 @@ def blocks(ctx: GraphContext) -> list[Block]:
                         *findings_block(ctx, LAYER, on_rows={m: ("process",) for m in (*PLACEMENT_VALUES, "pages")}),
                         coverage(ctx, LAYER)]
     nodes = ctx.numa_nodes
-    numbers = [n.attrs.get("node", i) for i, n in enumerate(nodes)][:32]
+    numbers = [n for n in map(node_number, nodes) if n is not None][:32]
     ranked_nodes, pinned = rank(nodes, lambda n: 0, cited, ctx, workload=lambda n: True)
     out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
         n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
-        Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(n, numbers), left=True)],
+        Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(ctx, n, numbers), left=True)],
         ranked_nodes, "numa nodes", fold_query(ctx, "numa_node", ranked_nodes), pinned, weight=3.0))
     values = ctx.cited_values(LAYER)
-    users = [p for p in ctx.entities("process") if p.id in ctx.workload_ids or ctx.out_edges(p.id, "uses_device")
+    users = [p for p in ctx.graph.entities("process") if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, "uses_device")
              or p.id in cited]
     placed = {p.id for p in users}
-    threads = [t for t in ctx.entities("thread") if t.id in cited or (
-        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.out_edges(t.id, "runs_on")))]
+    threads = [t for t in ctx.graph.entities("thread") if t.id in cited or (
+        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, "runs_on")))]
     groups: dict[str, list] = {}
     for t in sorted(threads, key=lambda t: neg(_runtime(t))):
-        groups.setdefault(ctx.process_of(t), []).append(t)
+        groups.setdefault(ctx.query.process_of(t), []).append(t)
     ran = {pid: _some(ts, cited) for pid, ts in groups.items() if pid in placed}  # on the placement row
-    users, pinned = rank(users, lambda p: (not ctx.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
+    users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
                          cited, ctx)
     out.append(Table("workload placement: device, cpus, pages", [
-        ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices_of(p)), left=True),
+        ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices(p)), left=True),
         Column("dev_node", lambda p: ",".join(map(str, _dev_nodes(ctx, p)))),
-        ALLOWED, Column("allowed_nodes", lambda p: compact_list(_allowed_nodes(ctx, p)), left=True, optional=True),
-        Column("placement", lambda p: _placement_flag(ctx, p), left=True, optional=True),
+        ALLOWED, Column("allowed_nodes", lambda p: compact_list(ctx.query.placement(p).allowed_nodes), left=True, optional=True),
+        Column("placement", lambda p: placement_flag(ctx, p), left=True, optional=True),
         *(Column(name, lambda p, name=name: values.get((p.id, name)), left=True) for name in PLACEMENT_VALUES),
         # a cited process shows all its nodes: the finding cites the whole distribution
         Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p), top=None if p.id in cited else 3),
                left=True),
         Column("threads_ran_on", lambda p: _tids(*ran[p.id]) if p.id in ran else "", left=True),
     ], users, "processes", fold_query(ctx, "process", users, where="ai=true"), pinned, weight=2.0,
-        covers=lambda p: (p.id, *(d.id for d in ctx.devices_of(p)), *(t.id for t in ran.get(p.id, ([],))[0])),
+        covers=lambda p: (p.id, *(d.id for d in ctx.devices(p)), *(t.id for t in ran.get(p.id, ([],))[0])),
         label=lambda p: p.id))
-    devices, pinned = rank(ctx.accelerators + ctx.entities("nic") + ctx.entities("rdma_port"),
+    devices, pinned = rank(ctx.query.accelerators() + ctx.graph.entities("nic") + ctx.graph.entities("rdma_port"),
                            lambda d: (d.type not in ("gpu", "npu"), d.id), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
-                                                  for e in ctx.in_edges(d.id, "uses_device")))
+                                                  for e in ctx.query.in_edges(d.id, "uses_device")))
     out.append(Table("devices and their NUMA node", [
         ID, Column("idx", lambda d: num(d.attrs.get("index"))),
-        Column("node", lambda d: num(ctx.device_node(d))),
+        Column("node", lambda d: num(ctx.query.device_node(d)[0])),
         Column("local_cpus", lambda d: d.attrs.get("cpu_affinity") or d.attrs.get("local_cpus"), left=True),
         Column("pcie", lambda d: _link(ctx, d), left=True),
         Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
         Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
-        Column("users", lambda d: ",".join(e.source for e in ctx.in_edges(d.id, "uses_device")), left=True),
+        Column("users", lambda d: ",".join(e.source for e in ctx.query.in_edges(d.id, "uses_device")), left=True),
     ], devices, "devices", per_type_query(ctx, devices), pinned, weight=1.5))
-    degraded = [p for p in ctx.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
+    degraded = [p for p in ctx.graph.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
     out.append(Table("PCIe links below their maximum", [
         ID, Column("class", lambda p: p.attrs.get("class"), left=True),
         Column("node", lambda p: num(p.attrs.get("numa_node"))),
         Column("link", lambda p: _link_text(p.metrics), left=True),
     ], degraded, "pci devices", fold_query(ctx, "pci_device", degraded), pinned, weight=0.5))
-    links = ctx.edges("device_link") + ctx.edges("near_nic")
+    links = ctx.graph.edges("device_link") + ctx.graph.edges("near_nic")
     links, pinned = rank(links, lambda e: e.attrs.get("link_type") or "", cited, ctx, workload=lambda e: False)
     out.append(Table("device links", [
         Column("source", lambda e: e.source, left=True), Column("target", lambda e: e.target, left=True),
@@ -204,9 +162,10 @@ def _thread_ran_on(t) -> str:
     return ",".join(f"{k}:{s:.0f}%" for k, s in shares)
 
 
-def _distances(node, numbers: list[int]) -> str:
-    dist = node.attrs.get("distances") or {}
-    return " ".join(num(dist.get(str(k), dist.get(k))) for k in numbers)
+def _distances(ctx: GraphContext, node, numbers: list[int]) -> str:
+    host, number = host_of(node.id), node_number(node)
+    return " ".join(num(ctx.query.numa_distance(host, number, k)[0] if number is not None else None)
+                    for k in numbers)
 
 
 def _degraded(m: dict) -> bool:
@@ -230,8 +189,8 @@ def _link(ctx: GraphContext, d) -> str:
     text = _link_text(d.metrics)
     if text:
         return text
-    for e in ctx.out_edges(d.id, "pci_function"):
-        pci = ctx.entity(e.target)
+    for e in ctx.query.out_edges(d.id, "pci_function"):
+        pci = ctx.graph.entity(e.target)
         if pci is not None:
             return _link_text(pci.metrics)
     return ""

@@ -13,17 +13,8 @@ TITLE = "memory (layer 2)"
 
 
 def pages_by_node(ctx: GraphContext, e) -> dict[str, float]:
-    """Pages of a process per NUMA node: its allocates_on edges, else its numa_pages (the order the
-    diagnosis reads them in, so that a row shows the distribution a finding cites)."""
-    pages: dict[str, float] = {}
-    for edge in ctx.out_edges(e.id, "allocates_on"):
-        node, value = ctx.entity(edge.target), edge.metrics.get("pages")
-        if node is not None and isinstance(node.attrs.get("node"), int) and isinstance(value, (int, float)):
-            key = str(node.attrs["node"])
-            pages[key] = pages.get(key, 0) + value
-    if not pages and isinstance(e.attrs.get("numa_pages"), dict):
-        pages = {str(k): v for k, v in e.attrs["numa_pages"].items() if isinstance(v, (int, float))}
-    return pages
+    """Pages of a process per NUMA node, as the diagnosis reads them (topology.placement)."""
+    return {str(node): pages for node, pages in ctx.query.placement(e).pages.items()}
 
 
 def pages_cell(pages: dict[str, float], top: int | None = None) -> str:
@@ -71,7 +62,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("hit_pages_since_boot", lambda n: num(n.metrics.get("numa_hit"))),
         Column("miss_pages_since_boot", lambda n: num(n.metrics.get("numa_miss"))),
     ], nodes, "numa nodes", fold_query(ctx, "numa_node", nodes), pinned, weight=0.7))
-    procs, pinned = rank(ctx.entities("process"), lambda p: (neg(p.metrics.get("rss_bytes")), neg(_pages_total(p))),
+    procs, pinned = rank(ctx.graph.entities("process"), lambda p: (neg(p.metrics.get("rss_bytes")), neg(_pages_total(p))),
                          cited, ctx)
     out.append(Table("processes, workload first, then by memory", [
         ID, NAME, ROLE, Column("rss", lambda p: size(p.metrics.get("rss_bytes"))),
@@ -81,18 +72,18 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pages_total", lambda p: num(_pages_total(p))),
         Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p)), left=True),
     ], procs, "processes", fold_query(ctx, "process", procs, top="rss_bytes"), pinned, weight=1.5))
-    devices = [d for d in ctx.accelerators if has_any(d, ("memory_used_bytes", "memory_total_bytes",
+    devices = [d for d in ctx.query.accelerators() if has_any(d, ("memory_used_bytes", "memory_total_bytes",
                                                           "mem_bw_util_pct")) or d.id in cited]
     devices, pinned = rank(devices, lambda d: neg(d.metrics.get("memory_used_pct")), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
-                                                  for e in ctx.in_edges(d.id, "uses_device")))
+                                                  for e in ctx.query.in_edges(d.id, "uses_device")))
     out.append(Table("device memory", [
         ID, Column("used", lambda d: size(d.metrics.get("memory_used_bytes"))),
         Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
         Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
     ], devices, "accelerators", per_type_query(ctx, devices, "memory_used_pct"), pinned))
-    groups = [c for c in ctx.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
+    groups = [c for c in ctx.graph.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
               or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)
     out.append(Table("cgroups with a memory limit", [

@@ -24,7 +24,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("out_segs", lambda h: rate(h.metrics.get("tcp_out_segs_per_s"))),
         Column("retrans_segs", lambda h: rate(h.metrics.get("tcp_retrans_segs_per_s"))),
     ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
-    nics, pinned = rank(ctx.entities("nic"), lambda n: neg(n.metrics.get("link_util_pct")), cited, ctx,
+    nics, pinned = rank(ctx.graph.entities("nic"), lambda n: neg(n.metrics.get("link_util_pct")), cited, ctx,
                         workload=lambda n: False)
     out.append(Table("NICs, busiest first", [
         ID, Column("speed", lambda n: f"{num(n.metrics.get('speed_mbps') or n.attrs.get('speed_mbps'))}Mb/s"
@@ -36,7 +36,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("errors", lambda n: _sum_rate(n.metrics, "rx_errors_per_s", "tx_errors_per_s")),
         Column("node", lambda n: num(n.attrs.get("numa_node"))),
     ], nics, "nics", fold_query(ctx, "nic", nics, top="link_util_pct"), pinned, weight=0.8))
-    ports, pinned = rank(ctx.entities("rdma_port"), lambda p: neg(p.metrics.get("port_util_pct")), cited, ctx,
+    ports, pinned = rank(ctx.graph.entities("rdma_port"), lambda p: neg(p.metrics.get("port_util_pct")), cited, ctx,
                          workload=lambda p: False)
     out.append(Table("RDMA ports", [
         ID, Column("state", lambda p: p.attrs.get("state"), left=True),
@@ -48,8 +48,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("errors", lambda p: rate(p.metrics.get("port_errors_per_s"))),
         Column("retrans", lambda p: rate(p.metrics.get("port_retrans_per_s"))),
     ], ports, "rdma ports", fold_query(ctx, "rdma_port", ports), pinned, weight=0.8))
-    owner = {e.target: e.source for e in ctx.edges("owns_connection")}
-    conns, pinned = rank(ctx.entities("tcp_connection"), lambda c: (neg(c.metrics.get("rtt_us")),
+    owner = {e.target: e.source for e in ctx.graph.edges("owns_connection")}
+    conns, pinned = rank(ctx.graph.entities("tcp_connection"), lambda c: (neg(c.metrics.get("rtt_us")),
                                                                     neg(c.metrics.get("retrans_total"))),
                          cited, ctx, workload=lambda c: owner.get(c.id) in ctx.workload_ids or (
                              process_id(host_of(c.id), c.attrs.get('pid')) in ctx.workload_ids))
@@ -63,7 +63,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("sent", lambda c: size(c.metrics.get("bytes_sent_total"))),
         Column("received", lambda c: size(c.metrics.get("bytes_received_total"))),
     ], conns, "connections", fold_query(ctx, "tcp_connection", conns, top="rtt_us"), pinned))
-    flows, pinned = rank(ctx.edges("sends_to"), lambda e: neg(e.metrics.get("bytes_total")), cited, ctx,
+    flows, pinned = rank(ctx.graph.edges("sends_to"), lambda e: neg(e.metrics.get("bytes_total")), cited, ctx,
                          workload=lambda e: e.source in ctx.workload_ids or process_of_thread(e.source)
                          in ctx.workload_ids)
     out.append(Table("socket flows, workload first, then by bytes", [

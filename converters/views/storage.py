@@ -32,7 +32,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("read", lambda h: size(h.metrics.get("read_bytes_per_s"), per_s=True)),
         Column("write", lambda h: size(h.metrics.get("write_bytes_per_s"), per_s=True)),
     ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
-    disks, pinned = rank(ctx.entities("block_device"), lambda d: (neg(d.metrics.get("disk_util_pct")), neg(_io(d))),
+    disks, pinned = rank(ctx.graph.entities("block_device"), lambda d: (neg(d.metrics.get("disk_util_pct")), neg(_io(d))),
                          cited, ctx, workload=lambda d: False)
     out.append(Table("disks, busiest first", [
         ID, Column("util%", lambda d: pct(d.metrics.get("disk_util_pct"))),
@@ -42,7 +42,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("r_iops", lambda d: rate(d.metrics.get("read_iops"))),
         Column("w_iops", lambda d: rate(d.metrics.get("write_iops"))),
     ], disks, "disks", fold_query(ctx, "block_device", disks, top="disk_util_pct"), pinned))
-    procs = [p for p in ctx.entities("process") if (_io(p) or 0) > 0 or p.id in cited]
+    procs = [p for p in ctx.graph.entities("process") if (_io(p) or 0) > 0 or p.id in cited]
     procs, pinned = rank(procs, lambda p: neg(_io(p)), cited, ctx)
     out.append(Table("processes doing I/O, workload first, then by bytes", [
         ID, NAME, ROLE, Column("read", lambda p: size(p.metrics.get("read_bytes_per_s"), per_s=True)),

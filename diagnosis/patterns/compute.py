@@ -8,7 +8,8 @@ from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
                              needs_workload, workload_devices)
-from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.ids import host_of
 
@@ -100,7 +101,7 @@ def _workload_cpus(scope: Scope) -> dict[str, set[int]]:
     """host -> the CPUs the workload may use, where that is a strict subset of the host's CPUs."""
     found: dict[str, set[int]] = {}
     for p in scope.processes:
-        cpus = parse_cpulist(p.attrs.get("cpus_allowed"))
+        cpus = cpu_set(p.attrs.get("cpus_allowed"))
         if cpus:
             found.setdefault(host_of(p.id), set()).update(cpus)
     return found
@@ -202,7 +203,7 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
         if scope.graph.entities("gpu") or scope.graph.entities("npu"):
             return clear(f"no accelerator is used by the workload ({scope.describe()})")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml", "accel"))
-    used = [d for d in devices if scope.device_users(d)]
+    used = [d for d in devices if scope.query.device_users(d)]
     if not used:
         return clear(f"{ev.counted(len(devices), 'accelerators')} present, none used by a process")
     a = assess(used, levels, metric_of("util_pct"))
@@ -210,15 +211,15 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no utilisation of the accelerators in use", "gpu", "npu", "nvml"))
     if not a.hits:
         return clear(clear_text(a, "accelerators in use", "util_pct"))
-    users = {u.id for d, _, _ in a.hits for u in scope.device_users(d)}
+    users = {u.id for d, _, _ in a.hits for u in scope.query.device_users(d)}
     explained = []
     for pid in DATAPLANE:
         v = scope.verdict(pid)
         if v is not None and v.status == "finding" and users & (set(v.subjects) | _producers(v)):
             explained.append(pid)
     items = hit_evidence(a, "util_pct", extra=lambda d: [
-        ev.edge(e.id, None, ev.name_of(scope.entity(e.source)) if scope.entity(e.source) else e.source,
-                note="used by") for e in scope.in_edges(d.id, "uses_device")][:4])
+        ev.edge(e.id, None, ev.name_of(scope.graph.entity(e.source)) if scope.graph.entity(e.source) else e.source,
+                note="used by") for e in scope.query.in_edges(d.id, "uses_device")][:4])
     first = a.hits[0]
     text = (f"{ev.counted(len(a.hits), 'accelerators')} in use {ev.agree(len(a.hits), 'are')} mostly idle: {ev.name_of(first[0])} busy "
             f"{ev.fmt(first[1], '%')} (threshold < {number(levels.limit(first[2]))} %).")
@@ -339,7 +340,7 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
     measured = 0
     hits = []
     for process in scope.processes:
-        threads = [(th, num(th, "cpu_util_pct")) for th in scope.threads_of(process)]
+        threads = [(th, num(th, "cpu_util_pct")) for th in scope.query.threads_of(process)]
         threads = [(th, v) for th, v in threads if v is not None]
         if len(threads) < 2:
             continue
@@ -361,7 +362,7 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
     for process, hot, value, siblings, n, sev in hits[:ev.MAX_SUBJECTS]:
         items.append(ev.entity(hot.id, "cpu_util_pct", value, levels=levels, severity=sev,
                                note=f"{ev.name_of(hot)} of {ev.name_of(process)}"))
-        items.append(ev.statistic([th.id for th in scope.threads_of(process) if th.id != hot.id], "cpu_util_pct",
+        items.append(ev.statistic([th.id for th in scope.query.threads_of(process) if th.id != hot.id], "cpu_util_pct",
                                   siblings, unit="%", note=f"mean of its {n} sibling threads",
                                   bound=("<", t["siblings_cpu_util_pct"])))
     process, hot, value, siblings, n, _ = hits[0]

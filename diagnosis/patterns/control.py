@@ -9,7 +9,8 @@ from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups
-from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.ids import host_of, process_of_thread
 
@@ -123,9 +124,9 @@ def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
                                        severity=levels.severity(num(cg, metric)), note=ev.short(cg.id)))
         if num(cg, "cpu_quota_cores") is not None:
             items.append(ev.entity(cg.id, "cpu_quota_cores", num(cg, "cpu_quota_cores"), unit="cores"))
-        members = [e for e in scope.in_edges(cg.id, "in_cgroup") if scope.in_scope(e.source) or not scope.has_workload]
+        members = [e for e in scope.query.in_edges(cg.id, "in_cgroup") if scope.in_scope(e.source) or not scope.has_workload]
         for edge in members[:4]:
-            proc = scope.entity(edge.source)
+            proc = scope.graph.entity(edge.source)
             items.append(ev.edge(edge.id, "in_cgroup", ev.name_of(proc) if proc else edge.source,
                                  note="a workload process in this cgroup"))
     cg = hits[0][0]
@@ -188,7 +189,7 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_lock_wait_pct") or 0.0), h[0].id))
     items: list[Evidence] = []
     for th, sev in hits[:ev.MAX_SUBJECTS]:
-        process = scope.entity(process_of_thread(th.id))
+        process = scope.graph.entity(process_of_thread(th.id))
         of = f" of {ev.name_of(process)}" if process is not None else ""
         items.append(ev.entity(th.id, "futex_lock_wait_pct", num(th, "futex_lock_wait_pct"), levels=share,
                                severity=sev, note=f"{ev.name_of(th)}{of}"))
@@ -223,7 +224,7 @@ def _where_they_wait(scope: Scope, contended: list[Entity], measured: list[Entit
     traced = Counter(process_of_thread(th.id) for th in measured)
     by_process = Counter(process_of_thread(th.id) for th in contended)
     for pid_id, n in sorted(by_process.items(), key=lambda kv: (-kv[1], kv[0])):
-        process = scope.entity(pid_id)
+        process = scope.graph.entity(pid_id)
         if process is not None:
             of = f"of the {ev.counted(traced[pid_id], 'traced threads')} of {ev.name_of(process)}"
             items.append(ev.statistic([pid_id], "contended_threads", n, unit="threads", note=of))
@@ -277,7 +278,7 @@ LOCK_CONTENTION = Pattern(
 def _groups(scope: Scope) -> list[list[Entity]]:
     groups: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
     for p in scope.processes:
-        parent = scope.parent_of(p)
+        parent = scope.query.parent_of(p)
         groups[("siblings", parent.id if parent else "", str(p.attrs.get("role")), str(p.attrs.get("name")))].append(p)
         if p.attrs.get("rank") is not None:
             groups[("ranks", host_of(p.id), str(p.attrs.get("framework")))].append(p)
@@ -295,7 +296,7 @@ def _work(scope: Scope, group: list[Entity]) -> tuple[str, dict[str, float]] | N
     """('device util_pct' | 'cpu_util_pct', member id -> work) with one value for every member."""
     device_work = {}
     for p in group:
-        utils = [num(d, "util_pct") for _, d in scope.devices_of(p)]
+        utils = [num(d, "util_pct") for _, d in scope.query.devices_of(p)]
         utils = [u for u in utils if u is not None]
         if utils:
             device_work[p.id] = sum(utils) / len(utils)
@@ -403,7 +404,7 @@ def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
             continue
         cpus: set[int] = set()
         for p in procs:
-            cpus |= parse_cpulist(p.attrs.get("cpus_allowed")) or set()
+            cpus |= cpu_set(p.attrs.get("cpus_allowed"))
         n_cpus = len(cpus) or _host_cpus(scope, host)
         if not n_cpus:
             continue

@@ -14,7 +14,8 @@ from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict,
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
                              runnable_pct, workload_devices)
-from witty_profiler.diagnosis.scope import IPC_EDGES, Scope, num
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology.vocabulary import IPC_EDGES
 from witty_profiler.topology import Edge, Entity
 
 
@@ -22,23 +23,23 @@ def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | No
     """(producer, the IPC edge that links it, or None for a loader child), in id order."""
     found: dict[str, tuple[Entity, Edge | None]] = {}
     for kind in IPC_EDGES:
-        edges = list(scope.in_edges(consumer.id, kind))
+        edges = list(scope.query.in_edges(consumer.id, kind))
         # a pipe runs writer -> reader unless its direction is unknown; the others carry both ways
-        edges += [e for e in scope.out_edges(consumer.id, kind)
+        edges += [e for e in scope.query.out_edges(consumer.id, kind)
                   if kind != "pipe" or e.attrs.get("direction") == "unknown"]
         for edge in edges:
             other = edge.source if edge.target == consumer.id else edge.target
-            peer = scope.entity(other)
+            peer = scope.graph.entity(other)
             if peer is not None and peer.type == "process" and peer.id != consumer.id:
                 found.setdefault(peer.id, (peer, edge))
-    for child in scope.children_of(consumer):
+    for child in scope.query.children_of(consumer):
         if child.attrs.get("role") == "loader":
             found.setdefault(child.id, (child, None))
     return [found[k] for k in sorted(found)]
 
 
 def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
-    return [(d, num(d, "util_pct")) for _, d in scope.devices_of(consumer) if num(d, "util_pct") is not None]
+    return [(d, num(d, "util_pct")) for _, d in scope.query.devices_of(consumer) if num(d, "util_pct") is not None]
 
 
 # -- dataplane.data_loading_bottleneck ----------------------------------------------------
@@ -276,8 +277,8 @@ PIPELINE_BUBBLE = Pattern(
 def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["queued_bytes_growth_per_s"]
     processes = {p.id for p in host_or_scope_processes(scope)}
-    edges = [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.out_edges(p, kind)]
-    edges += [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.in_edges(p, kind)
+    edges = [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.query.out_edges(p, kind)]
+    edges += [e for kind in IPC_EDGES for p in sorted(processes) for e in scope.query.in_edges(p, kind)
               if e.source not in processes]
     unique = sorted({e.id: e for e in edges}.values(), key=lambda e: e.id)
     if not unique:

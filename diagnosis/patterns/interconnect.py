@@ -7,9 +7,10 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.placement import Placement, expected_remote_pct, placement_of
+from witty_profiler.topology.placement import Placement, expected_remote_pct
 from witty_profiler.diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
-from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import format_cpulist
 from witty_profiler.topology.ids import host_of
@@ -23,7 +24,7 @@ def _dist(values: dict[int, float]) -> dict[str, float]:
 # -- interconnect.cross_numa_access -------------------------------------------------------
 def _process_remote(scope: Scope, process: Entity, min_pages: float) -> tuple[float | None, Placement | None]:
     measured = num(process, "numa_remote_pages_pct")
-    p = placement_of(scope, process)
+    p = scope.query.placement(process)
     # too small to matter; a measured share without known pages is still judged
     if sum(p.pages.values()) < min_pages and (measured is None or p.pages):
         return None, None
@@ -103,18 +104,18 @@ def _significant(values: dict[int, float], share_pct: float = 5.0) -> list[int]:
 def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
     run_levels, page_levels = t["remote_runtime_pct"], t["remote_pages_pct"]
     processes = host_or_scope_processes(scope)
-    pairs = [(p, edge, device) for p in processes for edge, device in scope.devices_of(p)]
+    pairs = [(p, edge, device) for p in processes for edge, device in scope.query.devices_of(p)]
     if not pairs:
         if scope.graph.entities("gpu") or scope.graph.entities("npu"):
             return clear(f"no process of {scope.describe()} uses an accelerator")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml"))
     measured, unknown, hits = 0, 0, []
     for process, use, device in pairs:
-        dnode, dnode_id = scope.device_node(device)
+        dnode, dnode_id = scope.query.device_node(device)
         if dnode is None:
             unknown += 1
             continue
-        p = placement_of(scope, process)
+        p = scope.query.placement(process)
         remote_run = p.remote_share(p.runtime, dnode)
         inferred = False
         if remote_run is None and p.allowed_nodes and dnode not in p.allowed_nodes:
@@ -130,7 +131,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
         others = {n for values in (p.runtime, p.pages) for n in _significant(values) if n != dnode}
         if inferred:
             others |= set(p.allowed_nodes) - {dnode}
-        distances = {n: scope.numa_distance(host, n, dnode) for n in sorted(others)}
+        distances = {n: scope.query.numa_distance(host, n, dnode) for n in sorted(others)}
         known = [d for d, _ in distances.values() if d is not None]
         if known and max(known) <= t["near_distance"] and sev == "critical":
             sev = "warning"  # the remote nodes are siblings of the device's node: a smaller penalty
@@ -150,9 +151,9 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.edge(use.id, "uses_device", ev.name_of(device), note=f"{who} uses {ev.name_of(device)}"))
         node_ev = ev.edge if dnode_id != device.id else ev.entity
         items.append(node_ev(dnode_id, "numa_node", dnode, note=f"{ev.name_of(device)} is on NUMA node {dnode}"))
-        own = parse_cpulist(process.attrs.get("cpus_allowed"))
+        own = cpu_set(process.attrs.get("cpus_allowed"))
         if own:
-            own_nodes = sorted(scope.nodes_of_cpus(host_of(process.id), own))
+            own_nodes = sorted(scope.query.nodes_of_cpus(host_of(process.id), own))
             note = f"{who} may run on NUMA {ev.listed('node', own_nodes)}"
             if p.allowed_cpus != own:
                 note += (f"; with its threads' own masks: CPUs {format_cpulist(p.allowed_cpus)} on "

@@ -47,7 +47,7 @@ def _inter_node(scope: Scope, conn: Entity) -> bool:
 def _connections(scope: Scope) -> list[Entity]:
     conns = scope.graph.entities("tcp_connection")
     if scope.has_workload:
-        owned = {e.target for p in scope.processes for e in scope.out_edges(p.id, "owns_connection")}
+        owned = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, "owns_connection")}
         pids = {p.attrs.get("pid") for p in scope.processes}
         conns = [c for c in conns if c.id in owned or c.attrs.get("pid") in pids]
     return conns

@@ -4,27 +4,36 @@ from __future__ import annotations
 
 import argparse
 
-from witty_profiler.converters import LAYER_VIEWS, render_view
+from witty_profiler.converters import LAYER_VIEWS
 from witty_profiler.converters.view import check_request
-from witty_profiler.topology import load_graph
 from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.api import convert
+    from witty_profiler.diagnosis.thresholds import load_thresholds
+    from witty_profiler.topology import load_graph
     check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast
-    view = render_view(load_graph(args.graph), args.layer, args.max_tokens, ref=args.graph)
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    view = convert(load_graph(args.graph), args.layer, args.max_tokens, pids=args.pid or None, thresholds=thresholds,
+                   ref=args.graph)
     write_output(view.text, args.output, args.force, (args.graph,))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="compact per-layer text view of a graph, under a token budget",
-                       description="Render a graph (native or legacy) as compact text for a language model. The "
-                                   "token count (cl100k_base) is in each view's header line; with --max-tokens the "
-                                   "view always fits, and says what it left out and how to list it.")
+                       description="Render a graph (native or legacy) as compact text for a language model, with "
+                                   "the findings of its diagnosis. The token count (cl100k_base) is in each view's "
+                                   "header line; with --max-tokens the view always fits, and says what it left out "
+                                   "and how to list it.")
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--layer", default="summary", choices=LAYER_VIEWS, help="view to render (default: summary)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="token budget (at least 200; default: no limit, "
                                                                 "the summary stays under 500)")
+    p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
+                   help="the workload, as for diagnose: these processes and their descendants "
+                        "(default: recognised AI processes)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds, as for diagnose")
     add_output_arguments(p, "the view")
     p.set_defaults(handler=run)

@@ -2,9 +2,10 @@
 
 Read from the graph in order of precision: measured run time per node (``runs_on`` edges of the
 process, else of its threads, else the threads' ``numa_runtime_ns``), pages per node
-(``allocates_on`` edges, else the process's ``numa_pages``), and the nodes of the CPUs it is
-allowed on (``cpus_allowed`` of the process and its threads, mapped through the NUMA nodes' CPU
-lists). Used by the interconnect patterns.
+(``allocates_on`` edges, else the process's ``numa_pages``), and the nodes it may run on (the
+CPUs of ``cpus_allowed`` of the process and its threads, mapped through the NUMA nodes' CPU lists,
+else its and its threads' ``allowed_on`` edges). The interconnect and memory patterns judge it and
+the views show it: both get it from `GraphQuery.placement`.
 """
 
 from __future__ import annotations
@@ -12,21 +13,23 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from witty_profiler.diagnosis.scope import Scope, num, parse_cpulist
-from witty_profiler.topology import Entity
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.models import Entity
+from witty_profiler.topology.query import GraphQuery, num
 
 
 @dataclass
 class Placement:
     runtime: dict[int, float] = field(default_factory=dict)  # node -> run time (ns, or share in %)
     runtime_ids: list[str] = field(default_factory=list)  # the edges or entities it came from
-    pages: dict[int, float] = field(default_factory=dict)
+    pages: dict[int, float] = field(default_factory=dict)  # node -> pages
     pages_ids: list[str] = field(default_factory=list)
     allowed_cpus: set[int] = field(default_factory=set)
     allowed_nodes: list[int] = field(default_factory=list)
 
-    def share(self, values: dict[int, float], node: int) -> float | None:
+    @staticmethod
+    def share(values: dict[int, float], node: int) -> float | None:
         total = sum(values.values())
         return None if total <= 0 else values.get(node, 0.0) * 100 / total
 
@@ -34,18 +37,19 @@ class Placement:
         local = self.share(values, node)
         return None if local is None else 100.0 - local
 
-    def main_node(self, values: dict[int, float]) -> int | None:
+    def pages_on(self, nodes: set[int] | list[int]) -> float | None:
+        """Share of the pages (%) on any of `nodes`; None when the pages are not known."""
+        total = sum(self.pages.values())
+        return None if total <= 0 or not nodes else sum(v for n, v in self.pages.items() if n in nodes) * 100 / total
+
+    @staticmethod
+    def main_node(values: dict[int, float]) -> int | None:
         if not values or sum(values.values()) <= 0:
             return None
         return max(values, key=lambda n: (values[n], -n))
 
 
-def _node_of(scope: Scope, node_id: str) -> int | None:
-    node = scope.entity(node_id)
-    return None if node is None else scope.node_number(node)
-
-
-def _per_node(values: object) -> dict[int, float]:
+def per_node(values: object) -> dict[int, float]:
     """{'6': 1234, 7: 5.0} -> {6: 1234.0, 7: 5.0}, skipping keys or values that are not numbers."""
     found: dict[int, float] = {}
     if not isinstance(values, dict):
@@ -60,11 +64,11 @@ def _per_node(values: object) -> dict[int, float]:
     return found
 
 
-def _runs_on(scope: Scope, entity: Entity) -> tuple[dict[int, float], list[str]]:
+def _runs_on(q: GraphQuery, entity: Entity) -> tuple[dict[int, float], list[str]]:
     values: dict[int, float] = defaultdict(float)
     ids = []
-    for edge in scope.out_edges(entity.id, "runs_on"):
-        node = _node_of(scope, edge.target)
+    for edge in q.out_edges(entity.id, "runs_on"):
+        node = q.node_of(edge.target)
         value = num(edge, "runtime_ns_total")
         if value is None:
             value = num(edge, "runtime_share_pct")
@@ -74,25 +78,25 @@ def _runs_on(scope: Scope, entity: Entity) -> tuple[dict[int, float], list[str]]
     return dict(values), ids
 
 
-def placement_of(scope: Scope, process: Entity) -> Placement:
+def placement_of(q: GraphQuery, process: Entity) -> Placement:
     p = Placement()
-    threads = scope.threads_of(process)
+    threads = q.threads_of(process)
     # Run time: measured nanoseconds of the process first, else its threads' (legacy files keep run
     # time per thread only), else a process-level share.
     runtime: dict[int, float] = defaultdict(float)
-    values, ids = _runs_on(scope, process)
-    if values and all(num(scope.graph.edge(i), "runtime_ns_total") is not None for i in ids):
+    values, ids = _runs_on(q, process)
+    if values and all(num(q.graph.edge(i), "runtime_ns_total") is not None for i in ids):
         runtime.update(values)
         p.runtime_ids.extend(ids)
     else:
         for thread in threads:
-            t_values, t_ids = _runs_on(scope, thread)
+            t_values, t_ids = _runs_on(q, thread)
             if t_values:
                 for node, v in t_values.items():
                     runtime[node] += v
                 p.runtime_ids.extend(t_ids)
-            elif _per_node(thread.attrs.get("numa_runtime_ns")):
-                for node, v in _per_node(thread.attrs["numa_runtime_ns"]).items():
+            elif per_node(thread.attrs.get("numa_runtime_ns")):
+                for node, v in per_node(thread.attrs["numa_runtime_ns"]).items():
                     runtime[node] += v
                 p.runtime_ids.append(thread.id)
     if not runtime and values:
@@ -100,21 +104,23 @@ def placement_of(scope: Scope, process: Entity) -> Placement:
         p.runtime_ids.extend(ids)
     p.runtime = dict(runtime)
     # Pages.
-    for edge in scope.out_edges(process.id, "allocates_on"):
-        node, pages = _node_of(scope, edge.target), num(edge, "pages")
+    for edge in q.out_edges(process.id, "allocates_on"):
+        node, pages = q.node_of(edge.target), num(edge, "pages")
         if node is not None and pages is not None:
             p.pages[node] = p.pages.get(node, 0.0) + pages
             p.pages_ids.append(edge.id)
     if not p.pages:
-        p.pages = _per_node(process.attrs.get("numa_pages"))
+        p.pages = per_node(process.attrs.get("numa_pages"))
         if p.pages:
             p.pages_ids.append(process.id)
-    # Allowed CPUs: the process's mask, widened by any thread's own mask.
+    # Allowed CPUs: the process's mask, widened by any thread's own mask; without masks, the nodes
+    # the allowed_on edges name.
     for entity in [process, *threads]:
-        cpus = parse_cpulist(entity.attrs.get("cpus_allowed"))
-        if cpus:
-            p.allowed_cpus |= cpus
-    p.allowed_nodes = sorted(scope.nodes_of_cpus(host_of(process.id), p.allowed_cpus))
+        p.allowed_cpus |= cpu_set(entity.attrs.get("cpus_allowed"))
+    p.allowed_nodes = list(q.nodes_of_cpus(host_of(process.id), p.allowed_cpus))
+    if not p.allowed_cpus:
+        nodes = {q.node_of(e.target) for entity in [process, *threads] for e in q.out_edges(entity.id, "allowed_on")}
+        p.allowed_nodes = sorted(n for n in nodes if n is not None)
     return p
 
 
