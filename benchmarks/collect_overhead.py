@@ -177,12 +177,12 @@ def window_cost(seconds: float, collectors: list[str] | None) -> dict:
     wall = time.perf_counter() - t
     after = os.times()
     cpu = (after.user - before.user) + (after.system - before.system)
-    own = sum(c.model_extra.get("cpu_s", 0) for c in graph.meta.collectors.values())
+    own = sum(c.extra.get("cpu_s", 0) for c in graph.meta.collectors.values())
     return {"collectors": collectors or "all", "window_s": round(wall, 2),
             "collectors_cpu_s": round(own, 3), "collectors_cpu_pct_of_one_core": round(own / wall * 100, 2),
             "process_cpu_s": round(cpu, 3), "process_cpu_pct_of_one_core": round(cpu / wall * 100, 2),
             "entities": graph.entity_count(), "edges": graph.edge_count(),
-            "per_collector_cpu_s": {n: c.model_extra.get("cpu_s") for n, c in graph.meta.collectors.items()},
+            "per_collector_cpu_s": {n: c.extra.get("cpu_s") for n, c in graph.meta.collectors.items()},
             "process_phases_cpu_s": {n: round(v, 3) for n, v in phases.items()},
             "statuses": {n: c.status for n, c in graph.meta.collectors.items()}}
 

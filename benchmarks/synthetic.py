@@ -111,14 +111,14 @@ def synthetic_graph(entities: int = 100_000, seed: int = 7, host: str = "synth")
         procs.append((process_id(host, pid), pid, n_threads))
         budget -= n_threads + 1
     for ppid_id, ppid, n_threads in procs:
-        for t in range(n_threads):  # model_construct: the bulk of the graph, built without re-validation
+        for t in range(n_threads):  # the bulk of the graph
             tid = ppid if t == 0 else ppid * 100 + t
             te = f"thread:{host}:{ppid}:{tid}"  # = thread_id(host, ppid, tid), without the call per thread
-            g.add_entity(Entity.model_construct(id=te, type="thread", attrs={"tid": tid, "pid": ppid, "name": f"t{t}"},
+            g.add_entity(Entity(id=te, type="thread", attrs={"tid": tid, "pid": ppid, "name": f"t{t}"},
                                                 metrics={"cpu_util_pct": round(rnd.expovariate(1 / 3), 2),
                                                          "runqueue_wait_pct": round(rnd.uniform(0, 40), 2),
                                                          "nonvoluntary_ctxt_switches_per_s": round(rnd.uniform(0, 50), 1)}))
-            g.add_edge(Edge.model_construct(id=edge_id("has_thread", ppid_id, te), type="has_thread", source=ppid_id,
+            g.add_edge(Edge(id=edge_id("has_thread", ppid_id, te), type="has_thread", source=ppid_id,
                                             target=te, attrs={}, metrics={}))
     for i in range(min(500, max(entities - len(g), 0))):
         owner = procs[rnd.randrange(len(procs))][0]

@@ -64,9 +64,7 @@ def stored_cmdline(cmdline: str) -> str:
 
 
 def _entity(g: Graph, kind: str, eid: str, attrs: dict, metrics: dict) -> None:
-    """Add an entity this module built from parsed numbers: skips pydantic validation, which
-    would cost more than reading the process (there may be thousands)."""
-    g.add_entity(Entity.model_construct(id=eid, type=kind, attrs=attrs, metrics=metrics))
+    g.add_entity(Entity(id=eid, type=kind, attrs=attrs, metrics=metrics))
 
 
 def _node(g: Graph, host: str, node: int) -> None:
@@ -77,8 +75,8 @@ def _node(g: Graph, host: str, node: int) -> None:
 
 
 def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = None) -> None:
-    g.add_edge(Edge.model_construct(id=edge_id(kind, source, target), type=kind, source=source, target=target,
-                                    attrs={}, metrics=metrics or {}))
+    g.add_edge(Edge(id=edge_id(kind, source, target), type=kind, source=source, target=target, attrs={},
+                    metrics=metrics or {}))
 
 
 @register

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import Field
+from dataclasses import dataclass, field
 
 from witty_profiler.diagnosis.catalog import with_unit
 from witty_profiler.diagnosis.matcher import diagnose
@@ -23,6 +23,7 @@ from witty_profiler.diagnosis.models import Diagnosis, Evidence, Finding, _Model
 from witty_profiler.topology import Graph
 
 
+@dataclass
 class Delta(_Model):
     ids: list[str]
     metric: str
@@ -32,24 +33,26 @@ class Delta(_Model):
     unit: str | None = None
 
 
+@dataclass
 class Change(_Model):
     pattern: str
     title: str
     layer: int
-    before: str | None = Field(default=None, description="priority before, or None")
-    after: str | None = Field(default=None, description="priority after, or None")
-    deltas: list[Delta] = Field(default_factory=list)
-    subjects_resolved: list[str] = Field(default_factory=list, description="subjects of the finding before only")
-    subjects_new: list[str] = Field(default_factory=list, description="subjects of the finding after only")
-    subjects_persisting: list[str] = Field(default_factory=list, description="subjects of both findings")
+    before: str | None = None  # priority before, or None
+    after: str | None = None  # priority after, or None
+    deltas: list[Delta] = field(default_factory=list)
+    subjects_resolved: list[str] = field(default_factory=list)  # subjects of the finding before only
+    subjects_new: list[str] = field(default_factory=list)  # subjects of the finding after only
+    subjects_persisting: list[str] = field(default_factory=list)  # subjects of both findings
 
 
+@dataclass
 class Comparison(_Model):
-    resolved: list[Change] = Field(default_factory=list)
-    new: list[Change] = Field(default_factory=list)
-    persisting: list[Change] = Field(default_factory=list)
-    before_counts: dict[str, int] = Field(default_factory=dict)
-    after_counts: dict[str, int] = Field(default_factory=dict)
+    resolved: list[Change] = field(default_factory=list)
+    new: list[Change] = field(default_factory=list)
+    persisting: list[Change] = field(default_factory=list)
+    before_counts: dict[str, int] = field(default_factory=dict)
+    after_counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -8,9 +8,8 @@ so the same graph with the same thresholds always gives the same bytes.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 # (number, name, title): the seven layers, bottom up.
 LAYERS: list[tuple[int, str, str]] = [
@@ -42,18 +41,27 @@ def rounded(value: Any) -> Any:
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class _Model:
     def to_dict(self) -> dict[str, Any]:
-        return rounded(self.model_dump(mode="json"))
+        """The record as JSON data, floats rounded."""
+        return rounded(_jsonable(asdict(self)))
 
 
+def _jsonable(value: Any) -> Any:
+    """Tuples and sets as lists: what JSON has."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass
 class Evidence(_Model):
     """One fact a finding rests on: a metric of an entity, a relation, or an aggregate."""
 
     kind: Literal["entity", "edge", "statistic"]
-    ids: list[str] = Field(default_factory=list, description="entity ids (entity, statistic) or edge ids (edge)")
+    ids: list[str] = field(default_factory=list)  # entity ids (entity, statistic) or edge ids (edge)
     metric: str | None = None
     value: Any = None
     threshold: Any = None
@@ -61,6 +69,7 @@ class Evidence(_Model):
     note: str | None = None
 
 
+@dataclass
 class Finding(_Model):
     pattern: str
     layer: int
@@ -69,12 +78,13 @@ class Finding(_Model):
     priority: Literal["P0", "P1", "P2"]
     title: str
     description: str
-    evidence: list[Evidence] = Field(default_factory=list)
-    recommendations: list[str] = Field(default_factory=list)
-    subjects: list[str] = Field(default_factory=list, description="ids of the entities the finding is about")
-    related: list[str] = Field(default_factory=list, description="ids of patterns that explain or are explained by this one")
+    evidence: list[Evidence] = field(default_factory=list)
+    recommendations: list[str] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)  # ids of the entities the finding is about
+    related: list[str] = field(default_factory=list)  # ids of patterns that explain or are explained by this one
 
 
+@dataclass
 class CoverageRow(_Model):
     pattern: str
     layer: int
@@ -82,10 +92,11 @@ class CoverageRow(_Model):
     reason: str
 
 
+@dataclass
 class Diagnosis(_Model):
-    findings: list[Finding] = Field(default_factory=list)
-    coverage: list[CoverageRow] = Field(default_factory=list)
-    summary: dict[str, Any] = Field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    coverage: list[CoverageRow] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -9,6 +9,7 @@ Bad input raises `topology.errors.InputError` with one sentence that says what t
 from __future__ import annotations
 
 import difflib
+import json
 import heapq
 import threading
 import tomllib
@@ -26,6 +27,7 @@ from witty_profiler.mcp_server.budget import compact_json, count_tokens, make_cu
 from witty_profiler.mcp_server.store import GraphRecord, GraphStore
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.io import item_json
 from witty_profiler.topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
@@ -150,8 +152,8 @@ class WittyTools:
         if offset > total_rows:
             raise InputError("cursor points past the end of the results: drop cursor to start again")
         budget = inp.max_tokens - 300
-        page, used = take_page(rows, offset, inp.limit, budget, lambda r: compact_json(r.model_dump(mode="json")))
-        dumped = [r.model_dump(mode="json") for r in page]
+        page, used = take_page(rows, offset, inp.limit, budget, item_json)
+        dumped = [json.loads(item_json(r)) for r in page]
         clipped = _clip(dumped[0], budget) if used > budget else []
         out = s.QueryPage(graph_id=inp.graph_id, kind=kind, total_entities=total_entities, total_edges=total_edges,
                           offset=offset, entities=[s.EntityRow(**d) for d in dumped if "source" not in d],

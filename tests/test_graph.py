@@ -92,7 +92,7 @@ def test_merging_hosts_keeps_each_hosts_collector_status_and_edge_fields():
     a.merge(c)  # a third host: the names already qualified stay as they are
     assert sorted(a.meta.collectors) == ["process@n1", "process@n2", "process@n3"]
     edge = a.edge("tcp|x|y")
-    assert edge.metrics == {"bytes_total": 15} and edge.model_extra == {"seen": "n1", "lost": "n2"}
+    assert edge.metrics == {"bytes_total": 15} and edge.extra == {"seen": "n1", "lost": "n2"}
     # the fragments of one host's round: the later status of a collector replaces the earlier
     d = Graph(Meta(hosts=["n1"], collectors={"gpu": CollectorStatus(status="ok")}))
     d.merge(Graph(Meta(hosts=["n1"], collectors={"gpu": CollectorStatus(status="error")})))
@@ -126,14 +126,14 @@ def test_queries():
     ("", "empty"),
     ("{not json", "not valid JSON"),
     ('{"format": "witty-graph", "schema_version": 9, "meta": {}}', "schema_version 9"),
-    ('{"format": "witty-graph", "schema_version": 1, "entities": [{"type": "x"}]}', "entities.0.id"),
+    ('{"format": "witty-graph", "schema_version": 1, "entities": [{"type": "x"}]}', "entities[0].id: missing"),
     ("[1, 2]", "not a witty graph"),
     ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a"},'
      '{"id":"a:h:1","type":"a"}],"edges":[]}', "entities[1]: id 'a:h:1' is given twice"),
     ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a"}],'
      '"edges":[{"id":"r|a:h:1|a:h:2","type":"r","source":"a:h:1","target":"a:h:2"}]}', "'a:h:2' is not an entity"),
     ('{"format":"witty-graph","schema_version":1,"meta":{},"entities":[{"id":"a:h:1","type":"a",'
-     '"metrics":{"m":Infinity}}],"edges":[]}', "metric m is inf"),
+     '"metrics":{"m":Infinity}}],"edges":[]}', "entities[0].metrics.m: inf is not a number JSON can carry"),
     ("[" * 100_000, "nested too deeply"),
 ])
 def test_bad_documents_raise_one_clear_error(text, fragment):
@@ -141,11 +141,12 @@ def test_bad_documents_raise_one_clear_error(text, fragment):
         loads_graph(text)
 
 
-def test_fast_item_lines_equal_pydantic_serialisation():
-    """dumps_graph writes items without model_dump; the bytes must be what model_dump would give."""
+def test_item_lines_are_sorted_compact_json():
+    """Each item is one line of sorted, compact JSON; values JSON has no type for are written as JSON
+    types (tuples and sets as lists, times in ISO 8601)."""
     import datetime
 
-    from witty_profiler.topology.io import _item_line
+    from witty_profiler.topology.io import item_json
     items = [
         Entity(id="x:h:1", type="x", attrs={"t": (1, 2), "u": "é✓", "d": {"z": [1, {"b": 2, "a": 1}]},
                                            "when": datetime.datetime(2026, 1, 1), "s": frozenset({3})},
@@ -153,9 +154,15 @@ def test_fast_item_lines_equal_pydantic_serialisation():
         Edge(id="e", type="tcp", source="a", target="b", attrs={}, metrics={"bytes_total": 5}, more=[1, 2]),
         *small_graph().entities(), *small_graph().edges(),
     ]
+    assert json.loads(item_json(items[0])) == {
+        "id": "x:h:1", "type": "x", "attrs": {"t": [1, 2], "u": "é✓", "d": {"z": [1, {"a": 1, "b": 2}]},
+                                              "when": "2026-01-01T00:00:00", "s": [3]},
+        "metrics": {"a": 1.5, "b": None, "c": 10**20}, "note": "extra", "zz": {"k": 1}}
+    assert json.loads(item_json(items[1]))["more"] == [1, 2]
     for item in items:
-        expected = json.dumps(item.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        assert _item_line(item) == expected
+        expected = json.dumps(item.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              default=lambda v: list(v) if isinstance(v, (tuple, frozenset)) else v.isoformat())
+        assert item_json(item) == expected
 
 
 def test_merge_never_shares_containers_with_its_source():

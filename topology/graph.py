@@ -1,18 +1,16 @@
 """The in-memory graph: entities and edges by id, merge, and the queries everyone runs.
 
-Entities and edges live in dicts keyed by id (the source of truth); a networkx MultiDiGraph
-index is built on first use by a neighbourhood or path query and dropped on every change, so
-that building and merging large graphs stays cheap.
+Entities and edges live in dicts keyed by id (the source of truth); the index of edges by their
+ends is built on first use by a neighbourhood or path query and kept up to date as edges are added,
+so that building and merging large graphs stays cheap. Only the search for paths uses networkx,
+imported when it runs.
 """
 
 from __future__ import annotations
 
-import copy
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
-
-import networkx as nx
 
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import edge_id
@@ -21,7 +19,6 @@ from witty_profiler.topology.models import Edge, Entity, Meta
 from witty_profiler.topology.predicates import Predicate, compile_where
 
 Direction = Literal["out", "in", "both"]
-_Item = TypeVar("_Item", Entity, Edge)
 _T = TypeVar("_T")
 
 
@@ -30,11 +27,21 @@ class Graph:
         self.meta = meta or Meta()
         self._entities: dict[str, Entity] = {}
         self._edges: dict[str, Edge] = {}
-        self._index: nx.MultiDiGraph | None = None
+        self._ends: dict[str, tuple[list[str], list[str]]] | None = None  # entity -> (edges out, edges in)
         self._by_type: dict[str, list[str]] | None = None
         self._edges_by_type: dict[str, list[Edge]] | None = None
         self._derived: dict[str, Any] = {}  # what readers compute from the graph (see `derived`)
         self.extra: dict[str, Any] = {}  # unknown top-level fields of the file, kept for the round trip
+
+    @classmethod
+    def of_records(cls, meta: Meta, entities: dict[str, Entity], edges: dict[str, Edge],
+                   extra: dict[str, Any] | None = None) -> Graph:
+        """A graph made of records already checked (topology.validate): ids unique, every edge between
+        entities of `entities`. The dicts become the graph's own."""
+        graph = cls(meta)
+        graph._entities, graph._edges = entities, edges
+        graph.extra = extra or {}
+        return graph
 
     # -- building -------------------------------------------------------------------------
     def add_entity(self, entity: Entity) -> Entity:
@@ -44,13 +51,10 @@ class Graph:
         if old is None:
             self._entities[entity.id] = entity
             self._by_type = None
-            if self._index is not None:
-                self._index.add_node(entity.id)
             return entity
         merge_attrs(old.attrs, entity.attrs)
         merge_metrics(old.metrics, entity.metrics)
-        if entity.model_extra:
-            old.__pydantic_extra__ = {**(old.model_extra or {}), **entity.model_extra}
+        old.extra.update(entity.extra)
         return old
 
     def entity_of(self, kind: str, eid: str, attrs: dict[str, Any] | None = None,
@@ -65,13 +69,13 @@ class Graph:
         if old is None:
             self._edges[edge.id] = edge
             self._edges_by_type = None
-            if self._index is not None:
-                self._index.add_edge(edge.source, edge.target, key=edge.id)
+            if self._ends is not None:
+                self._ends.setdefault(edge.source, ([], []))[0].append(edge.id)
+                self._ends.setdefault(edge.target, ([], []))[1].append(edge.id)
             return edge
         merge_attrs(old.attrs, edge.attrs)
         merge_metrics(old.metrics, edge.metrics)
-        if edge.model_extra:
-            old.__pydantic_extra__ = {**(old.model_extra or {}), **edge.model_extra}
+        old.extra.update(edge.extra)
         return old
 
     def edge_of(self, kind: str, source: str, target: str, attrs: dict[str, Any] | None = None,
@@ -84,9 +88,9 @@ class Graph:
         self.meta = merge_meta(self.meta, other.meta)
         self.extra = {**self.extra, **other.extra}
         for entity in other._entities.values():
-            self.add_entity(_copy(entity))
+            self.add_entity(entity.copy())
         for edge in other._edges.values():
-            self.add_edge(_copy(edge))
+            self.add_edge(edge.copy())
         return self
 
     # -- access ---------------------------------------------------------------------------
@@ -152,15 +156,15 @@ class Graph:
             self._by_type = by_type
         return self._by_type
 
-    @property
-    def index(self) -> nx.MultiDiGraph:
-        """The networkx view: nodes are entity ids, edge keys are edge ids."""
-        if self._index is None:
-            g = nx.MultiDiGraph()
-            g.add_nodes_from(self._entities)
-            g.add_edges_from((e.source, e.target, e.id) for e in self._edges.values())
-            self._index = g
-        return self._index
+    def _edge_ends(self) -> dict[str, tuple[list[str], list[str]]]:
+        """entity id -> (ids of the edges leaving it, ids of the edges reaching it)."""
+        if self._ends is None:
+            ends: dict[str, tuple[list[str], list[str]]] = {}
+            for edge in self._edges.values():
+                ends.setdefault(edge.source, ([], []))[0].append(edge.id)
+                ends.setdefault(edge.target, ([], []))[1].append(edge.id)
+            self._ends = ends
+        return self._ends
 
     # -- queries --------------------------------------------------------------------------
     def find(self, kind: str | None = None, where: str | Iterable[str] | Predicate | None = None) -> list[Entity]:
@@ -172,12 +176,12 @@ class Graph:
                    ) -> list[tuple[Edge, Entity | None]]:
         """(edge, other end) pairs around an entity, in edge id order."""
         self._require(eid)
-        g = self.index
+        out, into = self._edge_ends().get(eid, ((), ()))
         found: list[Edge] = []
         if direction in ("out", "both"):
-            found += [self._edges[k] for _, _, k in g.out_edges(eid, keys=True)]
+            found += [self._edges[k] for k in out]
         if direction in ("in", "both"):
-            found += [self._edges[k] for _, _, k in g.in_edges(eid, keys=True)]
+            found += [self._edges[k] for k in into]
         if edge_type is not None:
             found = [e for e in found if e.type == edge_type]
         found = sorted({e.id: e for e in found}.values(), key=lambda e: e.id)
@@ -199,7 +203,7 @@ class Graph:
                         seen.add(other_id)
                         nxt.append(other_id)
             frontier = nxt
-        sub = Graph(self.meta.model_copy(deep=True))
+        sub = Graph(self.meta.copy())
         for node in sorted(seen):
             if node in self._entities:
                 sub.add_entity(self._entities[node])
@@ -233,11 +237,16 @@ class Graph:
         if target not in from_source:
             return []
         from_target = self._hops(target, max_hops)
-        region = [n for n, d in from_source.items() if d + from_target.get(n, max_hops + 1) <= max_hops]
-        undirected = self.index.subgraph(region).to_undirected(as_view=True)
+        region = {n for n, d in from_source.items() if d + from_target.get(n, max_hops + 1) <= max_hops}
+        import networkx as nx  # only here: the rest of the tool never pays for its import
+        undirected = nx.Graph()  # nodes and edges in id order: the same paths on every run
+        undirected.add_nodes_from(sorted(region))
+        undirected.add_edges_from(sorted((e.source, e.target) for n in region
+                                         for k in self._edge_ends().get(n, ((), ()))[0]
+                                         if (e := self._edges[k]).target in region))
         found: list[list[str]] = []
         try:
-            for path in nx.shortest_simple_paths(nx.Graph(undirected), source, target):
+            for path in nx.shortest_simple_paths(undirected, source, target):
                 if len(path) - 1 > max_hops or len(found) >= limit:
                     break
                 found.append(path)
@@ -247,13 +256,14 @@ class Graph:
 
     def _hops(self, start: str, limit: int) -> dict[str, int]:
         """Hop distance (edges in either direction) of every entity within `limit` hops of `start`."""
-        g = self.index
+        ends = self._edge_ends()
         seen = {start: 0}
         frontier = [start]
         for depth in range(1, limit + 1):
             nxt = []
             for node in frontier:
-                for other in (*g.succ[node], *g.pred[node]):
+                out, into = ends.get(node, ((), ()))
+                for other in (*(self._edges[k].target for k in out), *(self._edges[k].source for k in into)):
                     if other not in seen:
                         seen[other] = depth
                         nxt.append(other)
@@ -261,9 +271,12 @@ class Graph:
         return seen
 
     def edges_between(self, a: str, b: str) -> list[Edge]:
-        g = self.index
-        keys = list(g.get_edge_data(a, b, default={})) + list(g.get_edge_data(b, a, default={}))
-        return sorted((self._edges[k] for k in keys), key=lambda e: e.id)
+        """Edges from a to b and from b to a, in id order."""
+        out = self._edge_ends().get(a, ((), ()))[0]
+        into = self._edge_ends().get(a, ((), ()))[1]
+        found = [self._edges[k] for k in out if self._edges[k].target == b]
+        found += [self._edges[k] for k in into if self._edges[k].source == b and k not in out]
+        return sorted(found, key=lambda e: e.id)
 
     def _require(self, eid: str) -> None:
         if eid not in self._entities:
@@ -272,26 +285,3 @@ class Graph:
     def __iter__(self) -> Iterator[Entity]:
         return iter(self.entities())
 
-
-def _copy_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_value(v) for v in value]
-    if isinstance(value, (str, int, float, bool, type(None), tuple, frozenset)):
-        return value
-    return copy.deepcopy(value)
-
-
-def _copy(item: _Item) -> _Item:
-    """A deep copy for merge, so that the merged graph never shares a dict with its source.
-
-    Same result as ``model_copy(deep=True)`` for what a graph holds (JSON-like attrs and numbers),
-    several times faster: merging 100k-entity fragments spends most of its time copying.
-    """
-    clone = item.model_copy()
-    clone.attrs = _copy_value(item.attrs)
-    clone.metrics = dict(item.metrics)
-    if item.__pydantic_extra__:
-        clone.__pydantic_extra__ = _copy_value(item.__pydantic_extra__)
-    return clone

@@ -1,7 +1,7 @@
 """Reading and writing graphs: native format v1 (validated, deterministic) and legacy files.
 
-`load_graph` sniffs the file: a native document (``"format": "witty-graph"``) is validated
-against the v1 models; a bare ``{nodes, edges}`` or an ``{env, content}`` envelope goes through
+`load_graph` sniffs the file: a native document (``"format": "witty-graph"``) is checked field
+by field (topology.validate); a bare ``{nodes, edges}`` or an ``{env, content}`` envelope goes through
 `topology.legacy`. Anything else is a `GraphFormatError` with one line that says what was found.
 
 Output is deterministic: entities and edges sorted by id, keys sorted, one item per line, so the
@@ -10,26 +10,37 @@ same graph always gives the same bytes and files diff well.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
-
 from witty_profiler.topology.errors import GraphFormatError
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.graph import Graph
-from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity, GraphDocument
+from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity
+from witty_profiler.topology.validate import graph_of
 
 
-# One encoder for every line: json.dumps with options builds a new encoder per call. Values that
-# JSON has no type for (tuples, sets, datetimes in attrs) are converted as pydantic's mode="json" does.
-# NaN and Infinity are not JSON: a metric that came out non-finite is written as null (no value)
-# rather than as a token that other readers reject.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=to_jsonable_python,
+def _jsonable(value: Any) -> Any:
+    """Values JSON has no type for, as found in attrs: sets and tuples as lists, times as ISO 8601."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not a value a graph can hold")
+
+
+# One encoder for every line: json.dumps with options builds a new encoder per call. NaN and
+# Infinity are not JSON: a metric that came out non-finite is written as null (no value) rather
+# than as a token that other readers reject.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable,
                             allow_nan=False)
 
 
@@ -50,15 +61,9 @@ def _encode(data: Any) -> str:
         return _ENCODER.encode(_finite(data))
 
 
-def _item_line(item: Entity | Edge) -> str:
-    # the same document as item.model_dump(mode="json"), without pydantic's per-item serializer cost
-    data: dict[str, Any] = {"id": item.id, "type": item.type, "attrs": item.attrs, "metrics": item.metrics}
-    if isinstance(item, Edge):
-        data["source"] = item.source
-        data["target"] = item.target
-    if item.__pydantic_extra__:
-        data.update(item.__pydantic_extra__)
-    return _encode(data)
+def item_json(item: Entity | Edge) -> str:
+    """One entity or edge as the compact JSON line the file holds."""
+    return _encode(item.to_dict())
 
 
 def dumps_graph(graph: Graph) -> str:
@@ -67,9 +72,9 @@ def dumps_graph(graph: Graph) -> str:
 
 
 def _dumps_graph(graph: Graph) -> str:
-    meta = _encode(graph.meta.model_dump(mode="json", exclude_none=True))
-    entities = ",\n".join(_item_line(e) for e in graph.entities())
-    edges = ",\n".join(_item_line(e) for e in graph.edges())
+    meta = _encode(graph.meta.to_dict())
+    entities = ",\n".join(item_json(e) for e in graph.entities())
+    edges = ",\n".join(item_json(e) for e in graph.edges())
     extra = "".join(f",\n{json.dumps(k)}:{_encode(v)}" for k, v in sorted(graph.extra.items()))
     return (f'{{"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},\n"meta":{meta},\n'
             f'"entities":[\n{entities}\n],\n"edges":[\n{edges}\n]{extra}}}\n')
@@ -81,40 +86,6 @@ def dump_graph(graph: Graph, path: str | os.PathLike[str]) -> None:
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     tmp.write_text(dumps_graph(graph), encoding="utf-8")
     os.replace(tmp, target)
-
-
-def graph_from_document(doc: GraphDocument, name: str = "<input>") -> Graph:
-    """The graph of a validated document. A file is one round's result, not fragments to merge:
-    an id given twice, an edge to an entity the file lacks or a number JSON cannot carry (NaN,
-    Infinity) is an error there, where merging would hide it."""
-    graph = Graph(doc.meta)
-    for i, entity in enumerate(doc.entities):
-        if entity.id in graph:
-            raise GraphFormatError(f"{name}: entities[{i}]: id {entity.id!r} is given twice")
-        _check_finite(entity, f"{name}: entities[{i}]")
-        graph.add_entity(entity)
-    for i, edge in enumerate(doc.edges):
-        if graph.edge(edge.id) is not None:
-            raise GraphFormatError(f"{name}: edges[{i}]: id {edge.id!r} is given twice")
-        for end in (edge.source, edge.target):
-            if end not in graph:
-                raise GraphFormatError(f"{name}: edges[{i}] ({edge.id}): {end!r} is not an entity of the file")
-        _check_finite(edge, f"{name}: edges[{i}]")
-        graph.add_edge(edge)
-    graph.extra = dict(doc.model_extra or {})
-    return graph
-
-
-def _check_finite(item: Entity | Edge, where: str) -> None:
-    for metric, value in item.metrics.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise GraphFormatError(f"{where} ({item.id}): metric {metric} is {value}, not a number JSON can carry")
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "document"
-    return f"{where}: {err.get('msg', 'invalid')}"
 
 
 def _check_version(data: dict[str, Any], name: str) -> None:
@@ -138,31 +109,23 @@ def loads_graph(text: str | bytes, name: str = "<input>") -> Graph:
 
 
 def _loads_text(text: str, name: str) -> Graph:
-    head = text[:256]
-    if f'"format":"{FORMAT_NAME}","schema_version":{SCHEMA_VERSION},' in head.replace(" ", ""):
-        try:  # fast path: our own writer's output, parsed and validated in one pass
-            doc = GraphDocument.model_validate_json(text)
-        except ValidationError:
-            pass  # fall through for a precise message
-        else:
-            return graph_from_document(doc, name)
+    spelt: list[str] = []  # NaN, Infinity or -Infinity: only then are the numbers checked one by one
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=lambda word: spelt.append(word) or float(word))
     except json.JSONDecodeError as exc:
         raise GraphFormatError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
-    return graph_from_data(data, name)
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise GraphFormatError(f"{name}: a number in the file is too long to read ({exc})") from None
+    return graph_from_data(data, name, finite=not spelt)
 
 
-def graph_from_data(data: Any, name: str = "<input>") -> Graph:
+def graph_from_data(data: Any, name: str = "<input>", finite: bool = False) -> Graph:
+    """The graph of a parsed document, native or legacy (`finite`: see topology.validate.graph_of)."""
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         _check_version(data, name)
-        try:
-            doc = GraphDocument.model_validate(data)
-        except ValidationError as exc:
-            raise GraphFormatError(f"{name}: invalid witty graph: {_first_error(exc)}") from None
-        return graph_from_document(doc, name)
+        return graph_of(data, name, finite)
     from witty_profiler.topology import legacy
     if legacy.is_legacy(data):
         return legacy.from_legacy(data, name)

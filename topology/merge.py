@@ -68,7 +68,6 @@ def merge_meta(into: Meta, incoming: Meta) -> Meta:
         duration = round((end - start).total_seconds(), 6)
     elif start_b and not start_a:
         started_at, duration = incoming.started_at, incoming.duration_s
-    extra = {**(into.model_extra or {}), **(incoming.model_extra or {})}
     return Meta(
         hosts=hosts,
         tool_version=incoming.tool_version or into.tool_version,
@@ -79,7 +78,7 @@ def merge_meta(into: Meta, incoming: Meta) -> Meta:
         collectors=_merge_collectors(into, incoming),
         source=into.source if into.source == incoming.source or not incoming.source else
         (incoming.source if not into.source else "merged"),
-        **extra,
+        extra={**into.extra, **incoming.extra},
     )
 
 

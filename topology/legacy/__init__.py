@@ -85,7 +85,7 @@ def _meta(r: Reader, env: dict) -> Meta:
             host_info.setdefault(host, {}).update({"numa_nodes": len(numa), "cpus": cpus or None})
     return Meta(hosts=hosts, source="legacy", host_info={h: {k: v for k, v in i.items() if v is not None}
                                                          for h, i in host_info.items()},
-                collectors=_coverage(r), legacy_types=dict(sorted(r.legacy_types.items())))
+                collectors=_coverage(r), extra={"legacy_types": dict(sorted(r.legacy_types.items()))})
 
 
 _NO_WINDOW = "legacy snapshot without a capture window"

@@ -1,4 +1,4 @@
-"""The JSON Schema of graph format v1, generated from `topology.models` (see `generate`)."""
+"""The JSON Schema of graph format v1, generated from `topology.schema.document` (see `generate`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ SCHEMA_PATH = Path(__file__).with_name("graph-v1.schema.json")
 
 
 def generate() -> str:
-    from witty_profiler.topology.models import GraphDocument
+    from witty_profiler.topology.schema.document import GraphDocument
     schema = GraphDocument.model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://witty-profiler/schemas/graph-v1.schema.json"

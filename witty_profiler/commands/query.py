@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from witty_profiler.topology import Entity, Graph, load_graph
-from witty_profiler.topology.errors import InputError
 from witty_profiler.output import print_json, table
+from witty_profiler.topology.errors import InputError
+
+if TYPE_CHECKING:
+    from witty_profiler.topology import Entity, Graph
 
 
 def _entity_row(e: Entity) -> dict[str, Any]:
-    return e.model_dump(mode="json")
+    return e.to_dict()
 
 
 def run_query(graph: Graph, args: argparse.Namespace) -> dict[str, Any]:
@@ -24,12 +26,12 @@ def run_query(graph: Graph, args: argparse.Namespace) -> dict[str, Any]:
         sub = graph.subgraph(args.around, depth=args.depth or 1, edge_type=args.edge_type)
         ents = sub.entities(args.type) if args.type else sub.entities()
         return {"kind": "subgraph", "entities": [_entity_row(e) for e in ents[:limit]],
-                "edges": [e.model_dump(mode="json") for e in sub.edges()[:limit]],
+                "edges": [e.to_dict() for e in sub.edges()[:limit]],
                 "total_entities": len(ents), "total_edges": sub.edge_count()}
     if args.neighbours:
         pairs = graph.neighbours(args.neighbours, args.direction, args.edge_type)
         return {"kind": "neighbours", "total": len(pairs), "neighbours": [
-            {"edge": edge.model_dump(mode="json"), "entity": other.model_dump(mode="json") if other else None}
+            {"edge": edge.to_dict(), "entity": other.to_dict() if other else None}
             for edge, other in pairs[:limit]]}
     if args.top:
         found = graph.top(args.top, n=limit, kind=args.type, ascending=args.ascending, where=args.where)
@@ -39,7 +41,7 @@ def run_query(graph: Graph, args: argparse.Namespace) -> dict[str, Any]:
             raise InputError("--type names entities; --edge-type alone lists the edges of that type "
                              "(with --around or --neighbours, it narrows the edges followed)")
         edges = graph.find_edges(args.edge_type, args.where)
-        return {"kind": "edges", "total": len(edges), "edges": [e.model_dump(mode="json") for e in edges[:limit]]}
+        return {"kind": "edges", "total": len(edges), "edges": [e.to_dict() for e in edges[:limit]]}
     if not args.type and not args.where:
         raise InputError("say what to query: --type, --where, --edge-type, --around, --neighbours, --top or --path")
     found = graph.find(args.type, args.where)
@@ -79,6 +81,7 @@ def render(answer: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.topology import load_graph
     graph = load_graph(args.graph)
     answer = run_query(graph, args)
     if args.format == "json":

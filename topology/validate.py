@@ -1,0 +1,293 @@
+"""A native graph document (parsed JSON) checked field by field and turned into a Graph.
+
+One pass, in plain Python: every field the format defines must have its type (topology.models,
+the published JSON Schema in topology.schema says the same), a metric is a finite number or null,
+an id is given once, an edge joins entities of the file. The first problem is a GraphFormatError
+naming the field: `g.json: invalid witty graph: entities[12].metrics.cpu_util_pct: expected a
+number or null, found a string`. Fields this version does not know are kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from witty_profiler.topology.errors import GraphFormatError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.models import STATUSES, CollectorStatus, Edge, Entity, Meta
+
+_ENTITY_FIELDS = frozenset(("id", "type", "attrs", "metrics"))
+_EDGE_FIELDS = frozenset(("id", "type", "source", "target", "attrs", "metrics"))
+_TOP_FIELDS = frozenset(("format", "schema_version", "meta", "entities", "edges"))
+
+
+class _Invalid(Exception):
+    """A field of the document that is not what the format says: where, and what was found."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+
+
+def kind_of(value: Any) -> str:
+    """How JSON would name what was found."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _expect(value: Any, types: type | tuple[type, ...], what: str, where: str, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise _Invalid(where, f"expected {what}, found a boolean")
+    if not isinstance(value, types):
+        raise _Invalid(where, f"expected {what}{' or null' if optional else ''}, found {kind_of(value)}")
+    return value
+
+
+def _number(value: Any, where: str) -> float | int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(where, f"expected a number or null, found {kind_of(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Invalid(where, f"{value} is not a number JSON can carry")
+    return value
+
+
+def _metrics(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    _expect(value, dict, "an object of metrics", where)
+    for name, v in value.items():
+        if v is not None and (type(v) is not float or not math.isfinite(v)) and type(v) is not int:
+            _number(v, f"{where}.{name}")  # raises: only the unusual value pays for the message
+    return value
+
+
+def _attrs(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    return _expect(value, dict, "an object of attributes", where)
+
+
+def _entity(item: Any, where: str) -> Entity:
+    _expect(item, dict, "an entity object", where)
+    try:
+        eid, kind = item["id"], item["type"]
+    except KeyError as missing:
+        raise _Invalid(f"{where}.{missing.args[0]}", "missing") from None
+    _expect(eid, str, "a string", f"{where}.id")
+    _expect(kind, str, "a string", f"{where}.type")
+    return Entity(eid, kind, _attrs(item.get("attrs"), f"{where}.attrs"),
+                  _metrics(item.get("metrics"), f"{where}.metrics"), **_extra(item, _ENTITY_FIELDS))
+
+
+def _edge(item: Any, where: str) -> Edge:
+    _expect(item, dict, "an edge object", where)
+    try:
+        eid, kind, source, target = item["id"], item["type"], item["source"], item["target"]
+    except KeyError as missing:
+        raise _Invalid(f"{where}.{missing.args[0]}", "missing") from None
+    for field, value in (("id", eid), ("type", kind), ("source", source), ("target", target)):
+        _expect(value, str, "a string", f"{where}.{field}")
+    return Edge(eid, kind, source, target, _attrs(item.get("attrs"), f"{where}.attrs"),
+                _metrics(item.get("metrics"), f"{where}.metrics"), **_extra(item, _EDGE_FIELDS))
+
+
+def _extra(item: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """The fields of an item this version does not know."""
+    return {} if item.keys() <= known else {k: v for k, v in item.items() if k not in known}
+
+
+def _status(value: Any, where: str) -> CollectorStatus:
+    _expect(value, dict, "an object", where)
+    status = value.get("status")
+    if status not in STATUSES:
+        raise _Invalid(f"{where}.status", f"expected one of {', '.join(STATUSES)}, found {status!r}")
+    for field in ("reason", "privileges"):
+        _expect(value.get(field), str, "a string", f"{where}.{field}", optional=True)
+    known = ("status", "reason", "privileges", "duration_s")
+    return CollectorStatus(status=status, reason=value.get("reason"), privileges=value.get("privileges"),
+                           duration_s=_number(value.get("duration_s"), f"{where}.duration_s"),
+                           extra={k: v for k, v in value.items() if k not in known})
+
+
+def meta_of(value: Any, name: str = "<input>") -> Meta:
+    """The meta of a document, checked."""
+    try:
+        return _meta(value)
+    except _Invalid as exc:
+        raise GraphFormatError(f"{name}: invalid witty graph: {exc}") from None
+
+
+def _meta(value: Any, where: str = "meta") -> Meta:
+    if value is None:
+        return Meta()
+    _expect(value, dict, "an object", where)
+    hosts = _expect(value.get("hosts", []), list, "a list of host names", f"{where}.hosts")
+    for i, host in enumerate(hosts):
+        _expect(host, str, "a string", f"{where}.hosts[{i}]")
+    for field in ("tool_version", "started_at", "source"):
+        _expect(value.get(field), str, "a string", f"{where}.{field}", optional=True)
+    host_info = _expect(value.get("host_info", {}), dict, "an object", f"{where}.host_info")
+    for host, info in host_info.items():
+        _expect(info, dict, "an object", f"{where}.host_info.{host}")
+    collectors = _expect(value.get("collectors", {}), dict, "an object", f"{where}.collectors")
+    known = ("hosts", "tool_version", "started_at", "duration_s", "interval_s", "host_info", "collectors", "source")
+    return Meta(hosts=list(hosts), tool_version=value.get("tool_version"), started_at=value.get("started_at"),
+                duration_s=_number(value.get("duration_s"), f"{where}.duration_s"),
+                interval_s=_number(value.get("interval_s"), f"{where}.interval_s"), host_info=dict(host_info),
+                collectors={name: _status(s, f"{where}.collectors.{name}") for name, s in collectors.items()},
+                source=value.get("source"), extra={k: v for k, v in value.items() if k not in known})
+
+
+def graph_of(data: dict[str, Any], name: str = "<input>", finite: bool = False) -> Graph:
+    """The graph of a native document (format and schema_version already checked). A file is one
+    round's result, not fragments to merge: an id given twice, or an edge to an entity the file
+    lacks, is an error there, where merging would hide it. `finite`: the caller knows that every
+    number is finite (JSON text without NaN or Infinity), so they need not be checked one by one."""
+    try:
+        return _graph_of(data, finite)
+    except _Invalid as exc:
+        raise GraphFormatError(f"{name}: invalid witty graph: {exc}") from None
+
+
+def _graph_of(data: dict[str, Any], finite: bool) -> Graph:
+    meta = _meta(data.get("meta"))
+    items = _expect(data.get("entities", []), list, "a list", "entities")
+    links = _expect(data.get("edges", []), list, "a list", "edges")
+    try:
+        graph = _records(items, links, finite)
+    except TypeError:  # an id that cannot be a key (a list, an object): the full check names it
+        graph = None
+    if graph is None:
+        _check_each(items, links)
+        raise AssertionError("a document the full check accepts was refused by the fast one")
+    graph.meta = meta
+    graph.extra = {k: v for k, v in data.items() if k not in _TOP_FIELDS}
+    return graph
+
+
+def _check_each(items: list[Any], links: list[Any]) -> None:
+    """Every item checked field by field: raises _Invalid at the first wrong one."""
+    for i, item in enumerate(items):
+        _entity(item, f"entities[{i}]")
+    for i, item in enumerate(links):
+        _edge(item, f"edges[{i}]")
+
+
+def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
+    """The graph of the items, or None where a field has a wrong type. The loops note the types they
+    meet and compare them with the format's once, at the end: a graph of 100,000 entities is read in
+    about the time JSON takes to parse it. Where a number may not be finite, every item is checked."""
+    seen: set[type] = set()  # types of ids, types, sources and targets
+    parts: set[type] = set()  # types of attrs and metrics
+    values: set[type] = set()  # types of metric values
+    entities: dict[str, Entity] = {}
+    for i, item in enumerate(items):
+        if type(item) is not dict:
+            return None
+        eid, kind, attrs, metrics = item.get("id"), item.get("type"), item.get("attrs"), item.get("metrics")
+        seen.add(type(eid))
+        seen.add(type(kind))
+        parts.add(type(attrs))
+        parts.add(type(metrics))
+        if type(metrics) is dict:
+            values.update(map(type, metrics.values()))
+        if eid in entities:
+            raise _Invalid(f"entities[{i}]", f"id {eid!r} is given twice")
+        entities[eid] = Entity(eid, kind, attrs, metrics) if item.keys() <= _ENTITY_FIELDS else \
+            Entity(eid, kind, attrs, metrics, **_extra(item, _ENTITY_FIELDS))
+    edges: dict[str, Edge] = {}
+    for i, item in enumerate(links):
+        if type(item) is not dict:
+            return None
+        eid, source, target, metrics = item.get("id"), item.get("source"), item.get("target"), item.get("metrics")
+        seen.add(type(eid))
+        seen.add(type(item.get("type")))
+        parts.add(type(item.get("attrs")))
+        parts.add(type(metrics))
+        if type(metrics) is dict:
+            values.update(map(type, metrics.values()))
+        if eid in edges:
+            raise _Invalid(f"edges[{i}]", f"id {eid!r} is given twice")
+        if source not in entities or target not in entities:
+            _check_each(items, links[:i + 1])  # a wrong type is the better message, if there is one
+            end = source if source not in entities else target
+            raise _Invalid(f"edges[{i}] ({eid})", f"{end!r} is not an entity of the file")
+        edges[eid] = Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics,
+                          **_extra(item, _EDGE_FIELDS)) if not item.keys() <= _EDGE_FIELDS else \
+            Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics)
+    if not (seen <= _STR and parts <= _PARTS and values <= _NUMBER_TYPES):
+        return None
+    if not finite:
+        _check_each(items, links)  # raises where a number is not finite
+    return Graph.of_records(Meta(), entities, edges)
+
+
+_STR = frozenset((str,))
+_PARTS = frozenset((dict, type(None)))
+_NUMBER_TYPES = frozenset((int, float, type(None)))
+
+
+class StreamCheck:
+    """The same checks on items met one at a time (topology.scan reads a file as a stream): each item's
+    fields, ids given once, edges between entities met before. Keeps the ids only."""
+
+    def __init__(self, name: str = "<input>") -> None:
+        self.name = name
+        self._entities: set[str] = set()
+        self._edges: set[str] = set()
+
+    def entity(self, item: Any, i: int, spelt: bool = False) -> str:
+        """The type of a valid entity (`spelt`: the item may hold NaN or Infinity, check every number)."""
+        if spelt or type(item) is not dict or type(item.get("id")) is not str \
+                or type(item.get("type")) is not str or not _plain_parts(item):
+            self._checked(_entity, item, f"entities[{i}]")
+        if item["id"] in self._entities:
+            self._fail(f"entities[{i}]", f"id {item['id']!r} is given twice")
+        self._entities.add(item["id"])
+        return item["type"]
+
+    def edge(self, item: Any, i: int, spelt: bool = False) -> str:
+        """The type of a valid edge (`spelt` as for entity)."""
+        if spelt or type(item) is not dict or type(item.get("id")) is not str or type(item.get("type")) is not str \
+                or type(item.get("source")) is not str or type(item.get("target")) is not str \
+                or not _plain_parts(item):
+            self._checked(_edge, item, f"edges[{i}]")
+        eid = item["id"]
+        if eid in self._edges:
+            self._fail(f"edges[{i}]", f"id {eid!r} is given twice")
+        for end in (item["source"], item["target"]):
+            if end not in self._entities:
+                self._fail(f"edges[{i}] ({eid})", f"{end!r} is not an entity of the file")
+        self._edges.add(eid)
+        return item["type"]
+
+    def _checked(self, check: Any, item: Any, where: str) -> Any:
+        try:
+            return check(item, where)
+        except _Invalid as exc:
+            raise GraphFormatError(f"{self.name}: invalid witty graph: {exc}") from None
+
+    def _fail(self, where: str, message: str) -> None:
+        raise GraphFormatError(f"{self.name}: invalid witty graph: {where}: {message}")
+
+
+def _plain_parts(item: dict[str, Any]) -> bool:
+    """attrs an object (or absent), metrics an object of numbers or nulls (or absent)."""
+    attrs, metrics = item.get("attrs"), item.get("metrics")
+    if attrs is not None and type(attrs) is not dict:
+        return False
+    return metrics is None or (type(metrics) is dict and set(map(type, metrics.values())) <= _NUMBER_TYPES)
