@@ -9,6 +9,7 @@ window early; the collectors still finish and the graph is valid, with the actua
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import pkgutil
@@ -24,11 +25,11 @@ from witty_profiler import collectors
 from witty_profiler.collectors.base import REGISTRY, Collector, Context
 from witty_profiler.collectors.numa import numa_topology
 from witty_profiler.collectors.procfs import parse_stat, read_text
+from witty_profiler.collectors.window import validate_window
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.models import CollectorStatus, Meta
 
-MAX_DURATION_S = 3600.0
 Progress = Callable[[float, float, str], None]
 
 
@@ -43,13 +44,6 @@ def discover() -> dict[str, str]:
         except Exception as exc:  # noqa: BLE001 - one broken module must not stop the others
             broken[mod.name] = _one_line(f"import failed: {type(exc).__name__}: {exc}")
     return broken
-
-
-def validate_window(duration_s: float, interval_s: float) -> None:
-    if not duration_s > 0 or duration_s > MAX_DURATION_S:
-        raise InputError(f"duration must be > 0 and <= {MAX_DURATION_S:g} seconds, got {duration_s:g}")
-    if not interval_s > 0 or interval_s > duration_s:
-        raise InputError(f"interval must be > 0 and <= the duration ({duration_s:g} s), got {interval_s:g}")
 
 
 def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc") -> set[int]:
@@ -142,9 +136,9 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     _report(progress, actual, duration_s, "finished early" if halt.is_set() else "finished")
     statuses = {}
     for c in instances:
-        status = c.status.model_copy()
+        status = dataclasses.replace(c.status, extra=dict(c.status.extra))
         status.duration_s = round(spent[c.name], 4)
-        status.cpu_s = round(cpu[c.name], 4)  # the collector's own overhead on this host
+        status.extra["cpu_s"] = round(cpu[c.name], 4)  # the collector's own overhead on this host
         if status.privileges is None:
             status.privileges = "root" if ctx.is_root else f"uid {os.geteuid()} (not root)"
         statuses[c.name] = status

@@ -9,9 +9,19 @@ line by default, an MCP tool call with `hints=McpHints(graph_id)`. Token counts 
 (`witty_profiler.convert` makes one): the converters never judge anything themselves.
 """
 
-from witty_profiler.converters.hints import CliHints, McpHints
-from witty_profiler.converters.tokens import count_tokens
-from witty_profiler.converters.view import View, render_view
-from witty_profiler.converters.views import LAYER_VIEWS
+from __future__ import annotations
 
-__all__ = ["CliHints", "LAYER_VIEWS", "McpHints", "View", "count_tokens", "render_view"]
+from typing import TYPE_CHECKING
+
+from witty_profiler.topology.lazy import lazy_exports
+
+_EXPORTS = {"CliHints": "hints", "McpHints": "hints", "count_tokens": "tokens", "View": "view", "render_view": "view",
+            "LAYER_VIEWS": "layers"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from witty_profiler.converters.hints import CliHints, McpHints
+    from witty_profiler.converters.tokens import count_tokens
+    from witty_profiler.converters.view import View, render_view
+    from witty_profiler.converters.layers import LAYER_VIEWS

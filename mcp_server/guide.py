@@ -57,7 +57,7 @@ def pattern_catalog() -> str:
 
 def thresholds_toml(overrides: dict[str, Any] | None, source: str | None) -> str:
     """Every pattern's thresholds and parameters in force, as a TOML file that --thresholds accepts."""
-    from witty_profiler.diagnosis import catalog
+    from witty_profiler.diagnosis.catalog import catalog
     from witty_profiler.diagnosis.thresholds import effective
     lines = [f"# Thresholds in force: the defaults{' with the overrides of ' + source if source else ''}.",
              "# A levelled threshold fires at the highest level its value crosses, strictly (above: value > level;",

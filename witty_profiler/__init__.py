@@ -11,23 +11,18 @@ CLI's --help) does not pay for the collectors, the diagnosis and the tokenizer.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from witty_profiler.topology.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-# public name -> (module, attribute)
+# public name -> 'module:attribute' inside witty_profiler
 _API = {
-    "Graph": ("witty_profiler.topology", "Graph"),
-    "View": ("witty_profiler.converters", "View"),
-    "collect": ("witty_profiler.collectors.engine", "run_window"),
-    "compare": ("witty_profiler.diagnosis.compare", "compare"),
-    "convert": ("witty_profiler.api", "convert"),
-    "count_tokens": ("witty_profiler.converters", "count_tokens"),
-    "diagnose": ("witty_profiler.diagnosis", "diagnose"),
-    "dump_graph": ("witty_profiler.topology", "dump_graph"),
-    "load": ("witty_profiler.topology", "load_graph"),
-    "report": ("witty_profiler.diagnosis.report", "report"),
+    "Graph": "topology:Graph", "View": "converters.view:View", "collect": "collectors.engine:run_window",
+    "compare": "diagnosis.compare:compare", "convert": "api:convert", "count_tokens": "converters.tokens:count_tokens",
+    "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
+    "report": "diagnosis.report:report",
 }
 
 __all__ = ["__version__", *sorted(_API)]
@@ -42,14 +37,4 @@ if TYPE_CHECKING:
     from witty_profiler.topology import Graph, dump_graph, load_graph as load
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _API:
-        raise AttributeError(f"module 'witty_profiler' has no attribute {name!r}")
-    module, attr = _API[name]
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value  # once found, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+__getattr__, __dir__ = lazy_exports(__name__, _API)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from witty_profiler.collectors.engine import MAX_DURATION_S, run_window, validate_window
-from witty_profiler.topology import dumps_graph
-from witty_profiler.topology.errors import InputError
+from witty_profiler.collectors.window import MAX_DURATION_S, validate_window
 from witty_profiler.output import check_output, write_output
+from witty_profiler.topology.errors import InputError
 
 DEFAULT_FILE = "witty-graph.json"
 
@@ -37,6 +36,8 @@ def _collectors(text: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.collectors.engine import run_window
+    from witty_profiler.topology import dumps_graph
     validate_window(args.duration, args.interval)
     target = args.output or DEFAULT_FILE
     check_output(target, args.force)  # before the window is spent

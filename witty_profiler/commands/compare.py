@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from witty_profiler.diagnosis.compare import compare
-from witty_profiler.diagnosis.thresholds import load_thresholds
-from witty_profiler.topology import load_graph
 from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.diagnosis.compare import compare
+    from witty_profiler.diagnosis.thresholds import load_thresholds
+    from witty_profiler.topology import load_graph
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     before, after = load_graph(args.before), load_graph(args.after)
     result = compare(before, after, thresholds=thresholds, pids=args.pid or None)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from witty_profiler.converters import LAYER_VIEWS
-from witty_profiler.converters.view import check_request
+from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
     from witty_profiler.api import convert
+    from witty_profiler.converters.view import check_request
     from witty_profiler.diagnosis.thresholds import load_thresholds
     from witty_profiler.topology import load_graph
     check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from witty_profiler.diagnosis import diagnose, layer_number
-from witty_profiler.diagnosis.report import report
-from witty_profiler.diagnosis.thresholds import load_thresholds
-from witty_profiler.topology import Graph, load_graph
 from witty_profiler.output import add_output_arguments, check_output, write_output
+
+if TYPE_CHECKING:
+    from witty_profiler.topology import Graph
 
 
 def graph_from_args(args: argparse.Namespace) -> Graph:
     """Load GRAPH, or collect a live window (--duration, --interval, --pid) when none is given."""
     if args.graph:
+        from witty_profiler.topology import load_graph
         return load_graph(args.graph)
     from witty_profiler import collect  # imported here: loading a file must not need the collectors
     from witty_profiler.commands.collect import _progress
@@ -27,15 +27,19 @@ def graph_from_args(args: argparse.Namespace) -> Graph:
 
 def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
     """Validate --layer and --thresholds before anything is collected."""
+    from witty_profiler.diagnosis.matcher import layer_number
+    from witty_profiler.diagnosis.thresholds import load_thresholds
     layer = layer_number(args.layer)
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     if args.graph is None:
-        from witty_profiler.collectors.engine import validate_window
+        from witty_profiler.collectors.window import validate_window
         validate_window(args.duration, args.interval)
     return layer, thresholds
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.diagnosis.matcher import diagnose
+    from witty_profiler.diagnosis.report import report
     layer, thresholds = check_options(args)
     check_output(args.output, args.force, (args.graph,))  # before a live window is spent
     graph = graph_from_args(args)

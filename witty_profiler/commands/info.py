@@ -3,26 +3,47 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from witty_profiler.topology import Graph, load_graph
 from witty_profiler.output import print_json, table
+
+if TYPE_CHECKING:
+    from witty_profiler.topology import Graph
+
+
+def file_info(path: str) -> dict[str, Any]:
+    """What a graph file holds. A native file is read as a stream (counts by type without building the
+    graph, in memory that does not grow with the file); a legacy file is converted first."""
+    from witty_profiler.topology.scan import scan_native
+    from witty_profiler.topology.validate import meta_of
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = scan_native(handle, path)
+    except (OSError, UnicodeDecodeError):
+        found = None  # load_graph says why in one line
+    if found is None:
+        from witty_profiler.topology import load_graph
+        return graph_info(load_graph(path))
+    return _info(meta_of(found.meta, path), dict(sorted(found.entities.items())), dict(sorted(found.edges.items())))
 
 
 def graph_info(graph: Graph) -> dict[str, Any]:
     entities, edges = graph.counts_by_type()
-    meta = graph.meta
+    return _info(graph.meta, entities, edges)
+
+
+def _info(meta: Any, entities: dict[str, int], edges: dict[str, int]) -> dict[str, Any]:
     return {
         "hosts": meta.hosts,
         "source": meta.source,
         "started_at": meta.started_at,
         "duration_s": meta.duration_s,
         "interval_s": meta.interval_s,
-        "collectors": {name: c.model_dump(exclude_none=True) for name, c in sorted(meta.collectors.items())},
+        "collectors": {name: c.to_dict() for name, c in sorted(meta.collectors.items())},
         "entities": entities,
         "edges": edges,
-        "entity_count": graph.entity_count(),
-        "edge_count": graph.edge_count(),
+        "entity_count": sum(entities.values()),
+        "edge_count": sum(edges.values()),
     }
 
 
@@ -41,7 +62,7 @@ def render_info(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = graph_info(load_graph(args.graph))
+    info = file_info(args.graph)
     if args.json:
         print_json(info)
     else:

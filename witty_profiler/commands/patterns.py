@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from witty_profiler.diagnosis.catalog import catalog
-from witty_profiler.diagnosis.docs import catalog_dict, patterns_markdown, thresholds_markdown
 from witty_profiler.output import print_json, table
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.diagnosis.catalog import catalog
+    from witty_profiler.diagnosis.docs import catalog_dict, patterns_markdown, thresholds_markdown
     if args.markdown:
         sys.stdout.write(patterns_markdown())
     elif args.thresholds_markdown:

@@ -17,8 +17,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.wording import counted
 
@@ -79,6 +77,7 @@ def read_frontmatter(skill_md: Path) -> tuple[dict[str, Any], list[str]]:
     if not lines or lines[0].strip() != "---" or "---" not in (line.strip() for line in lines[1:]):
         raise InputError(f"{skill_md}: no YAML frontmatter (the file must start with a '---' block)")
     end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+    import yaml  # only here: the rest of the CLI never pays for it
     try:
         meta = yaml.safe_load("\n".join(lines[1:end]))
     except yaml.YAMLError as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from witty_profiler.converters.tokens import count_tokens
 from witty_profiler.topology.errors import InputError
 
 
@@ -22,6 +21,7 @@ def _read(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.converters.tokens import count_tokens
     texts = [(path, _read(path)) for path in args.files]  # read all first: a bad name fails before any output
     counts = [(count_tokens(text), path) for path, text in texts]
     counts.append((sum(n for n, _ in counts), "total"))

@@ -1,0 +1,27 @@
+"""Public names of a package imported on first use (PEP 562), so that importing one small module of
+a package (an error class, a constant) does not import everything its package offers."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """`__getattr__` and `__dir__` for `package`, whose public name N is `exports[N]` ('module:attribute',
+    the module relative to the package)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, _, attr = exports[name].partition(":")
+        value = getattr(importlib.import_module(f"{package}.{module}"), attr or name)
+        setattr(sys.modules[package], name, value)  # once found, a plain attribute
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *exports})
+
+    return __getattr__, __dir__
