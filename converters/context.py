@@ -16,14 +16,12 @@ from typing import Any
 
 from witty_profiler.converters.evidence import evidence_value, item_owner
 from witty_profiler.converters.hints import CliHints, Hints
+from witty_profiler.converters.layers import LAYER_NUMBERS
 from witty_profiler.topology import Entity, Graph
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import GraphQuery, node_number
 from witty_profiler.topology.workload import Workload, resolve_workload, workload_members
 
-# the diagnosis' layer numbers by the name of their view
-LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
-                 "dataplane": 7}
 _ROLE_ORDER = {"trainer": 0, "inference": 0, "launcher": 2, "loader": 1}
 
 

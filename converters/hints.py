@@ -63,6 +63,10 @@ class CliHints:
         """Where every collector's status and full reason are listed."""
         return f"witty-profiler info {self.graph}"
 
+    def diagnose(self, layer: str) -> str:
+        """The diagnosis of one layer, with every pattern's reason."""
+        return f"witty-profiler diagnose {self.graph} --layer {layer}"
+
 
 @dataclass(frozen=True)
 class McpHints:
@@ -94,6 +98,9 @@ class McpHints:
 
     def collectors(self) -> str:
         return self._call("graph_summary")
+
+    def diagnose(self, layer: str) -> str:
+        return self._call("match_patterns", layer=layer)
 
 
 Hints = CliHints | McpHints

@@ -252,6 +252,10 @@ def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | Non
         blocks[i].slim = False  # the same blocks serve several budgets
     shown = [len(b.items) if isinstance(b, Table) else 0 for b in blocks]
     dropped: set[int] = set()
+    if max_tokens is not None and may_fit_whole(blocks, max_tokens):
+        text, tokens = _with_header(header, _render(blocks, shown, dropped))
+        if tokens <= max_tokens:  # a view that fits is returned whole
+            return Fitted(text, tokens, False, {})
     if max_tokens is not None:
         shown = [min(b.pinned, len(b.items)) if isinstance(b, Table) else 0 for b in blocks]
         budget = max_tokens - count_tokens(header(max_tokens)) - 1
@@ -287,6 +291,13 @@ def fit(blocks: list[Block], header: Callable[[int], str], max_tokens: int | Non
     omitted = {k: v for k, v in omitted.items() if v}
     truncated = bool(omitted)
     return Fitted(text, tokens, truncated, omitted)
+
+
+def may_fit_whole(blocks: list[Block], max_tokens: int) -> bool:
+    """Whether the whole view could fit: each row and line costs at least two tokens, so a view with
+    more than half a budget of them cannot, and is not rendered whole to find out."""
+    rows = sum(len(b.items) + 2 if isinstance(b, Table) else len(b.lines) for b in blocks)
+    return 2 * rows <= max_tokens
 
 
 def _shedding(blocks: list[Block], shown: list[int], dropped: set[int]):

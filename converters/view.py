@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from witty_profiler.converters.context import GraphContext, context_for
 from witty_profiler.converters.hints import CliHints, Hints
 from witty_profiler.converters.render import MIN_TOKENS, Lines, fit
 from witty_profiler.converters.views import LAYER_VIEWS, module, view_blocks
-from witty_profiler.converters.views.common import LEGEND_START
+from witty_profiler.converters.views.common import LEGEND_START, NOT_EVALUATED
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
 
 
-class View(BaseModel):
+@dataclass
+class View:
     layer: str
     text: str
-    tokens: int = Field(description="cl100k_base tokens of text, header included")
-    truncated: bool = Field(description="something was left out to fit the budget")
-    omitted: dict[str, int] = Field(default_factory=dict, description="rows left out, by what they are")
+    tokens: int  # cl100k_base tokens of text, header included
+    truncated: bool  # something was left out to fit the budget
+    omitted: dict[str, int] = field(default_factory=dict)  # rows left out, by what they are
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def check_request(layer: str, max_tokens: int | None) -> None:
@@ -54,9 +57,21 @@ def render_layer(ctx: GraphContext, layer: str, max_tokens: int | None, common_l
     limit = f" of {max_tokens}" if max_tokens is not None else ""
     blocks = view_blocks(ctx, layer)
     if not common_legend:  # inside `all`: the summary already says what each collector could not do
-        blocks = [Lines(b.lines[1:], b.essential) if isinstance(b, Lines) and b.lines
-                  and b.lines[0].startswith(LEGEND_START) else b for b in blocks
+        blocks = [_in_all(ctx, layer, b) for b in blocks
                   if not (isinstance(b, Lines) and b.lines and b.lines[0].startswith("not measured:"))]
     fitted = fit(blocks, lambda n: f"## {mod.TITLE} · {n} tokens{limit}", max_tokens)
     return View(layer=layer, text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,
                 omitted=fitted.omitted)
+
+
+def _in_all(ctx: GraphContext, layer: str, block: Any) -> Any:
+    """A block of a layer view as `all` shows it: without the legend line all layers share (said once on
+    top), and the patterns not evaluated named on one line, their reasons one request away."""
+    if not isinstance(block, Lines) or not block.lines:
+        return block
+    if block.lines[0].startswith(LEGEND_START):
+        return Lines(block.lines[1:], block.essential)
+    if block.lines[0].startswith(NOT_EVALUATED):
+        names = [line[len(NOT_EVALUATED):].split(" (", 1)[0].split(".", 1)[-1] for line in block.lines]
+        return Lines([f"{NOT_EVALUATED}{', '.join(names)} (why: {ctx.hints.diagnose(layer)})"], block.essential)
+    return block

@@ -428,3 +428,30 @@ def test_an_empty_graph_renders_every_view_and_says_why_it_is_empty():
         view = convert(graph, layer, MIN_TOKENS)
         assert view.tokens <= MIN_TOKENS
     assert "0 entities" in convert(graph, "summary").text
+
+
+@pytest.mark.parametrize("name", ["hand", "sample"])
+def test_a_view_that_fits_its_budget_is_returned_whole(request, name):
+    """A budget the whole view fits in changes nothing but the header: no note, no row is shed to
+    make room that is not needed."""
+    graph = _graph(request, name)
+    for layer in LAYER_VIEWS:
+        whole = convert(graph, layer)
+        for budget in (max(whole.tokens + 8, MIN_TOKENS), whole.tokens + 400):
+            if layer == "summary" and budget > 499:
+                continue  # the summary is capped at 499 tokens whatever the budget
+            fitted = convert(graph, layer, budget)
+            assert fitted.text.split("\n", 1)[1] == whole.text.split("\n", 1)[1], (layer, budget)
+            assert fitted.truncated == whole.truncated and fitted.tokens <= budget
+
+
+def test_all_names_what_it_could_not_evaluate_on_one_line_per_layer(sample):
+    """Inside `all` the reasons are one request away; the workload is listed once (by the compute view)."""
+    text = convert(sample, "all").text
+    skipped = [line for line in text.splitlines() if line.startswith("not evaluated")]
+    assert skipped and all(line.endswith("--layer " + line.split("--layer ")[1]) for line in skipped)
+    assert len(skipped) <= len(LAYERS)
+    compute = next(line for line in skipped if line.endswith("diagnose GRAPH --layer compute)"))
+    assert "cpu_starvation, cpu_saturation" in compute
+    assert "workload: AI processes" not in text and "workload: AI processes" in convert(sample, "summary").text
+    assert "not evaluated: interconnect.pcie_bottleneck (" in convert(sample, "interconnect").text

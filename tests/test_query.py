@@ -141,4 +141,4 @@ def test_a_view_without_a_diagnosis_judges_nothing():
     text = render_view(g, "summary").text
     assert "unhealthy layers: not judged (no diagnosis was given to the view)" in text
     assert "compute" not in text.split("unhealthy layers")[1].split("\n")[0]
-    assert json.loads(json.dumps(wp.convert(g, "summary").model_dump()))["text"] != text
+    assert json.loads(json.dumps(wp.convert(g, "summary").to_dict()))["text"] != text

@@ -7,13 +7,13 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from witty_profiler.converters.context import LAYER_NUMBERS, GraphContext
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.layers import LAYER_NUMBERS, LAYER_VIEWS, LAYERS
 from witty_profiler.converters.render import Column, Table, unordered
 from witty_profiler.converters.views.common import ID, NAME
 from witty_profiler.topology import Entity
 
-LAYERS = tuple(LAYER_NUMBERS)
-LAYER_VIEWS = ("summary", *LAYERS, "all")
+__all__ = ["LAYERS", "LAYER_VIEWS", "module", "view_blocks"]
 
 
 def module(name: str) -> ModuleType:

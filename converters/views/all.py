@@ -1,4 +1,4 @@
-"""`all`: the summary followed by every layer view, sharing one budget.
+"""`all`: the summary followed by every layer view, sharing one budget; the whole of it when it fits.
 
 The summary takes up to a quarter of the budget (never more than 499 tokens). The layers share
 the rest by weight: a layer with findings weighs more (a P0 more than a P2). A layer whose share
@@ -11,7 +11,8 @@ from __future__ import annotations
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.hints import Slot
 from witty_profiler.converters.tokens import count_tokens
-from witty_profiler.converters.views import LAYERS, module
+from witty_profiler.converters.render import may_fit_whole
+from witty_profiler.converters.views import LAYERS, module, view_blocks
 from witty_profiler.converters.views.common import legend_line
 
 _HEADER = "# witty-profiler view: all · {n} tokens{limit}"
@@ -71,12 +72,15 @@ def render(ctx: GraphContext, max_tokens: int | None):
     from witty_profiler.converters.view import View, render_layer
     legend: str | None = legend_line(ctx)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
-    if max_tokens is None:
-        summary = module("summary").render(ctx, None)
+    whole = max_tokens is None or may_fit_whole(
+        [b for view in ("summary", *LAYERS) for b in view_blocks(ctx, view)], max_tokens)
+    if whole:  # everything, if it fits: a view that fits is returned whole
+        summary = module("summary").render(ctx, None, in_all=True)
         views = {layer: render_layer(ctx, layer, None, common_legend=False) for layer in LAYERS}
         text, tokens = _assemble(ctx, legend, summary, views, limit)
-    else:
-        summary = module("summary").render(ctx, max(max_tokens // 4, 100))
+        whole = max_tokens is None or tokens <= max_tokens
+    if not whole:
+        summary = module("summary").render(ctx, max(max_tokens // 4, 100), in_all=True)
         fixed = (count_tokens(_HEADER.format(n=max_tokens, limit=limit)) + count_tokens(legend) + 3 * len(LAYERS)
                  + count_tokens(_left_out_line(ctx, list(LAYERS))))
         views = _share_out(ctx, max_tokens - summary.tokens - fixed, list(LAYERS))
@@ -89,7 +93,8 @@ def render(ctx: GraphContext, max_tokens: int | None):
             elif legend is not None:
                 legend = None
             else:
-                summary = module("summary").render(ctx, max(summary.tokens - (tokens - max_tokens) - 10, 60))
+                room = max(summary.tokens - (tokens - max_tokens) - 10, 60)
+                summary = module("summary").render(ctx, room, in_all=True)
             text, tokens = _assemble(ctx, legend, summary, views, limit)
     omitted: dict[str, int] = dict(summary.omitted)
     for v in views.values():

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from witty_profiler.converters.context import LAYER_NUMBERS, GraphContext
+from witty_profiler.converters.context import GraphContext
+from witty_profiler.converters.layers import LAYER_NUMBERS
 from witty_profiler.converters.evidence import evidence_lines
 from witty_profiler.converters.render import Column, Lines, Ranked, num, pct
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set, format_cpulist
 
 LEGEND_START = "legend: ids work as "
+NOT_EVALUATED = "not evaluated: "
 
 
 def legend_line(ctx: GraphContext) -> str:
@@ -102,7 +104,7 @@ def findings_block(ctx: GraphContext, layer: str, on_rows: dict[str, tuple[str, 
         lines.append(f"[{f.priority}] {f.pattern}: {f.title}")
         lines.extend("  " + line for line in evidence_lines(f.evidence, on_rows or {}))
     return [Lines(lines, essential=True),
-            Lines([f"not evaluated: {r.pattern} ({short(r.reason, 70)})" for r in skipped])]
+            Lines([f"{NOT_EVALUATED}{r.pattern} ({short(r.reason, 70)})" for r in skipped])]
 
 
 def edge_ends(edge: Any) -> tuple[str, ...]:

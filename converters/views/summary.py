@@ -15,6 +15,7 @@ from witty_profiler.converters.views.folds import fold_query
 from witty_profiler.topology.wording import counted
 
 CAP = 499  # always under 500 tokens
+WORKLOAD_ROWS = "processes"  # what a row of the workload table is
 
 
 def _window(ctx: GraphContext) -> str:
@@ -92,17 +93,22 @@ def blocks(ctx: GraphContext) -> list[Block]:
         title = f"workload: AI processes ({roles}) {of_all}" if ai else "workload: no AI process recognised"
     out.append(Table(title, [ID, NAME, ROLE, Column("fw", lambda p: p.attrs.get("framework"), left=True), CPU,
                              Column("devices", lambda p: ",".join(d.id for d in ctx.devices(p)), left=True)],
-                     ai, "processes", fold_query(ctx, "process", ai, where="ai=true"), weight=1.0))
+                     ai, WORKLOAD_ROWS, fold_query(ctx, "process", ai, where="ai=true"), weight=1.0))
     out.append(Lines([_devices(ctx)], essential=True))
     out.append(_collectors(ctx))
     out.append(Lines([f"next: {ctx.hints.convert(Slot('LAYER'), LAYERS)}"], essential=True))
     return out
 
 
-def render(ctx: GraphContext, max_tokens: int | None):
+def render(ctx: GraphContext, max_tokens: int | None, in_all: bool = False):
+    """The summary; `in_all`: as the head of `all`, without the workload table (the compute view that
+    follows lists the same processes, with their roles and devices)."""
     from witty_profiler.converters.view import View
     budget = min(max_tokens or CAP, CAP)
-    fitted = fit(view_blocks(ctx, "summary"), lambda n: f"# witty-profiler summary · {n} tokens", budget)
+    blocks = view_blocks(ctx, "summary")
+    if in_all:
+        blocks = [b for b in blocks if not (isinstance(b, Table) and b.noun == WORKLOAD_ROWS)]
+    fitted = fit(blocks, lambda n: f"# witty-profiler summary · {n} tokens", budget)
     return View(layer="summary", text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,
                 omitted=fitted.omitted)
 
