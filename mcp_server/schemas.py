@@ -2,7 +2,9 @@
 
 Inputs describe every field for the assistant that fills them in; outputs are what
 `structuredContent` carries. Output models allow extra fields, so a library that grows a field
-does not break a server that does not know it yet.
+does not break a server that does not know it yet. `published_schema` writes the schemas that
+tools/list publishes: every tool definition is in every conversation's context, so they say only
+what a client needs.
 """
 
 from __future__ import annotations
@@ -201,15 +203,12 @@ class LayerView(_Out):
     note: str | None = None
 
 
-Scalar = float | int | str | bool | None
-
-
 class Evidence(_Out):
     kind: str
     ids: list[str] = []
     metric: str | None = None
-    value: Scalar | list[Any] | dict[str, Any] = None
-    threshold: Scalar | list[Any] | dict[str, Any] = None
+    value: Any = None  # any JSON value: a number, a string, a list, an object ...
+    threshold: Any = None
     unit: str | None = None
     note: str | None = None
 
@@ -262,3 +261,51 @@ class Comparison(_Out):
     comparison: dict[str, Any] = Field(default_factory=dict, description="the structured comparison "
                                        "(empty when it did not fit the token budget)")
     note: str | None = None
+
+
+# -- the published schemas --------------------------------------------------------------------
+_SCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties", "not")
+_NULL = {"type": "null"}
+
+
+def published_schema(model: type[BaseModel], *, output: bool = False) -> dict[str, Any]:
+    """The JSON Schema of `model` as tools/list publishes it: what pydantic generates, less what costs
+    every conversation tokens and tells a client nothing it needs. No `title`s; `$ref`s inlined (no
+    model here is recursive, and each is used once per tool). An optional input is a field that is not
+    required, of its own type: no `anyOf` with null, no null default. Outputs name every field, nested
+    ones too, with its JSON type, ``[T, "null"]`` where the server sends null (answers keep their null
+    fields); they leave out defaults, `required` (every field is always sent) and
+    `additionalProperties` (an object's values are not typed). Whole floats are written as integers."""
+    schema = model.model_json_schema()
+    return _clean(schema, schema.get("$defs", {}), output)
+
+
+def _clean(node: dict[str, Any], defs: dict[str, Any], output: bool) -> dict[str, Any]:
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs") or (output and key in ("default", "required", "additionalProperties")):
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 300, not 300.0: the same number in JSON
+        if key == "properties":
+            value = {name: _clean(sub, defs, output) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS:
+            value = [_clean(sub, defs, output) for sub in value]
+        elif key in _SCHEMA_VALUES and isinstance(value, dict):
+            value = _clean(value, defs, output)
+        out[key] = value
+    alternatives = out.get("anyOf", [])
+    if _NULL in alternatives and len(alternatives) == 2:
+        (real,) = [a for a in alternatives if a != _NULL]
+        if not output:
+            del out["anyOf"]
+            out = {**real, **out}
+            if "default" in out and out["default"] is None:
+                del out["default"]
+        elif isinstance(real.get("type"), str):
+            del out["anyOf"]
+            out = {**real, **out, "type": [real["type"], "null"]}
+    return {"type": out.pop("type"), **out} if "type" in out else out  # the type first, for a reader

@@ -1,9 +1,10 @@
 """All the MCP wiring: tools, resources and the prompt over `mcp_server.tools.WittyTools`.
 
 Each tool is registered from its input model (whose fields become the tool's parameters and input
-schema) and its output model (the output schema of its `structuredContent`). Graph work runs on a
-worker thread, so progress notifications and other requests are served while it runs. Bad input
-of any kind becomes an ``isError`` result with one sentence and no stack trace.
+schema) and its output model (the output schema of its `structuredContent`); tools/list publishes
+both schemas as `schemas.published_schema` writes them. Graph work runs on a worker thread, so
+progress notifications and other requests are served while it runs. Bad input of any kind becomes
+an ``isError`` result with one sentence and no stack trace.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
+from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, Field, ValidationError
 
 from witty_profiler.mcp_server import guide, schemas as s
@@ -53,7 +55,17 @@ class WittyServer(MCPServer):
     arguments a tool does not have instead of ignoring them: a misspelt option must not go unnoticed."""
 
     inputs: dict[str, type[BaseModel]]
+    schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]]
     witty: WittyTools
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools with the schemas of their input and output models as `schemas.published_schema`
+        writes them, not the wordier ones the SDK derives from the signature."""
+        listed = await super().list_tools()
+        for tool in listed:
+            if tool.name in self.schemas:
+                tool.input_schema, tool.output_schema = self.schemas[tool.name]
+        return listed
 
     async def list_resources(self) -> list[MCPResource]:
         """The static resources, then each known graph's summary (newest first), so that clients with a
@@ -126,6 +138,7 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
     server.add_tool(tool, name=name, title=title, description=description, annotations=annotations)
     if isinstance(server, WittyServer):
         server.inputs[name] = input_model
+        server.schemas[name] = (s.published_schema(input_model), s.published_schema(output_model, output=True))
 
 
 def build_server(tools: WittyTools | None = None) -> WittyServer:
@@ -133,7 +146,7 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
     w = tools or WittyTools(GraphStore())
     server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
-    server.inputs, server.witty = {}, w
+    server.inputs, server.schemas, server.witty = {}, {}, w
 
     def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
         async def run(inp: Any, ctx: Context) -> Any:

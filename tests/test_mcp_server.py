@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import mcp
 import pytest
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from benchmarks.synthetic import synthetic_graph
 
 from witty_profiler.diagnosis.thresholds import validate
+from witty_profiler.mcp_server import schemas
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from mcp_support import call, call_error, host_process_graph
-from witty_profiler.topology import load_graph
+from witty_profiler.topology import dump_graph, load_graph
 
 pytestmark = pytest.mark.anyio
 
@@ -67,6 +74,122 @@ async def test_tools_have_schemas_and_annotations(state: Path, workdir: Path) ->
     assert "graph_id" in tools["query_graph"].input_schema["required"]
     assert set(tools["convert_layer"].input_schema["properties"]["layer"]["enum"]) >= {"summary", "interconnect"}
     assert "next_cursor" in tools["query_graph"].output_schema["properties"]
+
+
+def schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every schema inside `schema`, itself included (property names are not schemas: a field may be
+    called title)."""
+    if not isinstance(schema, dict):
+        return
+    yield schema
+    for key, value in schema.items():
+        if key in ("properties", "$defs"):
+            for sub in value.values():
+                yield from schema_nodes(sub)
+        elif key in ("items", "additionalProperties", "not"):
+            yield from schema_nodes(value)
+        elif key in ("anyOf", "allOf", "oneOf", "prefixItems"):
+            for sub in value:
+                yield from schema_nodes(sub)
+
+
+def field_tree(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The names of the fields of `schema`, nested ones under theirs, through $ref, anyOf and items."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
+    for sub in schema.get("anyOf", []):
+        if sub != {"type": "null"}:
+            schema = sub if "$ref" not in sub else defs[sub["$ref"].rsplit("/", 1)[-1]]
+    if "items" in schema:
+        return field_tree(schema["items"], defs)
+    return {name: field_tree(sub, defs) for name, sub in schema.get("properties", {}).items()}
+
+
+def pydantic_field(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """A field's schema as pydantic writes it, an optional one reduced to its own type."""
+    raw = model.model_json_schema()["properties"][name]
+    real = [sub for sub in raw.get("anyOf", []) if sub != {"type": "null"}]
+    return {**raw, **real[0]} if real else raw
+
+
+async def test_published_schemas_keep_the_contract_without_the_noise(state: Path, workdir: Path) -> None:
+    server = server_for(state, workdir)
+    async with mcp.Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name, tool in tools.items():
+        inputs, outputs = server.inputs[name], tool.output_schema
+        for node in [*schema_nodes(tool.input_schema), *schema_nodes(outputs)]:
+            assert not {"title", "anyOf", "$defs", "$ref"} & set(node), (name, node)
+            assert {"type": "null"} not in node.get("anyOf", []), (name, node)
+        # inputs: exactly the model's fields, required ones, types, enums, bounds and defaults
+        assert tool.input_schema["additionalProperties"] is False, name
+        assert tool.input_schema.get("required", []) == [f for f, info in inputs.model_fields.items()
+                                                         if info.is_required()], name
+        assert list(tool.input_schema["properties"]) == list(inputs.model_fields), name
+        for field, published in tool.input_schema["properties"].items():
+            own = pydantic_field(inputs, field)
+            for key in ("type", "enum", "items", "minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength"):
+                assert published.get(key) == own.get(key), (name, field, key)
+            if own.get("default") is None:  # not given: the tool picks (null is not a value to send)
+                assert "default" not in published, (name, field)
+            else:
+                assert published["default"] == own["default"], (name, field)
+            assert published["type"] != "null" and "null" not in published["type"], (name, field)
+        # outputs: every field, nested ones too, under the name the model gives it
+        models = {"collect": schemas.GraphSummary, "load_graph": schemas.GraphSummary,
+                  "list_graphs": schemas.GraphList, "graph_summary": schemas.GraphSummary,
+                  "query_graph": schemas.QueryPage, "convert_layer": schemas.LayerView,
+                  "match_patterns": schemas.PatternMatches, "generate_report": schemas.Report,
+                  "compare_graphs": schemas.Comparison}
+        assert field_tree(outputs) == field_tree(models[name].model_json_schema()), name
+        jsonschema.Draft202012Validator.check_schema(outputs)
+    # a field the server may send as null says so; one it always fills in does not
+    summary = tools["graph_summary"].output_schema["properties"]
+    assert summary["note"]["type"] == ["string", "null"] and summary["entity_count"]["type"] == "integer"
+    finding = tools["match_patterns"].output_schema["properties"]["findings"]["items"]["properties"]
+    assert finding["title"] == {"type": "string"} and finding["layer_name"]["type"] == ["string", "null"]
+
+
+async def test_real_answers_validate_against_the_listed_output_schemas(state: Path, workdir: Path) -> None:
+    """Each tool's answers on a training host with findings, nulls and a second page, checked against
+    the outputSchema tools/list published (the client checks them too, before the test sees them)."""
+    dump_graph(synthetic_graph(3000), workdir / "before.json")
+    dump_graph(synthetic_graph(3000, seed=8), workdir / "after.json")
+    async with mcp.Client(server_for(state, workdir)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["collect"].output_schema == tools["load_graph"].output_schema  # the same answer
+
+        async def checked(tool: str, **arguments: Any) -> dict[str, Any]:
+            answer = await call(client, tool, **arguments)
+            jsonschema.validate(answer, tools[tool].output_schema, cls=jsonschema.Draft202012Validator)
+            return answer
+
+        before = (await checked("load_graph", path="before.json"))["graph_id"]
+        after = (await checked("load_graph", path="after.json"))["graph_id"]
+        listed = await checked("list_graphs", limit=1)
+        last = await checked("list_graphs", limit=1, cursor=listed["next_cursor"])
+        assert listed["next_cursor"] and last["next_cursor"] is None and last["note"] is None
+        assert (await checked("graph_summary", graph_id=before, max_tokens=1000))["truncated"]
+        page = await checked("query_graph", graph_id=before, type="process", where=["cpu_util_pct>0"], limit=3)
+        await checked("query_graph", graph_id=before, type="process", where=["cpu_util_pct>0"], limit=3,
+                      cursor=page["next_cursor"])
+        await checked("query_graph", graph_id=before, around=page["entities"][0]["id"], depth=2)
+        await checked("query_graph", graph_id=before, top_by_metric="util_pct", ascending=True)
+        await checked("query_graph", graph_id=before, edge_type="uses_device", limit=5)
+        for layer in ("summary", "compute", "all"):
+            await checked("convert_layer", graph_id=before, layer=layer, max_tokens=600)
+        matched = await checked("match_patterns", graph_id=before)
+        evidence = [ev for f in matched["findings"] for ev in f["evidence"]]
+        assert evidence and any(ev["metric"] is None for ev in evidence)  # nulls are part of the answers
+        assert any(row["status"] == "not_evaluated" for row in matched["coverage"])
+        await checked("match_patterns", graph_id=before, layer="interconnect", max_tokens=1500)
+        for fmt in ("md", "json"):
+            report = await checked("generate_report", graph_id=before, format=fmt, output_path=f"report.{fmt}")
+            assert report["written_to"] == str(workdir / f"report.{fmt}")
+        assert (await checked("generate_report", graph_id=before, max_tokens=300))["written_to"] is None
+        assert (await checked("compare_graphs", before_id=before, after_id=after))["comparison"]
+        assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
 
 
 async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Path, graph_file: Path) -> None:
@@ -260,7 +383,6 @@ async def test_a_row_larger_than_the_budget_is_clipped_and_says_so(state: Path, 
     graph = load_graph(host_process_graph(workdir / "host.json"))
     big = graph.entities("process")[0]
     big.attrs["maps"] = [f"/usr/lib/x86_64-linux-gnu/lib{i}.so" for i in range(2000)]  # a long attribute
-    from witty_profiler.topology import dump_graph
     dump_graph(graph, workdir / "host.json")
     async with mcp.Client(server_for(state, workdir)) as client:
         gid = (await call(client, "load_graph", path="host.json"))["graph_id"]
