@@ -1,7 +1,8 @@
 """The tools' inputs and outputs as pydantic models: these become the published JSON Schemas.
 
-Inputs describe every field for the assistant that fills them in; outputs are what
-`structuredContent` carries. Output models allow extra fields, so a library that grows a field
+Inputs describe each field in a few words for the assistant that fills them in (graph_id and
+max_tokens, in nearly every tool, are explained once, in the server's instructions); outputs are
+what `structuredContent` carries. Output models allow extra fields, so a library that grows a field
 does not break a server that does not know it yet. `published_schema` writes the schemas that
 tools/list publishes: every tool definition is in every conversation's context, so they say only
 what a client needs.
@@ -18,13 +19,14 @@ LAYER_NAMES = ("summary", "compute", "memory", "interconnect", "network", "stora
 Layer = Literal["summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all"]
 DiagnosisLayer = Literal["compute", "memory", "interconnect", "network", "storage", "control", "dataplane"]
 
-_MAX_TOKENS_HELP = ("token budget of this answer (default 8000); longer content is cut and the answer says "
-                    "what was left out")
-GraphId = Field(description="id from collect, load_graph or list_graphs", min_length=1, max_length=96)
+# graph_id and max_tokens are in nearly every tool: the server's instructions explain them once,
+# and the fields carry no description of their own.
+GraphId = Field(min_length=1, max_length=96)
+_AS_MATCH = "as for match_patterns"
 
 
 def _max_tokens(least: int = 200) -> Any:
-    return Field(default=8000, ge=least, le=200_000, description=_MAX_TOKENS_HELP)
+    return Field(default=8000, ge=least, le=200_000)
 
 
 class _In(BaseModel):
@@ -38,22 +40,21 @@ class _Out(BaseModel):
 # -- inputs ---------------------------------------------------------------------------------
 class CollectInput(_In):
     duration_s: float = Field(default=10.0, gt=0, json_schema_extra={"maximum": MAX_DURATION_S},
-                              description=f"length of the capture window in seconds (at most {MAX_DURATION_S:g})")
-    interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples inside the window")
-    pids: list[int] | None = Field(default=None, description="processes to focus on (their descendants are "
-                                   "included); default: the AI workloads recognised on the host")
-    collectors: list[str] | None = Field(default=None, description="collector names to run, or '-name' for all "
-                                         "but those (e.g. ['-ebpf']); default: all that apply to this host")
+                              description="capture window, seconds")
+    interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples")
+    pids: list[int] | None = Field(default=None, description="focus: these and descendants; default: AI "
+                                   "workloads found")
+    collectors: list[str] | None = Field(default=None, description="to run, '-name' skips one; default: all that "
+                                         "apply")
 
 
 class LoadGraphInput(_In):
-    path: str = Field(min_length=1, description="graph JSON file: native witty-graph v1 or the original "
-                      "witty-profiler's {nodes, edges} / {env, content} file; ~ and relative paths are resolved "
-                      "against the server's working directory")
+    path: str = Field(min_length=1, description="witty-graph or original witty-profiler JSON, relative to the "
+                      "server's cwd")
 
 
 class ListGraphsInput(_In):
-    limit: int = Field(default=20, ge=1, le=200, description="graphs per page, newest first")
+    limit: int = Field(default=20, ge=1, le=200, description="graphs per page")
     cursor: str | None = Field(default=None, description="next_cursor of the previous page")
 
 
@@ -64,59 +65,51 @@ class GraphSummaryInput(_In):
 
 class QueryGraphInput(_In):
     graph_id: str = GraphId
-    type: str | None = Field(default=None, description="entity type, e.g. process, thread, numa_node, gpu, npu, "
-                             "nic, block_device, tcp_connection")
-    where: list[str] | None = Field(default=None, description="conditions that must all hold, each FIELD OP VALUE "
-                                    "with OP in = != > >= < <= ~ (contains), FIELD attrs.NAME, metrics.NAME, id, type "
-                                    "or a bare name; e.g. ['metrics.cpu_util_pct>50', 'name~vllm']")
-    around: str | None = Field(default=None, description="entity id: return its neighbourhood (entities and edges "
-                               "within `depth` hops)")
-    depth: int = Field(default=1, ge=1, le=4, description="hops for `around`")
-    edge_type: str | None = Field(default=None, description="with `around`: follow only edges of this type; "
-                                  "alone: the edges of this type (where applies to them), e.g. pipe, tcp, "
-                                  "uses_device")
-    top_by_metric: str | None = Field(default=None, description="metric name: entities ranked by it, highest "
-                                      "first, e.g. cpu_util_pct, runqueue_wait_pct, util_pct")
+    type: str | None = Field(default=None, description="entity type: process, thread, gpu, nic, ...")
+    where: list[str] | None = Field(default=None, description="all must hold, each FIELD OP VALUE: OP = != > >= "
+                                    "< <= ~(contains); FIELD attrs.X, metrics.X, id, type or bare name; e.g. "
+                                    "cpu_util_pct>50")
+    around: str | None = Field(default=None, description="entity id: its neighbourhood")
+    depth: int = Field(default=1, ge=1, le=4, description="hops for around")
+    edge_type: str | None = Field(default=None, description="with around: follow only these; alone: list them")
+    top_by_metric: str | None = Field(default=None, description="rank by this metric, highest first")
     ascending: bool = Field(default=False, description="with top_by_metric: lowest first")
     limit: int = Field(default=20, ge=1, le=200, description="rows per page")
-    cursor: str | None = Field(default=None, description="next_cursor of the previous page of the same query")
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page")
     max_tokens: int = _max_tokens()
 
 
 class ConvertLayerInput(_In):
     graph_id: str = GraphId
-    layer: Layer = Field(default="summary", description="which view: summary, one diagnosis layer, or all")
-    pids: list[int] | None = Field(default=None, description="the workload's processes, as for match_patterns")
-    thresholds: str | None = Field(default=None, description="threshold overrides, as for match_patterns")
+    layer: Layer = Field(default="summary", description="which view")
+    pids: list[int] | None = Field(default=None, description=_AS_MATCH)
+    thresholds: str | None = Field(default=None, description=_AS_MATCH)
     max_tokens: int = _max_tokens()
 
 
 class MatchPatternsInput(_In):
     graph_id: str = GraphId
-    layer: DiagnosisLayer | None = Field(default=None, description="evaluate only this layer's patterns; "
-                                         "default all seven")
-    pids: list[int] | None = Field(default=None, description="the workload's processes; default: the AI "
-                                   "workloads recognised in the graph")
-    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text, or the path of a "
-                                   "TOML file; default: the thresholds in force (resource witty://thresholds)")
+    layer: DiagnosisLayer | None = Field(default=None, description="only this layer; default all")
+    pids: list[int] | None = Field(default=None, description="workload; default: AI workloads found")
+    thresholds: str | None = Field(default=None, description="TOML text or file path; default: witty://thresholds")
     max_tokens: int = _max_tokens(1500)
 
 
 class GenerateReportInput(_In):
     graph_id: str = GraphId
-    format: Literal["md", "json"] = Field(default="md", description="markdown for people, json for programs")
-    pids: list[int] | None = Field(default=None, description="the workload's processes; default: recognised")
-    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text or a TOML file path")
-    output_path: str | None = Field(default=None, description="also write the full report to this file, "
-                                    "relative to (and only inside) the server's working directory")
-    overwrite: bool = Field(default=False, description="replace output_path if it exists")
+    format: Literal["md", "json"] = Field(default="md", description="md for people, json for programs")
+    pids: list[int] | None = Field(default=None, description=_AS_MATCH)
+    thresholds: str | None = Field(default=None, description=_AS_MATCH)
+    output_path: str | None = Field(default=None, description="also write the whole report here, inside the "
+                                    "server's working directory")
+    overwrite: bool = Field(default=False, description="replace an existing output_path")
     max_tokens: int = _max_tokens()
 
 
 class CompareGraphsInput(_In):
     before_id: str = GraphId
     after_id: str = GraphId
-    thresholds: str | None = Field(default=None, description="threshold overrides: TOML text or a TOML file path")
+    thresholds: str | None = Field(default=None, description=_AS_MATCH)
     max_tokens: int = _max_tokens()
 
 
@@ -129,9 +122,9 @@ class CollectorState(_Out):
 
 class GraphSummary(_Out):
     graph_id: str
-    origin: str = Field(description="collect or load")
+    origin: str
     loaded_from: str | None = None
-    source: str | None = Field(default=None, description="live, legacy, ...")
+    source: str | None = None
     hosts: list[str]
     started_at: str | None = None
     duration_s: float | None = None
@@ -139,11 +132,11 @@ class GraphSummary(_Out):
     edge_count: int
     entities_by_type: dict[str, int]
     edges_by_type: dict[str, int]
-    collectors: list[CollectorState] = Field(description="every collector's status; unavailable ones say why")
-    overview: str = Field(description="the compact summary view of the graph (convert_layer layer=summary)")
+    collectors: list[CollectorState]
+    overview: str
     overview_tokens: int
     truncated: bool = False
-    note: str | None = Field(default=None, description="what was left out and how to get it, or the next step")
+    note: str | None = None
 
 
 class GraphListing(_Out):
@@ -189,7 +182,7 @@ class QueryPage(_Out):
     offset: int
     entities: list[EntityRow]
     edges: list[EdgeRow] = []
-    next_cursor: str | None = Field(default=None, description="pass as cursor (same arguments) for the next page")
+    next_cursor: str | None = None
     note: str | None = None
 
 
@@ -199,7 +192,7 @@ class LayerView(_Out):
     text: str
     tokens: int
     truncated: bool
-    omitted: dict[str, int] = Field(default_factory=dict, description="rows left out to fit max_tokens, by kind")
+    omitted: dict[str, int] = {}
     note: str | None = None
 
 
@@ -255,11 +248,10 @@ class Report(_Out):
 class Comparison(_Out):
     before_id: str
     after_id: str
-    text: str = Field(description="the comparison in markdown")
+    text: str
     tokens: int
     truncated: bool
-    comparison: dict[str, Any] = Field(default_factory=dict, description="the structured comparison "
-                                       "(empty when it did not fit the token budget)")
+    comparison: dict[str, Any] = Field(default_factory=dict, description="empty when over max_tokens")
     note: str | None = None
 
 

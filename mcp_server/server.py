@@ -35,8 +35,9 @@ log = logging.getLogger("witty-mcp")
 INSTRUCTIONS = """\
 witty-profiler finds why an AI training or inference host is slow. Work in small steps: collect \
 (or load_graph) -> graph_summary -> convert_layer for the layers that look unhealthy -> \
-match_patterns -> generate_report. Answers are capped at about 8000 tokens; lists page with \
-next_cursor and every cut says what was left out. The prompt diagnose_bottlenecks walks through it."""
+match_patterns -> generate_report. A graph_id comes from collect, load_graph or list_graphs. \
+max_tokens caps an answer (8000 by default); lists page with next_cursor and every cut says what \
+was left out. The prompt diagnose_bottlenecks walks through it."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
@@ -169,48 +170,41 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
             raise
 
     add_tool(server, "collect", "Collect a live window",
-             "Capture what this host does over a window (processes, threads, scheduling, memory and NUMA, PCIe, "
-             "GPUs/NPUs, network, storage, IPC) into a new graph; returns its graph_id and summary. Sends progress "
-             f"notifications during the window. duration_s is capped at {s.MAX_DURATION_S:g} s.",
+             "Capture this host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, network, storage and IPC "
+             "over a window into a new graph, with progress; returns graph_id and summary.",
              s.CollectInput, s.GraphSummary,
              ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                              open_world_hint=False), collect)
     add_tool(server, "load_graph", "Load a graph file",
-             "Load a graph file (native witty-graph v1, or the original witty-profiler's JSON) and return its "
-             "graph_id and summary. The same file always gets the same graph_id.",
+             "Load a graph file (same file, same graph_id); returns graph_id and summary.",
              s.LoadGraphInput, s.GraphSummary,
              ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                              open_world_hint=False), in_thread(w.load_graph))
     add_tool(server, "list_graphs", "List graphs",
-             "The graphs this server knows (collected or loaded, this session or earlier), newest first, paginated.",
+             "Known graphs, newest first, from earlier sessions too.",
              s.ListGraphsInput, s.GraphList, READ_ONLY, in_thread(w.list_graphs))
     add_tool(server, "graph_summary", "Summarise a graph",
-             "Hosts, capture window, collector statuses (and why any was unavailable), counts by type, and the "
-             "compact summary view that points at the unhealthy layers.",
+             "Counts, collector statuses (why unavailable) and the summary view pointing at unhealthy layers.",
              s.GraphSummaryInput, s.GraphSummary, READ_ONLY, in_thread(w.graph_summary))
     add_tool(server, "query_graph", "Query a graph",
-             "Entities by type and conditions (where), the neighbourhood of one entity (around + depth), the "
-             "entities ranked by a metric (top_by_metric), or the edges of one type (edge_type alone). One page "
-             "per call; pass next_cursor with the same arguments for the next.",
+             "A page of entities (type, where), a neighbourhood (around, depth), a ranking (top_by_metric) or "
+             "edges (edge_type alone). Next page: same arguments, cursor=next_cursor.",
              s.QueryGraphInput, s.QueryPage, READ_ONLY, in_thread(w.query_graph))
     add_tool(server, "convert_layer", "View one layer",
-             "A compact text view of the graph for one layer (compute, memory, interconnect, network, storage, "
-             "control, dataplane), the summary or all, with units on every number, within max_tokens.",
+             "Compact text view of one layer, the summary or all.",
              s.ConvertLayerInput, s.LayerView, READ_ONLY, in_thread(w.convert_layer))
     add_tool(server, "match_patterns", "Match bottleneck patterns",
-             "Run the deterministic seven-layer pattern matcher: findings (severity, P0/P1/P2 priority, evidence "
-             "with ids, values and thresholds, recommendations) and coverage (every pattern: finding, clear or "
-             "not_evaluated with the reason).",
+             "Deterministic seven-layer bottleneck matcher: findings (P0-P2, evidence, recommendations) and each "
+             "pattern's coverage (finding, clear, or not_evaluated and why).",
              s.MatchPatternsInput, s.PatternMatches, READ_ONLY, in_thread(w.match_patterns))
     add_tool(server, "generate_report", "Write the report",
-             "The diagnosis report (markdown or JSON). With output_path it also writes the whole report to a file "
-             "inside the server's working directory; an existing file is replaced only with overwrite=true.",
+             "The diagnosis report; output_path also writes it to a file, overwrite=true to replace one.",
              s.GenerateReportInput, s.Report,
              ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                              open_world_hint=False), in_thread(w.generate_report))
     add_tool(server, "compare_graphs", "Compare two graphs",
-             "Before/after comparison of two graphs (e.g. around a fix): findings that appeared, disappeared or "
-             "changed, and the metrics that moved.",
+             "Before/after diff of two graphs (e.g. around a fix): findings appeared, resolved or changed; "
+             "metrics moved.",
              s.CompareGraphsInput, s.Comparison, READ_ONLY, in_thread(w.compare_graphs))
 
     _add_resources(server, w)

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.anyio
 
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
 ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+SHARED_ARGUMENTS = {"graph_id", "before_id", "after_id", "max_tokens"}
 
 
 @pytest.fixture
@@ -61,12 +62,16 @@ def graph_file(workdir: Path) -> Path:
 async def test_tools_have_schemas_and_annotations(state: Path, workdir: Path) -> None:
     async with mcp.Client(server_for(state, workdir)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
+        instructions = client.instructions or ""
     assert set(tools) == ALL_TOOLS
+    # the graph ids and max_tokens, in nearly every tool, are explained once, in the instructions
+    assert "graph_id comes from collect, load_graph or list_graphs" in instructions
+    assert "max_tokens caps an answer" in instructions and "every cut says what was left out" in instructions
     for name, tool in tools.items():
         assert tool.description and len(tool.description) > 40, name
         assert tool.input_schema["type"] == "object" and tool.input_schema["properties"], name
         for prop, schema in tool.input_schema["properties"].items():
-            assert schema.get("description"), f"{name}.{prop} has no description"
+            assert schema.get("description") or prop in SHARED_ARGUMENTS, f"{name}.{prop} has no description"
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.annotations is not None and tool.annotations.open_world_hint is False, name
         assert tool.annotations.read_only_hint is (name in READ_ONLY), name
