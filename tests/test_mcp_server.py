@@ -16,6 +16,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
+from benchmarks.mcp_definitions import definition_tokens, tools_list
 from benchmarks.synthetic import synthetic_graph
 
 from witty_profiler.diagnosis.thresholds import validate
@@ -195,6 +196,14 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         assert (await checked("generate_report", graph_id=before, max_tokens=300))["written_to"] is None
         assert (await checked("compare_graphs", before_id=before, after_id=after))["comparison"]
         assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
+
+
+async def test_tool_definitions_cost_at_most_3000_tokens() -> None:
+    """The tools/list result costs every conversation its tokens (cl100k_base, counted offline, so the
+    bound is exact): benchmarks/mcp_definitions.py prints the figures, BENCHMARKS.md records them."""
+    counted = definition_tokens(await tools_list())
+    assert set(counted["tools"]) == ALL_TOOLS
+    assert counted["total"] <= 3000, counted
 
 
 async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Path, graph_file: Path) -> None:
