@@ -10,6 +10,7 @@ from witty_profiler.collectors.pci import is_nic, pcie_link_type, read_device, s
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import format_cpulist
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.topology.vocabulary import E, T
 
 # closeness on the PCIe tree, nearest first (nvidia-smi topo terms)
 LINK_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
@@ -35,9 +36,9 @@ def place_device(g: Graph, sys_root: Path, host: str, eid: str, address: str | N
     info = read_device(sys_root, address)
     if info is None:
         return {}
-    g.edge_of("pci_function", eid, entity_id("pci_device", host, info["address"]))
+    g.edge_of(E.PCI_FUNCTION, eid, entity_id(T.PCI_DEVICE, host, info["address"]))
     if info["numa_node"] is not None:
-        g.edge_of("local_to", eid, numa_id(host, info["numa_node"]))
+        g.edge_of(E.LOCAL_TO, eid, numa_id(host, info["numa_node"]))
     attrs = {"numa_node": info["numa_node"], "local_cpus": format_cpulist(info["local_cpus"])}
     if info["link_degraded"] is not None:
         attrs["pcie_link_degraded"] = info["link_degraded"]
@@ -66,6 +67,6 @@ def link_nearest_nics(g: Graph, sys_root: Path, host: str, eid: str, address: st
         if rank != best:
             continue
         name = nic["netdevs"][0] if nic["netdevs"] else nic["rdma_devices"][0]
-        target = entity_id("nic", host, name)
-        g.entity_of("nic", target, {"name": name, "pci_address": nic["address"], "numa_node": nic["numa_node"]})
-        g.edge_of("near_nic", eid, target, {"link_type": kind, "rdma_devices": nic["rdma_devices"]})
+        target = entity_id(T.NIC, host, name)
+        g.entity_of(T.NIC, target, {"name": name, "pci_address": nic["address"], "numa_node": nic["numa_node"]})
+        g.edge_of(E.NEAR_NIC, eid, target, {"link_type": kind, "rdma_devices": nic["rdma_devices"]})

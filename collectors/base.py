@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import host_id
 from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.vocabulary import T
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Collector:
 
     def add_host(self, graph: Graph, metrics: dict) -> None:
         """This host's entity with some of its metrics (the collectors that measure the host each add theirs)."""
-        graph.entity_of("host", host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
+        graph.entity_of(T.HOST, host_id(self.ctx.host), {"name": self.ctx.host}, metrics)
 
 
 class CounterCollector(Collector):

@@ -20,6 +20,7 @@ from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
 from witty_profiler.collectors.tasks import list_pids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, process_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 UNLIMITED = 1 << 62  # v1 writes "no limit" as a page-rounded LONG_MAX
 
@@ -133,11 +134,11 @@ class CgroupCollector(CounterCollector):
             if not pids:
                 continue
             version, path = key
-            cid = entity_id("cgroup", host, version, path)
-            g.entity_of("cgroup", cid, {"version": version, "path": path, "controllers": sorted(self.dirs[key])},
+            cid = entity_id(T.CGROUP, host, version, path)
+            g.entity_of(T.CGROUP, cid, {"version": version, "path": path, "controllers": sorted(self.dirs[key])},
                         self._metrics(key))
             for pid in sorted(pids):
-                g.edge_of("in_cgroup", process_id(host, pid), cid)
+                g.edge_of(E.IN_CGROUP, process_id(host, pid), cid)
         return g
 
     def _metrics(self, key: tuple[str, str]) -> dict:
@@ -145,39 +146,39 @@ class CgroupCollector(CounterCollector):
         m: dict = {}
         periods, throttled = s.get((key, "nr_periods")), s.get((key, "nr_throttled"))
         if periods is not None and throttled is not None and (periods.delta() or 0) > 0:
-            m.update(ratio_metrics("throttled_periods_pct", throttled, periods, digits=2))
+            m.update(ratio_metrics(M.THROTTLED_PERIODS_PCT, throttled, periods, digits=2))
         elif periods is not None and throttled is not None and periods.delta() == 0:
-            m["throttled_periods_pct"] = 0.0
+            m[M.THROTTLED_PERIODS_PCT] = 0.0
         if s.get((key, "throttled_time")) is not None:  # v1, ns
-            m.update(window_metrics("throttled_ms_per_s", s[(key, "throttled_time")], scale=1e-6, digits=2))
+            m.update(window_metrics(M.THROTTLED_MS_PER_S, s[(key, "throttled_time")], scale=1e-6, digits=2))
         elif s.get((key, "throttled_usec")) is not None:  # v2, us
-            m.update(window_metrics("throttled_ms_per_s", s[(key, "throttled_usec")], scale=1e-3, digits=2))
+            m.update(window_metrics(M.THROTTLED_MS_PER_S, s[(key, "throttled_usec")], scale=1e-3, digits=2))
         if s.get((key, "usage_ns")) is not None:
-            m.update(window_metrics("cpu_util_pct", s[(key, "usage_ns")], scale=1e-7, digits=2))
+            m.update(window_metrics(M.CPU_UTIL_PCT, s[(key, "usage_ns")], scale=1e-7, digits=2))
         elif s.get((key, "usage_usec")) is not None:
-            m.update(window_metrics("cpu_util_pct", s[(key, "usage_usec")], scale=1e-4, digits=2))
+            m.update(window_metrics(M.CPU_UTIL_PCT, s[(key, "usage_usec")], scale=1e-4, digits=2))
         for line in ("cpu_some", "io_some", "io_full", "memory_some", "memory_full"):
             series = s.get((key, f"psi_{line}"))
             if series is not None:
                 m.update(window_metrics(f"psi_{line}_pct", series, scale=1e-4, digits=3))
         if s.get((key, "pgmajfault")) is not None:
-            m.update(window_metrics("major_faults_per_s", s[(key, "pgmajfault")], digits=2))
+            m.update(window_metrics(M.MAJOR_FAULTS_PER_S, s[(key, "pgmajfault")], digits=2))
         if s.get((key, "limit_hits")) is not None:
-            m.update(window_metrics("memory_limit_hits_per_s", s[(key, "limit_hits")], digits=2))
+            m.update(window_metrics(M.MEMORY_LIMIT_HITS_PER_S, s[(key, "limit_hits")], digits=2))
         if "cpu" in dirs:
             cores = quota_cores(read_text(f"{dirs['cpu']}/cpu.cfs_quota_us"),
                                 read_text(f"{dirs['cpu']}/cpu.cfs_period_us"))
         else:
             cores = quota_cores(read_text(f"{dirs['v2']}/cpu.max")) if "v2" in dirs else None
         if cores is not None:
-            m["cpu_quota_cores"] = cores
+            m[M.CPU_QUOTA_CORES] = cores
         mem_dir = dirs.get("memory") or dirs.get("v2")
         if mem_dir:
             v1 = "memory" in dirs
             usage = read_text(f"{mem_dir}/{'memory.usage_in_bytes' if v1 else 'memory.current'}")
             limit = read_text(f"{mem_dir}/{'memory.limit_in_bytes' if v1 else 'memory.max'}")
             if usage and usage.strip().isdigit():
-                m["memory_usage_bytes"] = int(usage)
+                m[M.MEMORY_USAGE_BYTES] = int(usage)
             if limit and limit.strip().isdigit() and int(limit) < UNLIMITED:
-                m["memory_limit_bytes"] = int(limit)
+                m[M.MEMORY_LIMIT_BYTES] = int(limit)
         return m

@@ -14,6 +14,7 @@ from witty_profiler.collectors.procfs import parse_proc_stat_cpus, read_text
 from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import cpu_id
+from witty_profiler.topology.vocabulary import M, T
 
 
 @register
@@ -42,8 +43,8 @@ class CpuCollector(CounterCollector):
         s = self.series
         total = s[(key, "total")]
         out: dict[str, float] = {}
-        for metric, part in (("cpu_util_pct", "busy"), ("cpu_user_pct", "user"), ("cpu_system_pct", "system"),
-                             ("cpu_iowait_pct", "iowait"), ("cpu_steal_pct", "steal")):
+        for metric, part in ((M.CPU_UTIL_PCT, "busy"), (M.CPU_USER_PCT, "user"), (M.CPU_SYSTEM_PCT, "system"),
+                             (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal")):
             out.update(ratio_metrics(metric, s[(key, part)], total, digits=2))
         return out
 
@@ -54,14 +55,14 @@ class CpuCollector(CounterCollector):
         g = self.fragment()
         host = self.ctx.host
         metrics = self._utilisation("cpu")
-        metrics.update(window_metrics("context_switches_per_s", self.series[("ctxt",)], digits=1))
+        metrics.update(window_metrics(M.CONTEXT_SWITCHES_PER_S, self.series[("ctxt",)], digits=1))
         load = read_text(f"{self.ctx.proc}/loadavg")
         if load:
-            metrics["load1"] = float(load.split()[0])
+            metrics[M.LOAD1] = float(load.split()[0])
         self.add_host(g, metrics)
         for key in (k for k in self.series.prefixes() if k.startswith("cpu") and k != "cpu"):
             n = int(key[3:])
-            g.entity_of("cpu", cpu_id(host, n), {"cpu": n}, self._utilisation(key))
+            g.entity_of(T.CPU, cpu_id(host, n), {"cpu": n}, self._utilisation(key))
         if len(self.series[("cpu", "total")]) < 2:
             self.partial("/proc/stat was read once only; no utilisation over the window")
         return g

@@ -49,6 +49,7 @@ from witty_profiler.collectors.procfs import mapping_of, read_text
 from witty_profiler.collectors.tasks import list_tids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_id, thread_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 # FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2: the ops that block
 WAIT_OPS = (0, 6, 9, 11, 13)
@@ -167,8 +168,8 @@ def thread_metrics(wait_ns: int, lock_ns: int, woken: int, window_s: float) -> d
     def share(ns: int) -> float:
         return round(min(100.0, ns / (window_s * 1e9) * 100), 2)
 
-    return {"futex_wait_pct": share(wait_ns), "futex_lock_wait_pct": share(lock_ns),
-            "futex_wakeups_per_s": round(woken / window_s, 2)}
+    return {M.FUTEX_WAIT_PCT: share(wait_ns), M.FUTEX_LOCK_WAIT_PCT: share(lock_ns),
+            M.FUTEX_WAKEUPS_PER_S: round(woken / window_s, 2)}
 
 
 def map_items(table) -> list[tuple[int, object]]:
@@ -345,8 +346,8 @@ class EbpfCollector(Collector):
         others = []
         for key, w in waited.items():
             m = thread_metrics(w.ns, w.lock_ns, w.woken, window_s)
-            if key[0] not in scope and m["futex_wait_pct"] >= OUT_OF_SCOPE_MIN_PCT \
-                    and m["futex_wakeups_per_s"] >= OUT_OF_SCOPE_MIN_PER_S:
+            if key[0] not in scope and m[M.FUTEX_WAIT_PCT] >= OUT_OF_SCOPE_MIN_PCT \
+                    and m[M.FUTEX_WAKEUPS_PER_S] >= OUT_OF_SCOPE_MIN_PER_S:
                 others.append((-w.ns, key))
         chosen.update(key for _, key in sorted(others)[:OUT_OF_SCOPE_MAX])
         for pid, tid in sorted(chosen):
@@ -362,9 +363,9 @@ class EbpfCollector(Collector):
                 if where:
                     attrs["futex_mapping"] = where
             tid_id = thread_id(host, pid, tid)
-            g.entity_of("thread", tid_id, attrs, thread_metrics(w.ns, w.lock_ns, w.woken, window_s))
+            g.entity_of(T.THREAD, tid_id, attrs, thread_metrics(w.ns, w.lock_ns, w.woken, window_s))
             if shown is not None:
-                g.edge_of("has_thread", process_id(host, pid), tid_id)
+                g.edge_of(E.HAS_THREAD, process_id(host, pid), tid_id)
         notes = [self.note] + (["ids of this PID namespace: threads outside it are not traced"] if self.pidns else [])
         if any(notes):
             traced_on = f"futex waits traced on {', '.join(self.syscalls)}"

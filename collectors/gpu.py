@@ -16,6 +16,7 @@ from witty_profiler.collectors.base import Collector, Context, register
 from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, pci_address, process_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 NVLINK_TX, NVLINK_RX, ALL_LINKS = 138, 139, 0xFFFFFFFF  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, every link
 NVLINK_FIELDS = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]
@@ -96,22 +97,22 @@ class GpuCollector(Collector):
             i, s = d["index"], d["samples"]
             util = self._try("nvmlDeviceGetUtilizationRates", i)
             if util is not None:
-                s["util_pct"].append(util.gpu)
-                s["mem_bw_util_pct"].append(util.memory)
+                s[M.UTIL_PCT].append(util.gpu)
+                s[M.MEM_BW_UTIL_PCT].append(util.memory)
             mem = self._try("nvmlDeviceGetMemoryInfo", i)
             if mem is not None:
                 d["memory_total"] = mem.total
-                s["memory_used_bytes"].append(mem.used)
-            for metric, counter in (("pcie_tx_bytes_per_s", 0), ("pcie_rx_bytes_per_s", 1)):
+                s[M.MEMORY_USED_BYTES].append(mem.used)
+            for metric, counter in ((M.PCIE_TX_BYTES_PER_S, 0), (M.PCIE_RX_BYTES_PER_S, 1)):
                 kb = self._try("nvmlDeviceGetPcieThroughput", i, counter)  # KB/s over a 20 ms window
                 if kb is not None:
                     s[metric].append(kb * 1024)
-            for metric, fn, args, scale in (("power_w", "nvmlDeviceGetPowerUsage", (), 1e-3),
-                                            ("temperature_c", "nvmlDeviceGetTemperature", (0,), 1),
-                                            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (SM,), 1),
-                                            ("mem_clock_mhz", "nvmlDeviceGetClockInfo", (MEM,), 1),
-                                            ("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration", (), 1),
-                                            ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", (), 1)):
+            for metric, fn, args, scale in ((M.POWER_W, "nvmlDeviceGetPowerUsage", (), 1e-3),
+                                            (M.TEMPERATURE_C, "nvmlDeviceGetTemperature", (0,), 1),
+                                            (M.SM_CLOCK_MHZ, "nvmlDeviceGetClockInfo", (SM,), 1),
+                                            (M.MEM_CLOCK_MHZ, "nvmlDeviceGetClockInfo", (MEM,), 1),
+                                            (M.PCIE_LINK_GEN, "nvmlDeviceGetCurrPcieLinkGeneration", (), 1),
+                                            (M.PCIE_LINK_WIDTH, "nvmlDeviceGetCurrPcieLinkWidth", (), 1)):
                 value = self._try(fn, i, *args)
                 if value is not None:
                     s[metric].append(value * scale)
@@ -206,7 +207,7 @@ class GpuCollector(Collector):
         driver = self.nvml.system("nvmlSystemGetDriverVersion") if self.devices else None
         ids = {}
         for d in self.devices:
-            eid = ids[d["index"]] = entity_id("gpu", host, d["pci"] or f"index{d['index']}")
+            eid = ids[d["index"]] = entity_id(T.GPU, host, d["pci"] or f"index{d['index']}")
             metrics = self._metrics(d)
             attrs = {"index": d["index"], "name": d["name"], "uuid": d["uuid"], "pci_address": d["pci"],
                      "driver_version": _text(driver) if driver else None,
@@ -218,16 +219,16 @@ class GpuCollector(Collector):
             gen, width = metrics.get("pcie_link_gen_min"), metrics.get("pcie_link_width_min")
             if gen is not None and width is not None and d["gen_max"] and d["width_max"]:
                 # an idle GPU lowers its link generation to save power; that is not a fault
-                busy = metrics.get("util_pct_max", metrics.get("util_pct", 0)) >= 5
+                busy = metrics.get("util_pct_max", metrics.get(M.UTIL_PCT, 0)) >= 5
                 attrs["pcie_link_degraded"] = width < d["width_max"] or (busy and gen < d["gen_max"])
             metrics.pop("pcie_link_gen_min", None)
             metrics.pop("pcie_link_width_min", None)
             attrs.update({k: v for k, v in place_device(g, sys_root, host, eid, d["pci"]).items()
                           if k != "pcie_link_degraded"})
-            g.entity_of("gpu", eid, attrs, metrics)
+            g.entity_of(T.GPU, eid, attrs, metrics)
             link_nearest_nics(g, sys_root, host, eid, d["pci"], attrs.get("numa_node"), nics)
             for pid, used in sorted(d["processes"].items()):
-                g.edge_of("uses_device", process_id(host, pid), eid, {"pid": pid}, {"memory_used_bytes": used})
+                g.edge_of(E.USES_DEVICE, process_id(host, pid), eid, {"pid": pid}, {M.MEMORY_USED_BYTES: used})
         for a in self.devices:
             for b in self.devices:
                 if a["index"] >= b["index"]:
@@ -238,47 +239,47 @@ class GpuCollector(Collector):
                     ancestor = None
                 link = gpu_link(a, b, ancestor)
                 if link:
-                    g.edge_of("device_link", ids[a["index"]], ids[b["index"]], link)
+                    g.edge_of(E.DEVICE_LINK, ids[a["index"]], ids[b["index"]], link)
         return g
 
     def _metrics(self, d: dict) -> dict[str, float]:
         s, m = d["samples"], {}
-        for name in ("util_pct", "mem_bw_util_pct", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "power_w",
-                     "temperature_c", "sm_clock_mhz", "mem_clock_mhz"):
+        for name in (M.UTIL_PCT, M.MEM_BW_UTIL_PCT, M.PCIE_TX_BYTES_PER_S, M.PCIE_RX_BYTES_PER_S, M.POWER_W,
+                     M.TEMPERATURE_C, M.SM_CLOCK_MHZ, M.MEM_CLOCK_MHZ):
             m.update(gauge(name, s[name]))
-        if s["memory_used_bytes"]:
-            m["memory_used_bytes"] = s["memory_used_bytes"][-1]
-            m["memory_used_bytes_max"] = max(s["memory_used_bytes"])
+        if s[M.MEMORY_USED_BYTES]:
+            m[M.MEMORY_USED_BYTES] = s[M.MEMORY_USED_BYTES][-1]
+            m["memory_used_bytes_max"] = max(s[M.MEMORY_USED_BYTES])
             if d.get("memory_total"):
-                m["memory_total_bytes"] = d["memory_total"]
-                m["memory_used_pct"] = round(100 * m["memory_used_bytes"] / d["memory_total"], 2)
-        for name in ("pcie_link_gen", "pcie_link_width"):
+                m[M.MEMORY_TOTAL_BYTES] = d["memory_total"]
+                m[M.MEMORY_USED_PCT] = round(100 * m[M.MEMORY_USED_BYTES] / d["memory_total"], 2)
+        for name in (M.PCIE_LINK_GEN, M.PCIE_LINK_WIDTH):
             if s[name]:
                 m[name] = s[name][-1]
                 m[f"{name}_min"] = min(s[name])
         if d["gen_max"]:
-            m["pcie_link_gen_max"] = d["gen_max"]
+            m[M.PCIE_LINK_GEN_MAX] = d["gen_max"]
         if d["width_max"]:
-            m["pcie_link_width_max"] = d["width_max"]
+            m[M.PCIE_LINK_WIDTH_MAX] = d["width_max"]
         lane = PCIE_LANE_BYTES_PER_S.get(d["gen_max"] or 0)
-        if lane and d["width_max"] and ("pcie_tx_bytes_per_s" in m or "pcie_rx_bytes_per_s" in m):
-            busiest = max(m.get("pcie_tx_bytes_per_s", 0), m.get("pcie_rx_bytes_per_s", 0))
-            m["pcie_util_pct"] = round(100 * busiest / (lane * d["width_max"]), 2)
+        if lane and d["width_max"] and (M.PCIE_TX_BYTES_PER_S in m or M.PCIE_RX_BYTES_PER_S in m):
+            busiest = max(m.get(M.PCIE_TX_BYTES_PER_S, 0), m.get(M.PCIE_RX_BYTES_PER_S, 0))
+            m[M.PCIE_UTIL_PCT] = round(100 * busiest / (lane * d["width_max"]), 2)
         if d["power_limit_mw"]:
-            m["power_limit_w"] = d["power_limit_mw"] / 1000
+            m[M.POWER_LIMIT_W] = d["power_limit_mw"] / 1000
         if d["sm_clock_max"]:
-            m["sm_clock_max_mhz"] = d["sm_clock_max"]
+            m[M.SM_CLOCK_MAX_MHZ] = d["sm_clock_max"]
         if d["mem_clock_max"]:
-            m["mem_clock_max_mhz"] = d["mem_clock_max"]
-        m["throttle_thermal"] = int(bool(d["throttle"] & THERMAL))
-        m["throttle_power"] = int(bool(d["throttle"] & POWER))
+            m[M.MEM_CLOCK_MAX_MHZ] = d["mem_clock_max"]
+        m[M.THROTTLE_THERMAL] = int(bool(d["throttle"] & THERMAL))
+        m[M.THROTTLE_POWER] = int(bool(d["throttle"] & POWER))
         if d["ecc_start"] is not None and d.get("ecc_end") is not None and d["ecc_end"] >= d["ecc_start"]:
-            m["ecc_errors_total"] = d["ecc_end"] - d["ecc_start"]
-        m["xid_errors_total"] = len(d["xids"])
+            m[M.ECC_ERRORS_TOTAL] = d["ecc_end"] - d["ecc_start"]
+        m[M.XID_ERRORS_TOTAL] = len(d["xids"])
         if d["nvlinks_present"]:
-            m["nvlink_links"] = d["nvlinks_present"]
-            m["nvlink_links_up"] = len(d["nvlinks"])
-            m["nvlink_links_down"] = d["nvlinks_present"] - len(d["nvlinks"])
+            m[M.NVLINK_LINKS] = d["nvlinks_present"]
+            m[M.NVLINK_LINKS_UP] = len(d["nvlinks"])
+            m[M.NVLINK_LINKS_DOWN] = d["nvlinks_present"] - len(d["nvlinks"])
         if d["nvlinks"]:
             m.update(self._nvlink_rates(d))
         return m
@@ -288,11 +289,11 @@ class GpuCollector(Collector):
         if not first or not last:
             return {}
         out = {}
-        for metric, field in (("nvlink_tx_bytes_per_s", NVLINK_TX), ("nvlink_rx_bytes_per_s", NVLINK_RX)):
+        for metric, field in ((M.NVLINK_TX_BYTES_PER_S, NVLINK_TX), (M.NVLINK_RX_BYTES_PER_S, NVLINK_RX)):
             (v0, t0), (v1, t1) = first[field], last[field]
             if t1 > t0 and v1 >= v0:
                 out[metric] = round((v1 - v0) * 1024 / ((t1 - t0) / 1e6), 1)  # KiB over NVML's microsecond stamps
         per_link = NVLINK_BYTES_PER_S.get(d["nvlink_version"] or 0)
         if out and per_link:
-            out["nvlink_util_pct"] = round(100 * max(out.values()) / (per_link * len(d["nvlinks"])), 2)
+            out[M.NVLINK_UTIL_PCT] = round(100 * max(out.values()) / (per_link * len(d["nvlinks"])), 2)
         return out

@@ -23,6 +23,7 @@ from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.procfs import read_bytes
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, process_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 PAIRWISE_LIMIT = 16  # above this many sharers of one shm object, draw a star instead of all pairs
 
@@ -154,8 +155,8 @@ class _Edges:
     def add(self, kind: str, src: int, dst: int, attrs: dict, metrics: dict, qualifier: str | None = None) -> None:
         if src == dst or (self.scope is not None and src not in self.scope and dst not in self.scope):
             return
-        edge = self.found.setdefault((kind, src, dst, qualifier), {"attrs": dict(attrs), "metrics": {"channels": 0}})
-        edge["metrics"]["channels"] += 1
+        edge = self.found.setdefault((kind, src, dst, qualifier), {"attrs": dict(attrs), "metrics": {M.CHANNELS: 0}})
+        edge["metrics"][M.CHANNELS] += 1
         for name, value in metrics.items():
             if value is not None:
                 edge["metrics"][name] = edge["metrics"].get(name, 0) + value
@@ -166,7 +167,7 @@ class _Edges:
         ends = sorted({pid for _, src, dst, _ in self.found for pid in (src, dst)})
         for pid in ends:
             name = fdscan.comm(proc, pid)
-            graph.entity_of("process", process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
+            graph.entity_of(T.PROCESS, process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
         for (kind, src, dst, qualifier), edge in sorted(self.found.items(), key=lambda kv: str(kv[0])):
             graph.edge_of(kind, process_id(self.host, src), process_id(self.host, dst), edge["attrs"],
                           edge["metrics"], qualifier)
@@ -187,8 +188,8 @@ def pipe_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: fl
         for w in writers:
             for r in readers:
                 direction = "writer_to_reader" if holders[w] == "w" and holders[r] == "r" else "unknown"
-                edges.add("pipe", w, r, {"inode": inode, "direction": direction},
-                          {"queued_bytes": queued, "queued_bytes_growth_per_s": growth})
+                edges.add(E.PIPE, w, r, {"inode": inode, "direction": direction},
+                          {M.QUEUED_BYTES: queued, M.QUEUED_BYTES_GROWTH_PER_S: growth})
 
 
 def unix_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: float) -> None:
@@ -217,8 +218,8 @@ def unix_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: fl
         for a in sorted(owners[client.inode]):
             for b in sorted(owners[server.inode]):
                 src, dst = (a, b) if direction != "unordered" or a < b else (b, a)
-                edges.add("unix_socket", src, dst, attrs,
-                          {"queued_bytes": queued, "queued_bytes_growth_per_s": _growth(queued, queued_before, seconds)})
+                edges.add(E.UNIX_SOCKET, src, dst, attrs,
+                          {M.QUEUED_BYTES: queued, M.QUEUED_BYTES_GROWTH_PER_S: _growth(queued, queued_before, seconds)})
 
 
 def _listening(socks: list[sockdiag.TcpSock]) -> set[tuple[str, int]]:
@@ -258,8 +259,8 @@ def tcp_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: flo
         attrs = {"client": sockdiag.endpoint(local), "server": sockdiag.endpoint(remote), "direction": direction}
         for a in sorted(client_pids):
             for b in sorted(server_pids):
-                edges.add("tcp", a, b, attrs, {"bytes_sent_total": sent, "bytes_received_total": received,
-                                               "bytes_per_s": round((sent + received) / seconds, 3)
+                edges.add(E.TCP, a, b, attrs, {M.BYTES_SENT_TOTAL: sent, M.BYTES_RECEIVED_TOTAL: received,
+                                               M.BYTES_PER_S: round((sent + received) / seconds, 3)
                                                if seconds > 0 and sent is not None and received is not None else None})
 
 
@@ -283,11 +284,11 @@ def shm_edges(edges: _Edges, graph: Graph, host: str, end: Snapshot) -> None:
         size = row.get("size") if row else _size(key)
         if size is not None:
             attrs["size_bytes"] = size
-        shm_id = entity_id("shared_memory", host, key)
-        graph.entity_of("shared_memory", shm_id, attrs)
+        shm_id = entity_id(T.SHARED_MEMORY, host, key)
+        graph.entity_of(T.SHARED_MEMORY, shm_id, attrs)
         for pid in sorted(pids):
-            graph.entity_of("process", process_id(host, pid), {"pid": pid})
-            graph.edge_of("uses_shm", process_id(host, pid), shm_id)
+            graph.entity_of(T.PROCESS, process_id(host, pid), {"pid": pid})
+            graph.edge_of(E.USES_SHM, process_id(host, pid), shm_id)
         ordered = sorted(pids)
         creator = row.get("cpid")
         if creator in pids:
@@ -297,7 +298,7 @@ def shm_edges(edges: _Edges, graph: Graph, host: str, end: Snapshot) -> None:
         else:
             pairs = [(ordered[0], p, "unordered") for p in ordered[1:]]
         for a, b, direction in pairs:
-            edges.add("shm", a, b, {"path": key, "direction": direction}, {}, qualifier=key)
+            edges.add(E.SHM, a, b, {"path": key, "direction": direction}, {}, qualifier=key)
 
 
 def _size(path: str) -> int | None:
@@ -313,10 +314,10 @@ def msg_edges(edges: _Edges, proc: Path, end: Snapshot, start: Snapshot | None, 
         sender, receiver = row.get("lspid", 0), row.get("lrpid", 0)
         if not sender or not receiver or not all(os.path.exists(f"{proc}/{p}") for p in (sender, receiver)):
             continue
-        edges.add("msg_queue", sender, receiver,
+        edges.add(E.MSG_QUEUE, sender, receiver,
                   {"msqid": row["msqid"], "key": ipc_key(row["key"]), "messages": row.get("qnum")},
-                  {"queued_bytes": row.get("cbytes"),
-                   "queued_bytes_growth_per_s": _growth(row.get("cbytes"), before.get(row["msqid"]), seconds)},
+                  {M.QUEUED_BYTES: row.get("cbytes"),
+                   M.QUEUED_BYTES_GROWTH_PER_S: _growth(row.get("cbytes"), before.get(row["msqid"]), seconds)},
                   qualifier=str(row["msqid"]))
 
 

@@ -9,11 +9,12 @@ from witty_profiler.collectors.base import CounterCollector, register
 from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
 from witty_profiler.collectors.sampling import Series
 from witty_profiler.topology import Graph
+from witty_profiler.topology.vocabulary import M
 
-_VMSTAT_RATES = {"pgmajfault": "major_faults_per_s", "pswpin": "swap_in_pages_per_s",
-                 "pswpout": "swap_out_pages_per_s", "numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s",
-                 "numa_foreign": "numa_foreign_per_s", "numa_local": "numa_local_per_s",
-                 "numa_other": "numa_other_per_s"}
+_VMSTAT_RATES = {"pgmajfault": M.MAJOR_FAULTS_PER_S, "pswpin": M.SWAP_IN_PAGES_PER_S,
+                 "pswpout": M.SWAP_OUT_PAGES_PER_S, "numa_hit": M.NUMA_HIT_PER_S, "numa_miss": M.NUMA_MISS_PER_S,
+                 "numa_foreign": M.NUMA_FOREIGN_PER_S, "numa_local": M.NUMA_LOCAL_PER_S,
+                 "numa_other": M.NUMA_OTHER_PER_S}
 
 
 def remote_alloc_pct(local_series: Series | None, other_series: Series | None) -> float | None:
@@ -46,17 +47,17 @@ class MemoryCollector(CounterCollector):
         if not info and not self.series:
             return self.unavailable(f"{self.ctx.proc}/meminfo and {self.ctx.proc}/vmstat are not readable")
         if "MemTotal" in info:
-            metrics["mem_total_bytes"] = info["MemTotal"]
+            metrics[M.MEM_TOTAL_BYTES] = info["MemTotal"]
             if "MemAvailable" in info:
-                metrics["mem_available_bytes"] = info["MemAvailable"]
-                metrics["mem_used_pct"] = round((1 - info["MemAvailable"] / info["MemTotal"]) * 100, 2)
+                metrics[M.MEM_AVAILABLE_BYTES] = info["MemAvailable"]
+                metrics[M.MEM_USED_PCT] = round((1 - info["MemAvailable"] / info["MemTotal"]) * 100, 2)
         if "SwapTotal" in info:
-            metrics["swap_total_bytes"] = info["SwapTotal"]
-            metrics["swap_used_bytes"] = info["SwapTotal"] - info.get("SwapFree", 0)
+            metrics[M.SWAP_TOTAL_BYTES] = info["SwapTotal"]
+            metrics[M.SWAP_USED_BYTES] = info["SwapTotal"] - info.get("SwapFree", 0)
         metrics.update(self.series.rates(_VMSTAT_RATES, digits=2))
         pct = remote_alloc_pct(self.series.get("numa_local"), self.series.get("numa_other"))
         if pct is not None:
-            metrics["numa_remote_alloc_pct"] = pct
+            metrics[M.NUMA_REMOTE_ALLOC_PCT] = pct
         g = self.fragment()
         self.add_host(g, metrics)
         return g

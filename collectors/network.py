@@ -21,13 +21,14 @@ from witty_profiler.collectors.procfs import read_text
 from witty_profiler.collectors.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 MAX_CONNECTIONS = 2000  # above this, keep the connections that moved the most bytes
 NET_DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errors", "rx_drops", None, None, None, None,
                   "tx_bytes", "tx_packets", "tx_errors", "tx_drops")
-NIC_RATES = {"rx_bytes": "rx_bytes_per_s", "tx_bytes": "tx_bytes_per_s", "rx_packets": "rx_packets_per_s",
-             "tx_packets": "tx_packets_per_s", "rx_drops": "rx_drops_per_s", "tx_drops": "tx_drops_per_s",
-             "rx_errors": "rx_errors_per_s", "tx_errors": "tx_errors_per_s"}
+NIC_RATES = {"rx_bytes": M.RX_BYTES_PER_S, "tx_bytes": M.TX_BYTES_PER_S, "rx_packets": M.RX_PACKETS_PER_S,
+             "tx_packets": M.TX_PACKETS_PER_S, "rx_drops": M.RX_DROPS_PER_S, "tx_drops": M.TX_DROPS_PER_S,
+             "rx_errors": M.RX_ERRORS_PER_S, "tx_errors": M.TX_ERRORS_PER_S}
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -95,8 +96,8 @@ def connection_metrics(end: sockdiag.TcpSock, start: sockdiag.TcpSock | None) ->
         before = getattr(start, name) if start is not None else 0
         return now - before if before is not None and now >= before else None
 
-    return {"rtt_us": end.rtt_us, "rtt_var_us": end.rtt_var_us, "retrans_total": delta("total_retrans"),
-            "bytes_sent_total": delta("bytes_acked"), "bytes_received_total": delta("bytes_received")}
+    return {M.RTT_US: end.rtt_us, M.RTT_VAR_US: end.rtt_var_us, M.RETRANS_TOTAL: delta("total_retrans"),
+            M.BYTES_SENT_TOTAL: delta("bytes_acked"), M.BYTES_RECEIVED_TOTAL: delta("bytes_received")}
 
 
 def add_connections(graph: Graph, host: str, end: list[sockdiag.TcpSock], start: list[sockdiag.TcpSock],
@@ -113,18 +114,18 @@ def add_connections(graph: Graph, host: str, end: list[sockdiag.TcpSock], start:
             continue
         metrics = connection_metrics(sock, before.get(sock.cookie) if sock.cookie else None)
         kept.append((sock, pids, metrics))
-    kept.sort(key=lambda k: -((k[2]["bytes_sent_total"] or 0) + (k[2]["bytes_received_total"] or 0)))
+    kept.sort(key=lambda k: -((k[2][M.BYTES_SENT_TOTAL] or 0) + (k[2][M.BYTES_RECEIVED_TOTAL] or 0)))
     for sock, pids, metrics in kept[:MAX_CONNECTIONS]:
         local, remote = sockdiag.endpoint(sock.local), sockdiag.endpoint(sock.remote)
-        cid = entity_id("tcp_connection", host, local, remote)
+        cid = entity_id(T.TCP_CONNECTION, host, local, remote)
         attrs = {"local": local, "remote": remote, "state": sock.state,
                  "remote_is_local": sockdiag.is_local_address(sock.remote[0]) or sock.remote[0] in local_hosts}
         if pids:
             attrs["pid"] = pids[0]
-        graph.entity_of("tcp_connection", cid, attrs, {k: v for k, v in metrics.items() if v is not None})
+        graph.entity_of(T.TCP_CONNECTION, cid, attrs, {k: v for k, v in metrics.items() if v is not None})
         for pid in pids:
-            graph.entity_of("process", process_id(host, pid), {"pid": pid})
-            graph.edge_of("owns_connection", process_id(host, pid), cid)
+            graph.entity_of(T.PROCESS, process_id(host, pid), {"pid": pid})
+            graph.edge_of(E.OWNS_CONNECTION, process_id(host, pid), cid)
     return max(0, len(kept) - MAX_CONNECTIONS)
 
 
@@ -170,21 +171,21 @@ class NetworkCollector(Collector):
                 metrics.update(window_metrics(metric, series))
         speed = attrs.pop("speed_mbps", None)
         if speed:
-            metrics["speed_mbps"] = speed
+            metrics[M.SPEED_MBPS] = speed
             rx, tx = self.nics.get((name, "rx_bytes")), self.nics.get((name, "tx_bytes"))
             if rx is not None and tx is not None and rx.rate() is not None and tx.rate() is not None:
                 metrics.update(_util_stats(rx, tx, speed))
-        nic = graph.entity_of("nic", entity_id("nic", self.ctx.host, name), attrs, metrics)
+        nic = graph.entity_of(T.NIC, entity_id(T.NIC, self.ctx.host, name), attrs, metrics)
         if "numa_node" in attrs:
-            graph.edge_of("local_to", nic.id, numa_id(self.ctx.host, attrs["numa_node"]))
+            graph.edge_of(E.LOCAL_TO, nic.id, numa_id(self.ctx.host, attrs["numa_node"]))
 
     def _add_host_tcp(self, graph: Graph) -> None:
         out, retrans = self.tcp.get(("tcp", "OutSegs")), self.tcp.get(("tcp", "RetransSegs"))
         if out is None or retrans is None:
             self.partial(f"{self.ctx.proc}/net/snmp has no Tcp counters: host retransmit rate unknown")
             return
-        metrics = {**window_metrics("tcp_out_segs_per_s", out), **window_metrics("tcp_retrans_segs_per_s", retrans),
-                   **ratio_metrics("tcp_retrans_pct", retrans, out)}
+        metrics = {**window_metrics(M.TCP_OUT_SEGS_PER_S, out), **window_metrics(M.TCP_RETRANS_SEGS_PER_S, retrans),
+                   **ratio_metrics(M.TCP_RETRANS_PCT, retrans, out)}
         self.add_host(graph, metrics)
 
     def _add_connections(self, graph: Graph) -> None:
@@ -203,4 +204,4 @@ class NetworkCollector(Collector):
 
 def _util_stats(rx: Series, tx: Series, speed_mbps: float) -> dict[str, float]:
     per = [link_util_pct(r, t, speed_mbps) for r, t in zip(rx.interval_rates(), tx.interval_rates())]
-    return window_stats("link_util_pct", link_util_pct(rx.rate() or 0.0, tx.rate() or 0.0, speed_mbps), per)
+    return window_stats(M.LINK_UTIL_PCT, link_util_pct(rx.rate() or 0.0, tx.rate() or 0.0, speed_mbps), per)

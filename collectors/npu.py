@@ -26,6 +26,7 @@ from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
+from witty_profiler.topology.vocabulary import E, M, T
 
 MiB = 1024 * 1024
 _BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
@@ -366,7 +367,7 @@ class NpuCollector(Collector):
             # the bare address (the id of the card's PCI function), the next ones add their chip id
             key = c["bus_id"] if c["bus_id"] not in seen else f"{c['bus_id']}:{c['chip']}"
             seen.add(key)
-            eid = ids[(c["npu"], c["chip"])] = entity_id("npu", host, key)
+            eid = ids[(c["npu"], c["chip"])] = entity_id(T.NPU, host, key)
             s = self.samples[(c["npu"], c["chip"])]
             topo_name = names[order] if order < len(names) else None
             attrs = {"index": c["npu"], "chip": c["chip"], "name": c["name"], "health": s["health"][-1],
@@ -386,48 +387,48 @@ class NpuCollector(Collector):
                 node = self._node_of_cpus(parse_cpulist(attrs["cpu_affinity"]))
                 attrs["numa_node"] = node
                 if node is not None:
-                    g.edge_of("local_to", eid, numa_id(host, node))
-            g.entity_of("npu", eid, attrs, self._metrics(s, hccs))
+                    g.edge_of(E.LOCAL_TO, eid, numa_id(host, node))
+            g.entity_of(T.NPU, eid, attrs, self._metrics(s, hccs))
             link_nearest_nics(g, sys_root, host, eid, c["bus_id"], attrs.get("numa_node"), nics)
         for (npu, chip, pid), p in sorted(self.processes.items()):
             if (npu, chip) in ids:
                 mem = p["memory_mb"] * MiB if p["memory_mb"] is not None else None
-                g.edge_of("uses_device", process_id(host, pid), ids[(npu, chip)], {"pid": pid, "name": p["name"]},
-                          {"memory_used_bytes": mem})
+                g.edge_of(E.USES_DEVICE, process_id(host, pid), ids[(npu, chip)], {"pid": pid, "name": p["name"]},
+                          {M.MEMORY_USED_BYTES: mem})
         order_ids = [ids[(c["npu"], c["chip"])] for c in self.chips]
         for (a, b), kind in sorted(links.items()):
             ia, ib = names.index(a), names.index(b)
             if ia < ib < len(order_ids) and kind in LINK_TYPES:
-                g.edge_of("device_link", order_ids[ia], order_ids[ib], {"link_type": kind})
+                g.edge_of(E.DEVICE_LINK, order_ids[ia], order_ids[ib], {"link_type": kind})
         return g
 
     def _metrics(self, s: dict[str, list], hccs: dict | None = None) -> dict[str, float]:
         m: dict[str, float] = {}
-        m.update(gauge("util_pct", s["util"]))
-        m.update(gauge("mem_bw_util_pct", s["bw"]))
-        m.update(gauge("temperature_c", s["temp"]))
-        m.update(gauge("power_w", s["power"]))
-        m.update(gauge("sm_clock_mhz", s["clock"]))
+        m.update(gauge(M.UTIL_PCT, s["util"]))
+        m.update(gauge(M.MEM_BW_UTIL_PCT, s["bw"]))
+        m.update(gauge(M.TEMPERATURE_C, s["temp"]))
+        m.update(gauge(M.POWER_W, s["power"]))
+        m.update(gauge(M.SM_CLOCK_MHZ, s["clock"]))
         if any(v is not None for v in s["clock_max"]):
-            m["sm_clock_max_mhz"] = max(v for v in s["clock_max"] if v is not None)
+            m[M.SM_CLOCK_MAX_MHZ] = max(v for v in s["clock_max"] if v is not None)
         mem = [(u, t) for u, t in s["mem"] if u is not None and t]
         if mem:
             used, total = mem[-1]
-            m["memory_used_bytes"] = int(used * MiB)
+            m[M.MEMORY_USED_BYTES] = int(used * MiB)
             m["memory_used_bytes_max"] = int(max(u for u, _ in mem) * MiB)
-            m["memory_total_bytes"] = int(total * MiB)
-            m["memory_used_pct"] = round(100 * used / total, 2)
-        m.update(gauge("nvlink_tx_bytes_per_s", s["hccs_tx"], 1))
-        m.update(gauge("nvlink_rx_bytes_per_s", s["hccs_rx"], 1))
+            m[M.MEMORY_TOTAL_BYTES] = int(total * MiB)
+            m[M.MEMORY_USED_PCT] = round(100 * used / total, 2)
+        m.update(gauge(M.NVLINK_TX_BYTES_PER_S, s["hccs_tx"], 1))
+        m.update(gauge(M.NVLINK_RX_BYTES_PER_S, s["hccs_rx"], 1))
         if hccs:
             up = [i for i, lanes in enumerate(hccs["lanes"]) if lanes > 0]  # 0 lanes: the link did not train
-            m["nvlink_links"] = len(hccs["lanes"])
-            m["nvlink_links_up"] = len(up)
-            m["nvlink_links_down"] = len(hccs["lanes"]) - len(up)
+            m[M.NVLINK_LINKS] = len(hccs["lanes"])
+            m[M.NVLINK_LINKS_UP] = len(up)
+            m[M.NVLINK_LINKS_DOWN] = len(hccs["lanes"]) - len(up)
             capacity = sum(hccs["speed_gbps"][i] for i in up) * GB / 8 if hccs["speed_gbps"] else 0
-            busiest = max(m.get("nvlink_tx_bytes_per_s", -1), m.get("nvlink_rx_bytes_per_s", -1))
+            busiest = max(m.get(M.NVLINK_TX_BYTES_PER_S, -1), m.get(M.NVLINK_RX_BYTES_PER_S, -1))
             if capacity and busiest >= 0:
-                m["nvlink_util_pct"] = round(100 * busiest / capacity, 2)
+                m[M.NVLINK_UTIL_PCT] = round(100 * busiest / capacity, 2)
         return m
 
     def _node_of_cpus(self, cpus: list[int]) -> int | None:

@@ -15,9 +15,10 @@ from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, re
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist
 from witty_profiler.topology.ids import cpu_id, numa_id
+from witty_profiler.topology.vocabulary import E, M, T
 
-_NUMASTAT_RATES = {"numa_hit": "numa_hit_per_s", "numa_miss": "numa_miss_per_s", "numa_foreign": "numa_foreign_per_s",
-                   "local_node": "numa_local_per_s", "other_node": "numa_other_per_s"}
+_NUMASTAT_RATES = {"numa_hit": M.NUMA_HIT_PER_S, "numa_miss": M.NUMA_MISS_PER_S, "numa_foreign": M.NUMA_FOREIGN_PER_S,
+                   "local_node": M.NUMA_LOCAL_PER_S, "other_node": M.NUMA_OTHER_PER_S}
 
 
 def numa_topology(ctx: Context) -> dict[int, dict]:
@@ -79,19 +80,19 @@ class NumaCollector(CounterCollector):
             metrics: dict[str, float] = {}
             mem = parse_meminfo(read_text(f"{self.ctx.sys}/devices/system/node/node{node}/meminfo") or "")
             if "MemTotal" in mem:
-                metrics["mem_total_bytes"] = mem["MemTotal"]
-                metrics["mem_free_bytes"] = mem.get("MemFree", 0)
+                metrics[M.MEM_TOTAL_BYTES] = mem["MemTotal"]
+                metrics[M.MEM_FREE_BYTES] = mem.get("MemFree", 0)
             metrics.update(self.series.rates({(node, key): name for key, name in _NUMASTAT_RATES.items()}, digits=2))
             pct = remote_alloc_pct(self.series.get((node, "local_node")), self.series.get((node, "other_node")))
             if pct is not None:
-                metrics["numa_remote_alloc_pct"] = pct
+                metrics[M.NUMA_REMOTE_ALLOC_PCT] = pct
             nid = numa_id(host, node)
-            g.entity_of("numa_node", nid, {"node": node, "cpus": format_cpulist(info["cpus"]),
+            g.entity_of(T.NUMA_NODE, nid, {"node": node, "cpus": format_cpulist(info["cpus"]),
                                            "distances": {str(k): v for k, v in info["distances"].items()}}, metrics)
             for cpu in info["cpus"]:
-                g.entity_of("cpu", cpu_id(host, cpu), {"cpu": cpu, "numa_node": node})
-                g.edge_of("has_cpu", nid, cpu_id(host, cpu))
+                g.entity_of(T.CPU, cpu_id(host, cpu), {"cpu": cpu, "numa_node": node})
+                g.edge_of(E.HAS_CPU, nid, cpu_id(host, cpu))
             for other_node, distance in info["distances"].items():
                 if other_node != node:
-                    g.edge_of("numa_distance", nid, numa_id(host, other_node), {"distance": distance})
+                    g.edge_of(E.NUMA_DISTANCE, nid, numa_id(host, other_node), {"distance": distance})
         return g

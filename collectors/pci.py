@@ -15,6 +15,7 @@ from witty_profiler.collectors.base import Collector, register
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.topology.vocabulary import E, M, T
 
 # sysfs class code (first two bytes) -> what a person calls it
 CLASS_NAMES = {
@@ -144,10 +145,10 @@ def read_device(sys_root: Path, address: str) -> dict | None:
         "driver": driver.resolve().name if driver.is_symlink() else None,
         "numa_node": parse_numa_node(attr("numa_node")),
         "local_cpus": cpus,
-        "link_speed_gts": parse_link_speed(attr("current_link_speed")),
-        "link_speed_max_gts": parse_link_speed(attr("max_link_speed")),
-        "link_width": parse_link_width(attr("current_link_width")),
-        "link_width_max": parse_link_width(attr("max_link_width")),
+        M.LINK_SPEED_GTS: parse_link_speed(attr("current_link_speed")),
+        M.LINK_SPEED_MAX_GTS: parse_link_speed(attr("max_link_speed")),
+        M.LINK_WIDTH: parse_link_width(attr("current_link_width")),
+        M.LINK_WIDTH_MAX: parse_link_width(attr("max_link_width")),
         "netdevs": sorted(p.name for p in (d / "net").iterdir()) if (d / "net").is_dir() else [],
         "rdma_devices": sorted(p.name for p in (d / "infiniband").iterdir()) if (d / "infiniband").is_dir() else [],
     }
@@ -158,7 +159,7 @@ def read_device(sys_root: Path, address: str) -> dict | None:
 
 def link_degraded(info: dict) -> bool | None:
     """True when the link trained below what both ends support (speed or width); None if unknown."""
-    pairs = [(info["link_speed_gts"], info["link_speed_max_gts"]), (info["link_width"], info["link_width_max"])]
+    pairs = [(info[M.LINK_SPEED_GTS], info[M.LINK_SPEED_MAX_GTS]), (info[M.LINK_WIDTH], info[M.LINK_WIDTH_MAX])]
     known = [(cur, top) for cur, top in pairs if cur is not None and top is not None]
     if not known:
         return None
@@ -199,7 +200,7 @@ class PciCollector(Collector):
         g = self.fragment()
         host = self.ctx.host
         for address, info in devices.items():
-            eid = entity_id("pci_device", host, info["address"])
+            eid = entity_id(T.PCI_DEVICE, host, info["address"])
             attrs = {k: info[k] for k in ("address", "class", "class_name", "vendor", "device",
                                           "subsystem_vendor", "subsystem_device", "driver", "numa_node")}
             attrs["local_cpus"] = format_cpulist(info["local_cpus"])
@@ -212,9 +213,9 @@ class PciCollector(Collector):
             chain = upstream_chain(self.ctx.sys, address)
             if chain and chain[1]:
                 attrs["parent"] = chain[1][-1]
-            metrics = {k: info[k] for k in ("link_speed_gts", "link_speed_max_gts", "link_width", "link_width_max")
+            metrics = {k: info[k] for k in (M.LINK_SPEED_GTS, M.LINK_SPEED_MAX_GTS, M.LINK_WIDTH, M.LINK_WIDTH_MAX)
                        if info[k] is not None}
-            g.entity_of("pci_device", eid, attrs, metrics)
+            g.entity_of(T.PCI_DEVICE, eid, attrs, metrics)
             if info["numa_node"] is not None:
-                g.edge_of("local_to", eid, numa_id(host, info["numa_node"]))
+                g.edge_of(E.LOCAL_TO, eid, numa_id(host, info["numa_node"]))
         return g

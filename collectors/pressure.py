@@ -11,10 +11,11 @@ import time
 from witty_profiler.collectors.base import CounterCollector, register
 from witty_profiler.collectors.procfs import parse_psi, read_text
 from witty_profiler.topology import Graph
+from witty_profiler.topology.vocabulary import M
 
 # (resource, line) -> metric; PSI 'full' for cpu exists on newer kernels but has no defined meaning for hosts
-_METRICS = {("cpu", "some"): "psi_cpu_some_pct", ("io", "some"): "psi_io_some_pct", ("io", "full"): "psi_io_full_pct",
-            ("memory", "some"): "psi_memory_some_pct", ("memory", "full"): "psi_memory_full_pct"}
+_METRICS = {("cpu", "some"): M.PSI_CPU_SOME_PCT, ("io", "some"): M.PSI_IO_SOME_PCT, ("io", "full"): M.PSI_IO_FULL_PCT,
+            ("memory", "some"): M.PSI_MEMORY_SOME_PCT, ("memory", "full"): M.PSI_MEMORY_FULL_PCT}
 
 
 @register

@@ -36,6 +36,7 @@ from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from witty_profiler.topology.privacy import filter_env, redact_cmdline
+from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
 from witty_profiler.topology.wording import counted
 
@@ -71,7 +72,7 @@ def _node(g: Graph, host: str, node: int) -> None:
     """A bare NUMA node entity, so that runs_on/allocates_on never dangle without the numa collector."""
     nid = numa_id(host, node)
     if nid not in g:
-        _entity(g, "numa_node", nid, {"node": node}, {})
+        _entity(g, T.NUMA_NODE, nid, {"node": node}, {})
 
 
 def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = None) -> None:
@@ -395,11 +396,11 @@ class ProcessCollector(Collector):
         for pid in sorted(self.procs):
             p = self.procs[pid]
             metrics = _process_metrics(p)
-            if p.kernel and not p.in_scope and metrics.get("cpu_util_pct", 0) < KERNEL_THREAD_MIN_PCT:
+            if p.kernel and not p.in_scope and metrics.get(M.CPU_UTIL_PCT, 0) < KERNEL_THREAD_MIN_PCT:
                 continue
             emitted.add(pid)
             pid_id = process_id(host, pid)
-            _entity(g, "process", pid_id, self._process_attrs(p), metrics)
+            _entity(g, T.PROCESS, pid_id, self._process_attrs(p), metrics)
             self._numa_edges(g, pid_id, p)
             self._container_edge(g, pid_id, p)
             if p.in_scope:
@@ -409,7 +410,7 @@ class ProcessCollector(Collector):
         for pid in sorted(emitted):
             ppid = self.procs[pid].ppid
             if ppid in emitted:
-                _edge(g, "parent_of", process_id(host, ppid), process_id(host, pid))
+                _edge(g, E.PARENT_OF, process_id(host, ppid), process_id(host, pid))
         return g
 
     def _process_attrs(self, p: ProcState) -> dict:
@@ -447,23 +448,23 @@ class ProcessCollector(Collector):
         total = sum(runtime.values())
         for node, ns in sorted(runtime.items()):
             _node(g, host, node)
-            _edge(g, "runs_on", pid_id, numa_id(host, node), metrics={
-                "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
+            _edge(g, E.RUNS_ON, pid_id, numa_id(host, node), metrics={
+                M.RUNTIME_NS_TOTAL: ns, M.RUNTIME_SHARE_PCT: round(ns / total * 100, 2)})
         pages = p.extra.get("numa_pages") or {}
         all_pages = sum(pages.values())
         for node, count in sorted(pages.items()):
             _node(g, host, node)
-            _edge(g, "allocates_on", pid_id, numa_id(host, node), metrics={
-                "pages": count, "page_share_pct": round(count / all_pages * 100, 2) if all_pages else 0.0})
+            _edge(g, E.ALLOCATES_ON, pid_id, numa_id(host, node), metrics={
+                M.PAGES: count, M.PAGE_SHARE_PCT: round(count / all_pages * 100, 2) if all_pages else 0.0})
         if pages:
             metrics = g.entity(pid_id).metrics
-            metrics["numa_pages_total"] = all_pages
+            metrics[M.NUMA_PAGES_TOTAL] = all_pages
             ran_nodes = {n for n, ns in runtime.items() if total and ns / total >= MOSTLY_RAN_SHARE}
             if ran_nodes and all_pages:
                 remote = sum(c for n, c in pages.items() if n not in ran_nodes)
-                metrics["numa_remote_pages_pct"] = round(remote / all_pages * 100, 2)
+                metrics[M.NUMA_REMOTE_PAGES_PCT] = round(remote / all_pages * 100, 2)
             if total and all_pages:  # overlap of the two distributions: 100 = pages where it runs
-                metrics["cpu_mem_colocation_pct"] = round(sum(
+                metrics[M.CPU_MEM_COLOCATION_PCT] = round(sum(
                     min(runtime.get(n, 0) / total, pages.get(n, 0) / all_pages) for n in set(runtime) | set(pages)
                 ) * 100, 2)
         if p.in_scope and p.status_last:
@@ -475,18 +476,18 @@ class ProcessCollector(Collector):
         nodes = {self.node_of[c] for c in parse_cpulist(cpus_allowed) if c in self.node_of} if cpus_allowed else set()
         for node in sorted(nodes):
             _node(g, host, node)
-            _edge(g, "allowed_on", source, numa_id(host, node))
+            _edge(g, E.ALLOWED_ON, source, numa_id(host, node))
 
     def _container_edge(self, g: Graph, pid_id: str, p: ProcState) -> None:
         for path in (p.cgroups or {}).values():
             found = container_from_cgroup(path)
             if found:
-                cid = entity_id("container", self.ctx.host, found["id"])
+                cid = entity_id(T.CONTAINER, self.ctx.host, found["id"])
                 attrs = {"container_id": found["id"], "runtime": found["runtime"]}
                 if "pod" in found:
                     attrs["pod"] = found["pod"]
-                g.entity_of("container", cid, attrs)
-                _edge(g, "in_container", pid_id, cid)
+                g.entity_of(T.CONTAINER, cid, attrs)
+                _edge(g, E.IN_CONTAINER, pid_id, cid)
                 return
 
     def _thread(self, g: Graph, pid_id: str, p: ProcState, th: ThreadState) -> None:
@@ -503,21 +504,21 @@ class ProcessCollector(Collector):
         if p.exited or (p.threads and th.run_ns.times and th.run_ns.times[-1] < p.last_t):
             attrs["exited_in_window"] = True
         metrics: dict = {}
-        metrics.update(window_metrics("cpu_util_pct", th.run_ns, scale=1e-7, digits=2))  # ns/s -> % of a core
-        metrics.update(window_metrics("cpu_user_pct", th.user_ticks, scale=TICK_PCT, digits=2))
-        metrics.update(window_metrics("cpu_system_pct", th.system_ticks, scale=TICK_PCT, digits=2))
+        metrics.update(window_metrics(M.CPU_UTIL_PCT, th.run_ns, scale=1e-7, digits=2))  # ns/s -> % of a core
+        metrics.update(window_metrics(M.CPU_USER_PCT, th.user_ticks, scale=TICK_PCT, digits=2))
+        metrics.update(window_metrics(M.CPU_SYSTEM_PCT, th.system_ticks, scale=TICK_PCT, digits=2))
         metrics.update(_thread_runqueue(th))
         metrics.update(_ctx_switch_rates([(th.status_first, th.status_last)]))
         if th.cpus_allowed:
-            metrics["cpus_allowed_count"] = len(parse_cpulist(th.cpus_allowed))
-        _entity(g, "thread", tid_id, attrs, metrics)
-        _edge(g, "has_thread", pid_id, tid_id)
+            metrics[M.CPUS_ALLOWED_COUNT] = len(parse_cpulist(th.cpus_allowed))
+        _entity(g, T.THREAD, tid_id, attrs, metrics)
+        _edge(g, E.HAS_THREAD, pid_id, tid_id)
         self._allowed_edges(g, tid_id, th.cpus_allowed)
         total = sum(th.node_ns.values())
         for node, ns in sorted(th.node_ns.items()):
             _node(g, host, node)
-            _edge(g, "runs_on", tid_id, numa_id(host, node), metrics={
-                "runtime_ns_total": ns, "runtime_share_pct": round(ns / total * 100, 2)})
+            _edge(g, E.RUNS_ON, tid_id, numa_id(host, node), metrics={
+                M.RUNTIME_NS_TOTAL: ns, M.RUNTIME_SHARE_PCT: round(ns / total * 100, 2)})
 
 
 # -- window arithmetic -------------------------------------------------------------------------------
@@ -525,50 +526,50 @@ def _process_metrics(p: ProcState) -> dict:
     m: dict = {}
     if len(p.times) >= 3 and p.times[-1] > p.times[0] and p.utime[0] == p.utime[-1] and p.stime[0] == p.stime[-1]:
         # idle all window (most processes): every interval is 0, no series to build
-        for name in ("cpu_util_pct", "cpu_user_pct", "cpu_system_pct"):
+        for name in (M.CPU_UTIL_PCT, M.CPU_USER_PCT, M.CPU_SYSTEM_PCT):
             m[name] = m[f"{name}_p95"] = m[f"{name}_max"] = 0.0
     else:
-        m.update(window_metrics("cpu_util_pct", p.series("cpu"), scale=TICK_PCT, digits=2))
-        m.update(window_metrics("cpu_user_pct", p.series("utime"), scale=TICK_PCT, digits=2))
-        m.update(window_metrics("cpu_system_pct", p.series("stime"), scale=TICK_PCT, digits=2))
-    m.update(window_metrics("major_faults_per_s", p.series("majflt"), digits=2))
-    m["rss_bytes"] = p.rss_pages * PAGE_SIZE
-    m["num_threads"] = p.num_threads
+        m.update(window_metrics(M.CPU_UTIL_PCT, p.series("cpu"), scale=TICK_PCT, digits=2))
+        m.update(window_metrics(M.CPU_USER_PCT, p.series("utime"), scale=TICK_PCT, digits=2))
+        m.update(window_metrics(M.CPU_SYSTEM_PCT, p.series("stime"), scale=TICK_PCT, digits=2))
+    m.update(window_metrics(M.MAJOR_FAULTS_PER_S, p.series("majflt"), digits=2))
+    m[M.RSS_BYTES] = p.rss_pages * PAGE_SIZE
+    m[M.NUM_THREADS] = p.num_threads
     status = p.status_last[1] if p.status_last else {}
     if "Cpus_allowed_list" in status:
-        m["cpus_allowed_count"] = len(parse_cpulist(status["Cpus_allowed_list"]))
+        m[M.CPUS_ALLOWED_COUNT] = len(parse_cpulist(status["Cpus_allowed_list"]))
     m.update(_process_runqueue(p))
     if p.in_scope:
         m.update(_ctx_switch_rates([(th.status_first, th.status_last) for th in p.threads.values()]))
     elif p.num_threads == 1:
         m.update(_ctx_switch_rates([(p.status_first, p.status_last)]))
-    m.update(window_metrics("read_bytes_per_s", p.io_read, digits=1))
-    m.update(window_metrics("write_bytes_per_s", p.io_write, digits=1))
+    m.update(window_metrics(M.READ_BYTES_PER_S, p.io_read, digits=1))
+    m.update(window_metrics(M.WRITE_BYTES_PER_S, p.io_write, digits=1))
     if p.in_scope and len(p.io_write) >= 2:
-        m["write_burst_s"] = round(longest_busy_run(p.io_write), 3)
+        m[M.WRITE_BURST_S] = round(longest_busy_run(p.io_write), 3)
     if p.in_scope:
-        m["runnable_threads"] = sum(1 for th in p.threads.values() if th.state == "R")
+        m[M.RUNNABLE_THREADS] = sum(1 for th in p.threads.values() if th.state == "R")
     return m
 
 
 def _runqueue(run: float, wait: float, slices: float, span: float) -> dict:
     m: dict = {}
     if run + wait > 0:
-        m["runqueue_wait_pct"] = round(wait / (run + wait) * 100, 3)
+        m[M.RUNQUEUE_WAIT_PCT] = round(wait / (run + wait) * 100, 3)
     if span > 0:
-        m["runqueue_wait_ms_per_s"] = round(wait / 1e6 / span, 3)
-        m["timeslices_per_s"] = round(slices / span, 2)
+        m[M.RUNQUEUE_WAIT_MS_PER_S] = round(wait / 1e6 / span, 3)
+        m[M.TIMESLICES_PER_S] = round(slices / span, 2)
     if slices > 0:
-        m["runqueue_wait_per_slice_us"] = round(wait / 1e3 / slices, 2)
+        m[M.RUNQUEUE_WAIT_PER_SLICE_US] = round(wait / 1e3 / slices, 2)
     return m
 
 
 def _thread_runqueue(th: ThreadState) -> dict:
     m: dict = {}
-    m.update(ratio_metrics("runqueue_wait_pct", th.wait_ns, th.run_ns, den_extra=th.wait_ns))
-    m.update(window_metrics("runqueue_wait_ms_per_s", th.wait_ns, scale=1e-6))
-    m.update(ratio_metrics("runqueue_wait_per_slice_us", th.wait_ns, th.slices, scale=1e-3, digits=2))
-    m.update(window_metrics("timeslices_per_s", th.slices, digits=2))
+    m.update(ratio_metrics(M.RUNQUEUE_WAIT_PCT, th.wait_ns, th.run_ns, den_extra=th.wait_ns))
+    m.update(window_metrics(M.RUNQUEUE_WAIT_MS_PER_S, th.wait_ns, scale=1e-6))
+    m.update(ratio_metrics(M.RUNQUEUE_WAIT_PER_SLICE_US, th.wait_ns, th.slices, scale=1e-3, digits=2))
+    m.update(window_metrics(M.TIMESLICES_PER_S, th.slices, digits=2))
     return m
 
 

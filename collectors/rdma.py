@@ -15,6 +15,7 @@ from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.pci import read_device, read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.topology.vocabulary import E, M, T
 
 # IBTA PortCounters that only move when something is wrong on the link or in the fabric
 ERROR_COUNTERS = (
@@ -72,17 +73,17 @@ def port_rates(first: dict, last: dict, dt: float) -> dict[str, float]:
     out: dict[str, float] = {}
     if dt <= 0:
         return out
-    for metric, name, scale in (("port_rcv_bytes_per_s", "port_rcv_data", 4), ("port_xmit_bytes_per_s", "port_xmit_data", 4),
-                                ("rx_packets_per_s", "port_rcv_packets", 1), ("tx_packets_per_s", "port_xmit_packets", 1)):
+    for metric, name, scale in ((M.PORT_RCV_BYTES_PER_S, "port_rcv_data", 4), (M.PORT_XMIT_BYTES_PER_S, "port_xmit_data", 4),
+                                (M.RX_PACKETS_PER_S, "port_rcv_packets", 1), (M.TX_PACKETS_PER_S, "port_xmit_packets", 1)):
         d = delta("counters", name)
         if d is not None:
             out[metric] = d * scale / dt
     errors = [d for n in ERROR_COUNTERS if (d := delta("counters", n)) is not None]
     if errors:
-        out["port_errors_per_s"] = sum(errors) / dt
+        out[M.PORT_ERRORS_PER_S] = sum(errors) / dt
     retrans = [d for n in RETRANS_COUNTERS if (d := delta("hw", n)) is not None]
     if retrans:
-        out["port_retrans_per_s"] = sum(retrans) / dt
+        out[M.PORT_RETRANS_PER_S] = sum(retrans) / dt
     return out
 
 
@@ -154,13 +155,13 @@ class RdmaCollector(Collector):
             first, last = self.first[p], self.prev[p]
             rate = parse_rate(read_text(p / "rate"))
             metrics = port_rates(first, last, last["t"] - first["t"])
-            for k in ("port_rcv_bytes_per_s", "port_xmit_bytes_per_s"):
+            for k in (M.PORT_RCV_BYTES_PER_S, M.PORT_XMIT_BYTES_PER_S):
                 if k in self.peak.get(p, {}) and k in metrics:
                     metrics[f"{k}_max"] = self.peak[p][k]
             if rate:
-                metrics["rate_gbps"] = rate
-                busiest = max(metrics.get("port_rcv_bytes_per_s", 0.0), metrics.get("port_xmit_bytes_per_s", 0.0))
-                metrics["port_util_pct"] = busiest * 8 / (rate * 1e9) * 100
+                metrics[M.RATE_GBPS] = rate
+                busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
+                metrics[M.PORT_UTIL_PCT] = busiest * 8 / (rate * 1e9) * 100
             netdev = port_netdev(dev_dir, p)
             attrs = {"device": dev, "port": int(p.name) if p.name.isdigit() else p.name,
                      "state": parse_state(read_text(p / "state")), "phys_state": parse_state(read_text(p / "phys_state")),
@@ -169,19 +170,19 @@ class RdmaCollector(Collector):
                      "error_counters_delta": counter_deltas(first, last, "counters", ERROR_COUNTERS),
                      "retrans_counters_delta": counter_deltas(first, last, "hw", RETRANS_COUNTERS),
                      "congestion_counters_delta": counter_deltas(first, last, "hw", CONGESTION_COUNTERS)}
-            eid = entity_id("rdma_port", host, dev, p.name)
+            eid = entity_id(T.RDMA_PORT, host, dev, p.name)
             pci = self._pci(dev_dir)
             if pci:
                 attrs["pci_address"] = pci["address"]
                 attrs["numa_node"] = pci["numa_node"]
-                g.edge_of("pci_function", eid, entity_id("pci_device", host, pci["address"]))
+                g.edge_of(E.PCI_FUNCTION, eid, entity_id(T.PCI_DEVICE, host, pci["address"]))
                 if pci["numa_node"] is not None:
-                    g.edge_of("local_to", eid, numa_id(host, pci["numa_node"]))
-            g.entity_of("rdma_port", eid, attrs, metrics)
+                    g.edge_of(E.LOCAL_TO, eid, numa_id(host, pci["numa_node"]))
+            g.entity_of(T.RDMA_PORT, eid, attrs, metrics)
             if netdev:
-                nic = entity_id("nic", host, netdev)
-                g.entity_of("nic", nic, {"name": netdev, **({"pci_address": pci["address"]} if pci else {})})
-                g.edge_of("netdev_of", eid, nic)
+                nic = entity_id(T.NIC, host, netdev)
+                g.entity_of(T.NIC, nic, {"name": netdev, **({"pci_address": pci["address"]} if pci else {})})
+                g.edge_of(E.NETDEV_OF, eid, nic)
         return g
 
     def _pci(self, dev_dir: Path) -> dict | None:

@@ -18,6 +18,7 @@ from witty_profiler.collectors.procfs import read_text
 from witty_profiler.collectors.sampling import SeriesTable, ratio_metrics, window_metrics
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id
+from witty_profiler.topology.vocabulary import M, T
 
 SECTOR = 512
 # diskstats columns after major, minor, name (Documentation/admin-guide/iostats.rst)
@@ -76,12 +77,12 @@ def device_metrics(series: SeriesTable, name: str) -> dict[str, float]:
         return series[(name, counter)]
 
     return {
-        **window_metrics("disk_util_pct", s("io_ms"), scale=0.1),  # ms busy per s -> % of the window
-        **window_metrics("read_iops", s("reads")),
-        **window_metrics("write_iops", s("writes")),
-        **window_metrics("read_bytes_per_s", s("read_sectors"), scale=SECTOR),
-        **window_metrics("write_bytes_per_s", s("write_sectors"), scale=SECTOR),
-        **ratio_metrics("await_ms", s("io_wait_ms"), s("ios"), scale=1.0),
+        **window_metrics(M.DISK_UTIL_PCT, s("io_ms"), scale=0.1),  # ms busy per s -> % of the window
+        **window_metrics(M.READ_IOPS, s("reads")),
+        **window_metrics(M.WRITE_IOPS, s("writes")),
+        **window_metrics(M.READ_BYTES_PER_S, s("read_sectors"), scale=SECTOR),
+        **window_metrics(M.WRITE_BYTES_PER_S, s("write_sectors"), scale=SECTOR),
+        **ratio_metrics(M.AWAIT_MS, s("io_wait_ms"), s("ios"), scale=1.0),
     }
 
 
@@ -107,6 +108,6 @@ class StorageCollector(CounterCollector):
             quiet = attrs["partition"] or name.startswith(QUIET_UNLESS_USED)
             if quiet and not ios:
                 continue
-            graph.entity_of("block_device", entity_id("block_device", self.ctx.host, name), attrs,
+            graph.entity_of(T.BLOCK_DEVICE, entity_id(T.BLOCK_DEVICE, self.ctx.host, name), attrs,
                             device_metrics(self.series, name))
         return graph
