@@ -6,6 +6,7 @@ from typing import Any
 
 from witty_profiler.diagnosis.catalog import Levels, number, with_unit
 from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.wording import Count, agree, counted, listed, their  # noqa: F401  (the patterns' sentences use them as ev.*)
 
 MAX_SUBJECTS = 8  # subjects shown in full; the rest are counted in one statistic
@@ -80,13 +81,13 @@ def short(eid: str) -> str:
 def name_of(entity: Any) -> str:
     """'pid 1234 (python3)' for a process, 'NPU0 (0000:c1:00.0)' for a device, else a short id."""
     attrs = entity.attrs
-    if entity.type == "process":
+    if entity.type == T.PROCESS:
         name = attrs.get("name")
         return f"pid {attrs.get('pid', short(entity.id).split()[-1])}" + (f" ({name})" if name else "")
-    if entity.type == "thread":
+    if entity.type == T.THREAD:
         name = attrs.get("name")
         return f"tid {attrs.get('tid', short(entity.id).split(':')[-1])}" + (f" ({name})" if name else "")
-    if entity.type in ("gpu", "npu"):
+    if entity.type in (T.GPU, T.NPU):
         index = attrs.get("index")
         label = f"{entity.type.upper()}{index}" if index is not None else entity.type.upper()
         return f"{label} ({entity.id.split(':', 2)[2]})"

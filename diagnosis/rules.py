@@ -12,6 +12,7 @@ from witty_profiler.diagnosis.catalog import LEVELS, Levels, Verdict, clear, fin
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.vocabulary import E, M, T
 
 Value = Callable[[Entity], float | None]
 
@@ -133,7 +134,7 @@ def levels_check(entities: list[Entity], readings: tuple[Reading, ...], t: dict[
             if sev:
                 severities.append(sev)
                 subjects.append(entity.id)
-                where = "" if entity.type == "host" else f" in {ev.short(entity.id)}"
+                where = "" if entity.type == T.HOST else f" in {ev.short(entity.id)}"
                 parts.append(f"{metric} {ev.fmt(value, unit)}{where}")
                 items.append(ev.entity(entity.id, metric, value, unit=unit, levels=t[metric], severity=sev))
         if context and entity.id in subjects:
@@ -148,7 +149,7 @@ def levels_check(entities: list[Entity], readings: tuple[Reading, ...], t: dict[
 
 
 def host_or_scope_processes(scope: Scope) -> list[Entity]:
-    return scope.processes if scope.has_workload else scope.graph.entities("process")
+    return scope.processes if scope.has_workload else scope.graph.entities(T.PROCESS)
 
 
 def workload_devices(scope: Scope) -> list[Entity]:
@@ -156,11 +157,11 @@ def workload_devices(scope: Scope) -> list[Entity]:
     if scope.has_workload:
         found = {d.id: d for p in scope.processes for _, d in scope.query.devices_of(p)}
         return [found[k] for k in sorted(found)]
-    return scope.graph.entities("gpu") + scope.graph.entities("npu")
+    return scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU)
 
 
 def all_devices(scope: Scope) -> list[Entity]:
-    return scope.graph.entities("gpu") + scope.graph.entities("npu")
+    return scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU)
 
 
 def needs_workload(scope: Scope) -> Verdict | None:
@@ -188,16 +189,16 @@ def busy_candidates(scope: Scope) -> list[Entity]:
 def runnable_pct(e: Entity) -> float | None:
     """Share of the window a task wanted a CPU: running (cpu_util_pct) plus waiting in the run
     queue. A CPU-bound task on a contended host runs little but is runnable all the time."""
-    cpu = num(e, "cpu_util_pct")
+    cpu = num(e, M.CPU_UTIL_PCT)
     if cpu is None:
         return None
-    return cpu + (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
+    return cpu + (num(e, M.RUNQUEUE_WAIT_MS_PER_S) or 0.0) / 10.0
 
 
 def cpu_wait_pct(e: Entity) -> float | None:
     """Share of the whole window a task spent waiting for a CPU. Not the share of its runnable
     time: a task runnable for 1 ms that waited 0.8 ms of it is not starved."""
-    per_s = num(e, "runqueue_wait_ms_per_s")
+    per_s = num(e, M.RUNQUEUE_WAIT_MS_PER_S)
     if per_s is not None:
         return per_s / 10.0
     return None
@@ -211,10 +212,10 @@ def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
 def scope_cgroups(scope: Scope) -> list[Entity]:
     """The workload's cgroups and their ancestors (a limit on an ancestor applies just the same);
     every cgroup on the whole host."""
-    all_cgroups = scope.graph.entities("cgroup")
+    all_cgroups = scope.graph.entities(T.CGROUP)
     if not scope.has_workload:
         return all_cgroups
-    direct = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, "in_cgroup")}
+    direct = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, E.IN_CGROUP)}
     paths = [_cgroup_path(c) for c in all_cgroups if c.id in direct]
     chosen = []
     for cg in all_cgroups:

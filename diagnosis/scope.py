@@ -14,6 +14,7 @@ from typing import Any
 
 from witty_profiler.topology import Entity, Graph
 from witty_profiler.topology.query import GraphQuery, num
+from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.workload import Workload, resolve_workload
 
 __all__ = ["Scope", "num"]
@@ -49,7 +50,7 @@ class Scope:
         return [t for p in self.processes for t in self.query.threads_of(p)]
 
     def hosts(self) -> list[Entity]:
-        return self.graph.entities("host")
+        return self.graph.entities(T.HOST)
 
     # -- provenance ----------------------------------------------------------------------
     @property

@@ -12,6 +12,7 @@ from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.vocabulary import E, M, T
 
 DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.preprocessing_bottleneck")
 
@@ -35,7 +36,7 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not candidates:
         return clear(f"no process of the workload ({scope.describe()}) is expected to be busy "
                      "(no trainer, inference engine or accelerator user)")
-    a = assess(candidates, levels, metric_of("cpu_util_pct"))
+    a = assess(candidates, levels, metric_of(M.CPU_UTIL_PCT))
     if not a.measured:
         return not_evaluated(scope.missing("no CPU utilisation of the workload's processes", "process"))
     # Low CPU use is starvation only when the process wanted more: it waited for a CPU. A process
@@ -50,17 +51,17 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
             return clear(f"{ev.counted(len(judged), 'processes', 'use')} little CPU but hardly {ev.agree(len(judged), 'wait')} for one (< "
                          f"{number(t['min_cpu_wait_pct'])} % of the window in the run queue): idle or blocked by "
                          f"{'itself' if len(judged) == 1 else 'themselves'}, not starved")
-        return clear(clear_text(a, "workload processes", "cpu_util_pct"))
+        return clear(clear_text(a, "workload processes", M.CPU_UTIL_PCT))
     subjects = {e.id for e, _, _ in hits}
     explained = dataplane_explanations(scope, subjects)
     items = []
     for e, value, sev in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.entity(e.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(e)))
+        items.append(ev.entity(e.id, M.CPU_UTIL_PCT, value, levels=levels, severity=sev, note=ev.name_of(e)))
         items.append(ev.statistic([e.id], "cpu_wait_pct", cpu_wait_pct(e), unit="%",
                                   note="share of the window spent waiting for a CPU",
                                   bound=(">=", t["min_cpu_wait_pct"])))
-        if num(e, "voluntary_ctxt_switches_per_s") is not None:
-            items.append(ev.entity(e.id, "voluntary_ctxt_switches_per_s", num(e, "voluntary_ctxt_switches_per_s"),
+        if num(e, M.VOLUNTARY_CTXT_SWITCHES_PER_S) is not None:
+            items.append(ev.entity(e.id, M.VOLUNTARY_CTXT_SWITCHES_PER_S, num(e, M.VOLUNTARY_CTXT_SWITCHES_PER_S),
                                    unit="1/s"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "processes"))
@@ -109,8 +110,8 @@ def _workload_cpus(scope: Scope) -> dict[str, set[int]]:
 
 def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["cpu_util_pct"]
-    hosts = [h for h in scope.hosts() if num(h, "cpu_util_pct") is not None]
-    cpus = [c for c in scope.graph.entities("cpu") if num(c, "cpu_util_pct") is not None]
+    hosts = [h for h in scope.hosts() if num(h, M.CPU_UTIL_PCT) is not None]
+    cpus = [c for c in scope.graph.entities(T.CPU) if num(c, M.CPU_UTIL_PCT) is not None]
     if not hosts and not cpus:
         return not_evaluated(scope.missing("no host or per-CPU utilisation in this graph", "cpu", "host"))
     items = []
@@ -118,7 +119,7 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = []
     parts = []
     for host in hosts:
-        value, stolen = num(host, "cpu_util_pct"), num(host, "cpu_steal_pct") or 0.0
+        value, stolen = num(host, M.CPU_UTIL_PCT), num(host, M.CPU_STEAL_PCT) or 0.0
         sev = levels.severity(value + stolen)
         if sev:
             severities.append(sev)
@@ -128,14 +129,14 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
                              f"stolen by the hypervisor")
                 items.append(ev.statistic([host.id], "cpu_busy_or_stolen_pct", round(value + stolen, 2),
                                           levels=levels, severity=sev, note="cpu_util_pct + cpu_steal_pct"))
-                items.append(ev.entity(host.id, "cpu_util_pct", value, unit="%", note="host average"))
-                items.append(ev.entity(host.id, "cpu_steal_pct", stolen, unit="%", note="time the hypervisor ran "
+                items.append(ev.entity(host.id, M.CPU_UTIL_PCT, value, unit="%", note="host average"))
+                items.append(ev.entity(host.id, M.CPU_STEAL_PCT, stolen, unit="%", note="time the hypervisor ran "
                                        "other guests on these CPUs"))
             else:
                 parts.append(f"host {host_of(host.id)} CPUs {ev.fmt(value, '%')} busy")
-                items.append(ev.entity(host.id, "cpu_util_pct", value, levels=levels, severity=sev,
+                items.append(ev.entity(host.id, M.CPU_UTIL_PCT, value, levels=levels, severity=sev,
                                        note="host average"))
-            for m, u in (("load1", "runnable tasks"), ("psi_cpu_some_pct", "%")):
+            for m, u in ((M.LOAD1, "runnable tasks"), (M.PSI_CPU_SOME_PCT, "%")):
                 if num(host, m) is not None:
                     items.append(ev.entity(host.id, m, num(host, m), unit=u))
     by_host: dict[str, list[Entity]] = {}
@@ -145,27 +146,27 @@ def _cpu_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
         mine = [c for c in by_host.get(host, []) if c.attrs.get("cpu", _cpu_number(c)) in allowed]
         if not mine or len(mine) == len(by_host.get(host, [])):
             continue  # the workload may use every CPU: the host average already says it
-        mean = sum(num(c, "cpu_util_pct") or 0.0 for c in mine) / len(mine)
+        mean = sum(num(c, M.CPU_UTIL_PCT) or 0.0 for c in mine) / len(mine)
         sev = levels.severity(mean)
         if sev:
             severities.append(sev)
             subjects.extend(c.id for c in mine)
             parts.append(f"the workload's {ev.counted(len(mine), 'CPUs')} on {host} {ev.fmt(mean, '%')} busy")
-            items.append(ev.statistic([c.id for c in mine], "cpu_util_pct", mean, levels=levels, severity=sev,
+            items.append(ev.statistic([c.id for c in mine], M.CPU_UTIL_PCT, mean, levels=levels, severity=sev,
                                       note=f"mean over the {ev.counted(len(mine), 'CPUs')} the workload may use"))
     if severities:
-        busy = [c for c in cpus if (levels.severity(num(c, "cpu_util_pct")))]
+        busy = [c for c in cpus if (levels.severity(num(c, M.CPU_UTIL_PCT)))]
         if busy:
             items.append(ev.statistic([c.id for c in busy], "cpus_over_threshold", len(busy), unit="CPUs",
                                       note=f"{len(busy)} of {len(cpus)} CPUs above {number(levels.limit())} %"))
         return finding(worst(*severities) or "warning", "CPUs are saturated: " + "; ".join(parts) + ".", items,
                        subjects=subjects)
-    top = max(hosts, key=lambda h: ((num(h, "cpu_util_pct") or 0.0) + (num(h, "cpu_steal_pct") or 0.0), h.id),
+    top = max(hosts, key=lambda h: ((num(h, M.CPU_UTIL_PCT) or 0.0) + (num(h, M.CPU_STEAL_PCT) or 0.0), h.id),
               default=None)
     where = f"{ev.counted(len(cpus), 'CPUs')} measured"
     if top is not None:
-        stolen = num(top, "cpu_steal_pct") or 0.0
-        where = f"host CPU use {ev.fmt(num(top, 'cpu_util_pct'), '%')}" + (f" + {ev.fmt(stolen, '%')} stolen"
+        stolen = num(top, M.CPU_STEAL_PCT) or 0.0
+        where = f"host CPU use {ev.fmt(num(top, M.CPU_UTIL_PCT), '%')}" + (f" + {ev.fmt(stolen, '%')} stolen"
                                                                          if stolen else "")
     return clear(f"{where}, none > {number(levels.limit())} %")
 
@@ -200,26 +201,26 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["util_pct"]
     devices = workload_devices(scope)
     if not devices:
-        if scope.graph.entities("gpu") or scope.graph.entities("npu"):
+        if scope.graph.entities(T.GPU) or scope.graph.entities(T.NPU):
             return clear(f"no accelerator is used by the workload ({scope.describe()})")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml", "accel"))
     used = [d for d in devices if scope.query.device_users(d)]
     if not used:
         return clear(f"{ev.counted(len(devices), 'accelerators')} present, none used by a process")
-    a = assess(used, levels, metric_of("util_pct"))
+    a = assess(used, levels, metric_of(M.UTIL_PCT))
     if not a.measured:
         return not_evaluated(scope.missing("no utilisation of the accelerators in use", "gpu", "npu", "nvml"))
     if not a.hits:
-        return clear(clear_text(a, "accelerators in use", "util_pct"))
+        return clear(clear_text(a, "accelerators in use", M.UTIL_PCT))
     users = {u.id for d, _, _ in a.hits for u in scope.query.device_users(d)}
     explained = []
     for pid in DATAPLANE:
         v = scope.verdict(pid)
         if v is not None and v.status == "finding" and users & (set(v.subjects) | _producers(v)):
             explained.append(pid)
-    items = hit_evidence(a, "util_pct", extra=lambda d: [
+    items = hit_evidence(a, M.UTIL_PCT, extra=lambda d: [
         ev.edge(e.id, None, ev.name_of(scope.graph.entity(e.source)) if scope.graph.entity(e.source) else e.source,
-                note="used by") for e in scope.query.in_edges(d.id, "uses_device")][:4])
+                note="used by") for e in scope.query.in_edges(d.id, E.USES_DEVICE)][:4])
     first = a.hits[0]
     text = (f"{ev.counted(len(a.hits), 'accelerators')} in use {ev.agree(len(a.hits), 'are')} mostly idle: {ev.name_of(first[0])} busy "
             f"{ev.fmt(first[1], '%')} (threshold < {number(levels.limit(first[2]))} %).")
@@ -236,7 +237,7 @@ ACCELERATOR_IDLE = Pattern(
     id="compute.accelerator_idle", layer=1, title="Accelerator idle",
     why="The GPU/NPU is the expensive part; when it is busy less than half the time, the step is bound "
         "by something else (input pipeline, host CPU, communication, synchronisation).",
-    metrics=("gpu.util_pct", "npu.util_pct", "uses_device"),
+    metrics=("gpu.util_pct", "npu.util_pct", E.USES_DEVICE),
     thresholds=(Threshold("util_pct", "%", "below", "busy share of a device the workload uses",
                           critical=30, warning=50),),
     evidence="Each device in use under the threshold and the processes using it. When a data-plane finding "
@@ -258,14 +259,14 @@ def _pmu_subjects(scope: Scope) -> list[Entity]:
 def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["cpu_util_pct"]
     subjects = _pmu_subjects(scope)
-    with_pmu = [e for e in subjects if num(e, "ipc") is not None or num(e, "llc_miss_pct") is not None]
+    with_pmu = [e for e in subjects if num(e, M.IPC) is not None or num(e, M.LLC_MISS_PCT) is not None]
     if not with_pmu:
         return not_evaluated(scope.missing("no PMU counters (ipc, llc_miss_pct): the host has no PMU or "
                                            "perf_event_open is not allowed", "pmu", "perf"))
-    a = assess(with_pmu, levels, metric_of("cpu_util_pct"))
+    a = assess(with_pmu, levels, metric_of(M.CPU_UTIL_PCT))
     hits = []
     for entity, value, sev in a.hits:
-        ipc, llc = num(entity, "ipc"), num(entity, "llc_miss_pct")
+        ipc, llc = num(entity, M.IPC), num(entity, M.LLC_MISS_PCT)
         if (llc is not None and llc > t["llc_miss_pct"]) or (ipc is not None and ipc < t["ipc"]):
             hits.append((entity, value, sev))
     if not hits:
@@ -273,8 +274,8 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
                      f"LLC misses > {number(t['llc_miss_pct'])} % or IPC < {number(t['ipc'])}")
     items = []
     for entity, value, sev in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.entity(entity.id, "cpu_util_pct", value, levels=levels, severity=sev, note=ev.name_of(entity)))
-        for m, limit, sign in (("llc_miss_pct", t["llc_miss_pct"], ">"), ("ipc", t["ipc"], "<")):
+        items.append(ev.entity(entity.id, M.CPU_UTIL_PCT, value, levels=levels, severity=sev, note=ev.name_of(entity)))
+        for m, limit, sign in ((M.LLC_MISS_PCT, t["llc_miss_pct"], ">"), (M.IPC, t["ipc"], "<")):
             if num(entity, m) is not None:
                 items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio",
                                        bound=(sign, limit)))
@@ -305,12 +306,12 @@ COMPUTE_BOUND = Pattern(
 # -- compute.low_ipc ----------------------------------------------------------------------
 def _low_ipc(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = _pmu_subjects(scope)
-    active = [e for e in subjects if (num(e, "cpu_util_pct") or 0.0) >= t["min_cpu_util_pct"]
-              or num(e, "cpu_util_pct") is None]
-    if not any(num(e, "ipc") is not None for e in subjects):
+    active = [e for e in subjects if (num(e, M.CPU_UTIL_PCT) or 0.0) >= t["min_cpu_util_pct"]
+              or num(e, M.CPU_UTIL_PCT) is None]
+    if not any(num(e, M.IPC) is not None for e in subjects):
         return not_evaluated(scope.missing("no IPC counter: the host has no PMU or perf_event_open is not "
                                            "allowed", "pmu", "perf"))
-    return metric_check(scope, active, t["ipc"], "ipc", "active subjects with PMU counters", ("pmu", "perf"),
+    return metric_check(scope, active, t["ipc"], M.IPC, "active subjects with PMU counters", ("pmu", "perf"),
                         "{n:active subjects|retire} few instructions per cycle: {names}, IPC {worst} "
                         "(threshold < {limit}).")
 
@@ -340,7 +341,7 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
     measured = 0
     hits = []
     for process in scope.processes:
-        threads = [(th, num(th, "cpu_util_pct")) for th in scope.query.threads_of(process)]
+        threads = [(th, num(th, M.CPU_UTIL_PCT)) for th in scope.query.threads_of(process)]
         threads = [(th, v) for th, v in threads if v is not None]
         if len(threads) < 2:
             continue
@@ -360,9 +361,9 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits.sort(key=lambda h: (h[5] != "critical", -h[2], h[1].id))
     items = []
     for process, hot, value, siblings, n, sev in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.entity(hot.id, "cpu_util_pct", value, levels=levels, severity=sev,
+        items.append(ev.entity(hot.id, M.CPU_UTIL_PCT, value, levels=levels, severity=sev,
                                note=f"{ev.name_of(hot)} of {ev.name_of(process)}"))
-        items.append(ev.statistic([th.id for th in scope.query.threads_of(process) if th.id != hot.id], "cpu_util_pct",
+        items.append(ev.statistic([th.id for th in scope.query.threads_of(process) if th.id != hot.id], M.CPU_UTIL_PCT,
                                   siblings, unit="%", note=f"mean of its {n} sibling threads",
                                   bound=("<", t["siblings_cpu_util_pct"])))
     process, hot, value, siblings, n, _ = hits[0]
@@ -376,7 +377,7 @@ HOT_THREAD = Pattern(
     id="compute.hot_thread", layer=1, title="Hot thread (serial bottleneck)",
     why="One thread pinned near 100 % of a core while the others wait means the process runs at the speed "
         "of that thread: adding cores or workers will not help.",
-    metrics=("thread.cpu_util_pct", "has_thread"),
+    metrics=("thread.cpu_util_pct", E.HAS_THREAD),
     thresholds=(Threshold("thread_cpu_util_pct", "%", "above", "CPU use of the busiest thread, % of one core",
                           warning=90),),
     params=(Param("siblings_cpu_util_pct", 30, "%", "the other threads' mean CPU use must be below this"),),
@@ -395,15 +396,15 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
     devices = workload_devices(scope)
     if not devices:
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml"))
-    measured = [d for d in devices if any(num(d, m) is not None for m in ("throttle_thermal", "throttle_power"))]
+    measured = [d for d in devices if any(num(d, m) is not None for m in (M.THROTTLE_THERMAL, M.THROTTLE_POWER))]
     if not measured:
         return not_evaluated(scope.missing("no throttle reasons reported for the accelerators", "gpu", "npu", "nvml"))
     hits = []
     for d in measured:
-        reasons = [m.split("_")[1] for m in ("throttle_thermal", "throttle_power") if (num(d, m) or 0) >= 1]
+        reasons = [m.split("_")[1] for m in (M.THROTTLE_THERMAL, M.THROTTLE_POWER) if (num(d, m) or 0) >= 1]
         if not reasons:
             continue
-        clock, top = num(d, "sm_clock_mhz"), num(d, "sm_clock_max_mhz")
+        clock, top = num(d, M.SM_CLOCK_MHZ), num(d, M.SM_CLOCK_MAX_MHZ)
         ratio = clock * 100 / top if clock is not None and top else None
         sev = levels.severity(ratio) if ratio is not None else "warning"
         if sev:
@@ -413,14 +414,14 @@ def _accelerator_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
                      f"{number(levels.limit())} % of its maximum clock")
     items = []
     for d, reasons, ratio, sev in hits[:ev.MAX_SUBJECTS]:
-        for m in ("throttle_thermal", "throttle_power"):
+        for m in (M.THROTTLE_THERMAL, M.THROTTLE_POWER):
             if (num(d, m) or 0) >= 1:
                 items.append(ev.entity(d.id, m, 1, unit="0/1", note=ev.name_of(d)))
         if ratio is not None:
-            items.append(ev.entity(d.id, "sm_clock_mhz", num(d, "sm_clock_mhz"), unit="MHz",
-                                   note=f"{ev.fmt(ratio, '%')} of {ev.fmt(num(d, 'sm_clock_max_mhz'), 'MHz')}"))
+            items.append(ev.entity(d.id, M.SM_CLOCK_MHZ, num(d, M.SM_CLOCK_MHZ), unit="MHz",
+                                   note=f"{ev.fmt(ratio, '%')} of {ev.fmt(num(d, M.SM_CLOCK_MAX_MHZ), 'MHz')}"))
             items.append(ev.statistic([d.id], "clock_pct", ratio, levels=levels, severity=sev))
-        for m, u in (("temperature_c", "degC"), ("power_w", "W"), ("power_limit_w", "W")):
+        for m, u in ((M.TEMPERATURE_C, "degC"), (M.POWER_W, "W"), (M.POWER_LIMIT_W, "W")):
             if num(d, m) is not None:
                 items.append(ev.entity(d.id, m, num(d, m), unit=u))
     d, reasons, ratio, _ = hits[0]

@@ -13,60 +13,61 @@ from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.ids import host_of, process_of_thread
+from witty_profiler.topology.vocabulary import E, M, T
 
 
 # -- control.scheduling_latency -----------------------------------------------------------
 def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     wait, per_slice, psi = t["runqueue_wait_pct"], t["runqueue_wait_per_slice_us"], t["psi_cpu_some_pct"]
     tasks = host_or_scope_processes(scope)
-    if not any(num(p, "runqueue_wait_pct") is not None for p in tasks):
-        tasks = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
-    measured = [p for p in tasks if num(p, "runqueue_wait_pct") is not None or num(p, "runqueue_wait_per_slice_us")
+    if not any(num(p, M.RUNQUEUE_WAIT_PCT) is not None for p in tasks):
+        tasks = scope.scope_threads() if scope.has_workload else scope.graph.entities(T.THREAD)
+    measured = [p for p in tasks if num(p, M.RUNQUEUE_WAIT_PCT) is not None or num(p, M.RUNQUEUE_WAIT_PER_SLICE_US)
                 is not None]
     active = [p for p in measured if (runnable_pct(p) or 0.0) >= t["min_runnable_pct"]]
-    hosts = [h for h in scope.hosts() if num(h, "psi_cpu_some_pct") is not None]
+    hosts = [h for h in scope.hosts() if num(h, M.PSI_CPU_SOME_PCT) is not None]
     if not measured and not hosts:
         return not_evaluated(scope.missing("no run-queue wait (schedstat) of tasks and no PSI cpu", "process",
                                            "sched", "pressure"))
     hits = []
     for task in active:
-        sev_w = wait.severity(num(task, "runqueue_wait_pct"))
-        sev_s = per_slice.severity(num(task, "runqueue_wait_per_slice_us"))
+        sev_w = wait.severity(num(task, M.RUNQUEUE_WAIT_PCT))
+        sev_s = per_slice.severity(num(task, M.RUNQUEUE_WAIT_PER_SLICE_US))
         if sev_w or sev_s:
             hits.append((task, worst(sev_w, sev_s)))
-    host_hits = [] if scope.has_workload else [(h, psi.severity(num(h, "psi_cpu_some_pct"))) for h in hosts]
+    host_hits = [] if scope.has_workload else [(h, psi.severity(num(h, M.PSI_CPU_SOME_PCT))) for h in hosts]
     host_hits = [(h, s) for h, s in host_hits if s]
     if not hits and not host_hits:
-        top = max((num(p, "runqueue_wait_pct") or 0.0 for p in active), default=None)
+        top = max((num(p, M.RUNQUEUE_WAIT_PCT) or 0.0 for p in active), default=None)
         parts = [f"{ev.counted(len(active), 'active tasks')} measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
                                                              f"runnable time" if top is not None else "")]
-        parts += [f"PSI cpu {ev.fmt(num(h, 'psi_cpu_some_pct'), '%')}" for h in hosts]
+        parts += [f"PSI cpu {ev.fmt(num(h, M.PSI_CPU_SOME_PCT), '%')}" for h in hosts]
         return clear("; ".join(parts) + f"; none over {number(wait.limit())} % / {number(per_slice.limit())} us per slice")
-    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "runqueue_wait_pct") or 0.0), h[0].id))
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], M.RUNQUEUE_WAIT_PCT) or 0.0), h[0].id))
     items: list[Evidence] = []
     for task, sev in hits[:ev.MAX_SUBJECTS]:
-        for metric, levels in (("runqueue_wait_pct", wait), ("runqueue_wait_per_slice_us", per_slice)):
+        for metric, levels in ((M.RUNQUEUE_WAIT_PCT, wait), (M.RUNQUEUE_WAIT_PER_SLICE_US, per_slice)):
             value = num(task, metric)
             if value is not None:
                 items.append(ev.entity(task.id, metric, value, levels=levels, severity=levels.severity(value),
                                        note=ev.name_of(task)))
-        if num(task, "cpu_util_pct") is not None:
-            items.append(ev.entity(task.id, "cpu_util_pct", num(task, "cpu_util_pct"), unit="%"))
+        if num(task, M.CPU_UTIL_PCT) is not None:
+            items.append(ev.entity(task.id, M.CPU_UTIL_PCT, num(task, M.CPU_UTIL_PCT), unit="%"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "tasks"))
     for host in hosts:
-        sev = psi.severity(num(host, "psi_cpu_some_pct"))
-        items.append(ev.entity(host.id, "psi_cpu_some_pct", num(host, "psi_cpu_some_pct"), levels=psi, severity=sev,
+        sev = psi.severity(num(host, M.PSI_CPU_SOME_PCT))
+        items.append(ev.entity(host.id, M.PSI_CPU_SOME_PCT, num(host, M.PSI_CPU_SOME_PCT), levels=psi, severity=sev,
                                note="host-wide CPU pressure"))
     text = []
     if hits:
         first = hits[0][0]
         text.append(f"{ev.counted(len(hits), 'runnable tasks', 'wait')} for a CPU: {ev.name_of(first)} waits "
-                    f"{ev.fmt(num(first, 'runqueue_wait_pct'), '%')} of its runnable time"
-                    + (f", {ev.fmt(num(first, 'runqueue_wait_per_slice_us'), 'us')} per slice"
-                       if num(first, "runqueue_wait_per_slice_us") is not None else ""))
+                    f"{ev.fmt(num(first, M.RUNQUEUE_WAIT_PCT), '%')} of its runnable time"
+                    + (f", {ev.fmt(num(first, M.RUNQUEUE_WAIT_PER_SLICE_US), 'us')} per slice"
+                       if num(first, M.RUNQUEUE_WAIT_PER_SLICE_US) is not None else ""))
     for host, _ in host_hits:
-        text.append(f"some task stalled on CPU {ev.fmt(num(host, 'psi_cpu_some_pct'), '%')} of the window on "
+        text.append(f"some task stalled on CPU {ev.fmt(num(host, M.PSI_CPU_SOME_PCT), '%')} of the window on "
                     f"{host_of(host.id)} (PSI)")
     return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + ".", items,
                    subjects=[h.id for h, _ in hits + host_hits])
@@ -100,7 +101,7 @@ SCHEDULING_LATENCY = Pattern(
 def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
     periods, ms = t["throttled_periods_pct"], t["throttled_ms_per_s"]
     cgroups = scope_cgroups(scope)
-    measured = [c for c in cgroups if num(c, "throttled_periods_pct") is not None or num(c, "throttled_ms_per_s")
+    measured = [c for c in cgroups if num(c, M.THROTTLED_PERIODS_PCT) is not None or num(c, M.THROTTLED_MS_PER_S)
                 is not None]
     if not measured:
         what = "no cgroup of the workload with CPU throttling counters" if scope.has_workload else \
@@ -108,34 +109,34 @@ def _cpu_throttling(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing(what, "cgroup"))
     hits = []
     for cg in measured:
-        sev = worst(periods.severity(num(cg, "throttled_periods_pct")), ms.severity(num(cg, "throttled_ms_per_s")))
+        sev = worst(periods.severity(num(cg, M.THROTTLED_PERIODS_PCT)), ms.severity(num(cg, M.THROTTLED_MS_PER_S)))
         if sev:
             hits.append((cg, sev))
     if not hits:
-        top = max(measured, key=lambda c: (num(c, "throttled_periods_pct") or 0.0, c.id))
+        top = max(measured, key=lambda c: (num(c, M.THROTTLED_PERIODS_PCT) or 0.0, c.id))
         return clear(f"{ev.counted(len(measured), 'cgroups')} measured; most throttled {ev.short(top.id)} in "
-                     f"{ev.fmt(num(top, 'throttled_periods_pct') or 0.0, '%')} of periods")
-    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "throttled_periods_pct") or 0.0), h[0].id))
+                     f"{ev.fmt(num(top, M.THROTTLED_PERIODS_PCT) or 0.0, '%')} of periods")
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], M.THROTTLED_PERIODS_PCT) or 0.0), h[0].id))
     items: list[Evidence] = []
     for cg, _ in hits[:ev.MAX_SUBJECTS]:
-        for metric, levels in (("throttled_periods_pct", periods), ("throttled_ms_per_s", ms)):
+        for metric, levels in ((M.THROTTLED_PERIODS_PCT, periods), (M.THROTTLED_MS_PER_S, ms)):
             if num(cg, metric) is not None:
                 items.append(ev.entity(cg.id, metric, num(cg, metric), levels=levels,
                                        severity=levels.severity(num(cg, metric)), note=ev.short(cg.id)))
-        if num(cg, "cpu_quota_cores") is not None:
-            items.append(ev.entity(cg.id, "cpu_quota_cores", num(cg, "cpu_quota_cores"), unit="cores"))
-        members = [e for e in scope.query.in_edges(cg.id, "in_cgroup") if scope.in_scope(e.source) or not scope.has_workload]
+        if num(cg, M.CPU_QUOTA_CORES) is not None:
+            items.append(ev.entity(cg.id, M.CPU_QUOTA_CORES, num(cg, M.CPU_QUOTA_CORES), unit="cores"))
+        members = [e for e in scope.query.in_edges(cg.id, E.IN_CGROUP) if scope.in_scope(e.source) or not scope.has_workload]
         for edge in members[:4]:
             proc = scope.graph.entity(edge.source)
-            items.append(ev.edge(edge.id, "in_cgroup", ev.name_of(proc) if proc else edge.source,
+            items.append(ev.edge(edge.id, E.IN_CGROUP, ev.name_of(proc) if proc else edge.source,
                                  note="a workload process in this cgroup"))
     cg = hits[0][0]
-    quota = num(cg, "cpu_quota_cores")
+    quota = num(cg, M.CPU_QUOTA_CORES)
     return finding(worst(*(s for _, s in hits)) or "warning",
                    f"A CPU quota throttles the workload: {ev.short(cg.id)} was throttled in "
-                   f"{ev.fmt(num(cg, 'throttled_periods_pct') or 0.0, '%')} of its periods"
-                   + (f" ({ev.fmt(num(cg, 'throttled_ms_per_s'), 'ms/s')} stalled)"
-                      if num(cg, "throttled_ms_per_s") is not None else "")
+                   f"{ev.fmt(num(cg, M.THROTTLED_PERIODS_PCT) or 0.0, '%')} of its periods"
+                   + (f" ({ev.fmt(num(cg, M.THROTTLED_MS_PER_S), 'ms/s')} stalled)"
+                      if num(cg, M.THROTTLED_MS_PER_S) is not None else "")
                    + (f", quota {ev.fmt(quota, 'cores')}" if quota is not None else "") + ".",
                    items, subjects=[c.id for c, _ in hits])
 
@@ -144,7 +145,7 @@ CPU_THROTTLING = Pattern(
     id="control.cpu_throttling", layer=6, title="CPU quota throttling",
     why="A cgroup CPU quota (container CPU limit) stops every thread of the group for the rest of the period "
         "once the quota is spent: the workload stalls in bursts even though the host has idle CPUs.",
-    metrics=("cgroup.throttled_periods_pct", "cgroup.throttled_ms_per_s", "cgroup.cpu_quota_cores", "in_cgroup"),
+    metrics=("cgroup.throttled_periods_pct", "cgroup.throttled_ms_per_s", "cgroup.cpu_quota_cores", E.IN_CGROUP),
     thresholds=(Threshold("throttled_periods_pct", "%", "above", "share of enforcement periods in which the cgroup "
                           "was throttled", critical=50, warning=20, notice=5),
                 Threshold("throttled_ms_per_s", "ms/s", "above", "time throttled per second of the window",
@@ -162,23 +163,23 @@ CPU_THROTTLING = Pattern(
 # -- control.lock_contention --------------------------------------------------------------
 def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     share, often = t["futex_lock_wait_pct"], t["min_futex_wakeups_per_s"]
-    threads = scope.scope_threads() if scope.has_workload else scope.graph.entities("thread")
-    measured = [th for th in threads if num(th, "futex_lock_wait_pct") is not None]
+    threads = scope.scope_threads() if scope.has_workload else scope.graph.entities(T.THREAD)
+    measured = [th for th in threads if num(th, M.FUTEX_LOCK_WAIT_PCT) is not None]
     # without a workload the collector reports only the threads that waited: none is a clear host
     traced = any(name.split("@")[0] == "ebpf" and status.status == "ok" for name, status in scope.meta.collectors.items())
     if not measured and (scope.has_workload or not traced):
         return not_evaluated(scope.missing("no futex wait times: needs the eBPF collector (syscalls futex "
                                            "tracepoints)", "ebpf"))
     # a thread woken rarely sleeps on a condition (an idle pool, a queue with nothing in it), not on a lock
-    woken_often = [th for th in measured if (num(th, "futex_wakeups_per_s") or 0.0) >= often]
+    woken_often = [th for th in measured if (num(th, M.FUTEX_WAKEUPS_PER_S) or 0.0) >= often]
     often_ids = {th.id for th in woken_often}
-    hits = [(th, share.severity(num(th, "futex_lock_wait_pct"))) for th in woken_often]
+    hits = [(th, share.severity(num(th, M.FUTEX_LOCK_WAIT_PCT))) for th in woken_often]
     hits = [(th, sev) for th, sev in hits if sev]
     if not hits:
         # sleeping on futexes (all waits, timed-out sleeps included) without being woken often: idle
-        idle = [th for th in measured if share.severity(num(th, "futex_wait_pct")) and th.id not in often_ids]
+        idle = [th for th in measured if share.severity(num(th, M.FUTEX_WAIT_PCT)) and th.id not in often_ids]
         if woken_often:
-            top = max(num(th, "futex_lock_wait_pct") or 0.0 for th in woken_often)
+            top = max(num(th, M.FUTEX_LOCK_WAIT_PCT) or 0.0 for th in woken_often)
             what = (f"none of the {len(woken_often)} woken at least {number(often)}/s waited over "
                     f"{number(share.limit())} % of the window on locks (highest {ev.fmt(top, '%')})")
         else:
@@ -186,17 +187,17 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
         return clear(f"{ev.counted(len(measured), 'threads')} traced; {what}"
                      + (f"; {ev.counted(len(idle), 'idle threads')} slept longer on futexes but were woken less often"
                         if idle else ""))
-    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], "futex_lock_wait_pct") or 0.0), h[0].id))
+    hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], M.FUTEX_LOCK_WAIT_PCT) or 0.0), h[0].id))
     items: list[Evidence] = []
     for th, sev in hits[:ev.MAX_SUBJECTS]:
         process = scope.graph.entity(process_of_thread(th.id))
         of = f" of {ev.name_of(process)}" if process is not None else ""
-        items.append(ev.entity(th.id, "futex_lock_wait_pct", num(th, "futex_lock_wait_pct"), levels=share,
+        items.append(ev.entity(th.id, M.FUTEX_LOCK_WAIT_PCT, num(th, M.FUTEX_LOCK_WAIT_PCT), levels=share,
                                severity=sev, note=f"{ev.name_of(th)}{of}"))
-        items.append(ev.entity(th.id, "futex_wakeups_per_s", num(th, "futex_wakeups_per_s"), unit="1/s",
+        items.append(ev.entity(th.id, M.FUTEX_WAKEUPS_PER_S, num(th, M.FUTEX_WAKEUPS_PER_S), unit="1/s",
                                bound=(">=", often), note="wake-ups by another thread per second"))
-        if num(th, "cpu_util_pct") is not None:
-            items.append(ev.entity(th.id, "cpu_util_pct", num(th, "cpu_util_pct"), unit="%"))
+        if num(th, M.CPU_UTIL_PCT) is not None:
+            items.append(ev.entity(th.id, M.CPU_UTIL_PCT, num(th, M.CPU_UTIL_PCT), unit="%"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "threads"))
     shared = _shared_locks([th for th, _ in hits])
@@ -210,8 +211,8 @@ def _lock_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     return finding(worst(*(s for _, s in hits)) or "warning",
                    f"{ev.counted(len(hits), 'threads', 'spend')} {ev.their(len(hits))} time waiting on locks: "
                    + (f"{names}; the worst, " if len(hits) > 1 else "")
-                   + f"{ev.name_of(first)}, waits {ev.fmt(num(first, 'futex_lock_wait_pct'), '%')} of the window on "
-                   f"locks and is woken {ev.fmt(num(first, 'futex_wakeups_per_s'))} times a second "
+                   + f"{ev.name_of(first)}, waits {ev.fmt(num(first, M.FUTEX_LOCK_WAIT_PCT), '%')} of the window on "
+                   f"locks and is woken {ev.fmt(num(first, M.FUTEX_WAKEUPS_PER_S))} times a second "
                    f"(threshold > {number(share.limit(hits[0][1]))} %){one_lock}.",
                    items, subjects=[th.id for th, _ in hits])
 
@@ -296,15 +297,15 @@ def _work(scope: Scope, group: list[Entity]) -> tuple[str, dict[str, float]] | N
     """('device util_pct' | 'cpu_util_pct', member id -> work) with one value for every member."""
     device_work = {}
     for p in group:
-        utils = [num(d, "util_pct") for _, d in scope.query.devices_of(p)]
+        utils = [num(d, M.UTIL_PCT) for _, d in scope.query.devices_of(p)]
         utils = [u for u in utils if u is not None]
         if utils:
             device_work[p.id] = sum(utils) / len(utils)
     if len(device_work) == len(group):
-        return "util_pct", device_work
-    cpu = {p.id: num(p, "cpu_util_pct") for p in group}
+        return M.UTIL_PCT, device_work
+    cpu = {p.id: num(p, M.CPU_UTIL_PCT) for p in group}
     if all(v is not None for v in cpu.values()):
-        return "cpu_util_pct", cpu  # type: ignore[return-value]
+        return M.CPU_UTIL_PCT, cpu  # type: ignore[return-value]
     return None
 
 
@@ -359,7 +360,7 @@ LOAD_IMBALANCE = Pattern(
     id="control.load_imbalance", layer=6, title="Load imbalance between workers",
     why="Data-parallel ranks and tensor-parallel workers synchronise every step; the step takes as long as "
         "the slowest member, so the others idle for the difference.",
-    metrics=("process.cpu_util_pct", "gpu.util_pct", "npu.util_pct", "parent_of", "process.rank"),
+    metrics=("process.cpu_util_pct", "gpu.util_pct", "npu.util_pct", E.PARENT_OF, "process.rank"),
     thresholds=(Threshold("imbalance_pct", "%", "above", "(max - min) / max of the work done by sibling workers",
                           critical=60, warning=30),),
     params=(Param("min_work_pct", 10, "%", "ignore groups whose busiest member is below this (idle groups)"),),
@@ -375,7 +376,7 @@ LOAD_IMBALANCE = Pattern(
 
 # -- control.thread_oversubscription ------------------------------------------------------
 def _runnable(p: Entity) -> float | None:
-    for metric in ("runnable_threads_p95", "runnable_threads_max", "runnable_threads"):
+    for metric in ("runnable_threads_p95", "runnable_threads_max", M.RUNNABLE_THREADS):
         if num(p, metric) is not None:
             return num(p, metric)
     return None
@@ -385,7 +386,7 @@ def _host_cpus(scope: Scope, host: str) -> int | None:
     info = scope.meta.host_info.get(host, {})
     if isinstance(info.get("cpus"), int):
         return info["cpus"]
-    cpus = [c for c in scope.graph.entities("cpu") if host_of(c.id) == host]
+    cpus = [c for c in scope.graph.entities(T.CPU) if host_of(c.id) == host]
     return len(cpus) or None
 
 
@@ -423,9 +424,9 @@ def _thread_oversubscription(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.statistic([p.id for p, _ in known], "runnable_per_cpu", ratio, levels=levels, severity=sev,
                                   note=f"{number(total)} runnable threads on {n_cpus} allowed CPUs"))
         for p, r in sorted(known, key=lambda x: (-(x[1] or 0), x[0].id))[:4]:
-            items.append(ev.entity(p.id, "runnable_threads", r, unit="threads", note=ev.name_of(p)))
-            if num(p, "num_threads") is not None:
-                items.append(ev.entity(p.id, "num_threads", num(p, "num_threads"), unit="threads"))
+            items.append(ev.entity(p.id, M.RUNNABLE_THREADS, r, unit="threads", note=ev.name_of(p)))
+            if num(p, M.NUM_THREADS) is not None:
+                items.append(ev.entity(p.id, M.NUM_THREADS, num(p, M.NUM_THREADS), unit="threads"))
     host, _, total, n_cpus, ratio, _ = hits[0]
     return finding(worst(*(h[5] for h in hits)) or "warning",
                    f"The workload keeps {number(total)} threads runnable on {n_cpus} CPUs ({ratio:.1f} per CPU): threads "

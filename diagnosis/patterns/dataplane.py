@@ -15,7 +15,7 @@ from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
                              runnable_pct, workload_devices)
 from witty_profiler.diagnosis.scope import Scope, num
-from witty_profiler.topology.vocabulary import IPC_EDGES
+from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 from witty_profiler.topology import Edge, Entity
 
 
@@ -26,11 +26,11 @@ def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | No
         edges = list(scope.query.in_edges(consumer.id, kind))
         # a pipe runs writer -> reader unless its direction is unknown; the others carry both ways
         edges += [e for e in scope.query.out_edges(consumer.id, kind)
-                  if kind != "pipe" or e.attrs.get("direction") == "unknown"]
+                  if kind != E.PIPE or e.attrs.get("direction") == "unknown"]
         for edge in edges:
             other = edge.source if edge.target == consumer.id else edge.target
             peer = scope.graph.entity(other)
-            if peer is not None and peer.type == "process" and peer.id != consumer.id:
+            if peer is not None and peer.type == T.PROCESS and peer.id != consumer.id:
                 found.setdefault(peer.id, (peer, edge))
     for child in scope.query.children_of(consumer):
         if child.attrs.get("role") == "loader":
@@ -39,7 +39,7 @@ def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | No
 
 
 def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
-    return [(d, num(d, "util_pct")) for _, d in scope.query.devices_of(consumer) if num(d, "util_pct") is not None]
+    return [(d, num(d, M.UTIL_PCT)) for _, d in scope.query.devices_of(consumer) if num(d, M.UTIL_PCT) is not None]
 
 
 # -- dataplane.data_loading_bottleneck ----------------------------------------------------
@@ -47,7 +47,7 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
     levels = t["consumer_cpu_util_pct"]
-    consumers = [c for c in busy_candidates(scope) if num(c, "cpu_util_pct") is not None]
+    consumers = [c for c in busy_candidates(scope) if num(c, M.CPU_UTIL_PCT) is not None]
     if not consumers:
         return not_evaluated(scope.missing("no CPU utilisation of the workload's consumers (trainers, engines, "
                                            "the named processes)", "process"))
@@ -60,7 +60,7 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         devices = _device_util(scope, consumer)
         if devices and max(u for _, u in devices) > t["device_busy_pct"]:
             continue  # its accelerator is busy: the input keeps up
-        value = num(consumer, "cpu_util_pct")
+        value = num(consumer, M.CPU_UTIL_PCT)
         sev = levels.severity(value)
         if not sev or (cpu_wait_pct(consumer) or 0.0) > t["max_cpu_wait_pct"]:
             continue  # not waiting, or waiting for a CPU rather than for input (control.scheduling_latency)
@@ -78,30 +78,30 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits.sort(key=lambda h: (h[4] != "critical", h[1], h[0].id))
     items: list[Evidence] = []
     for consumer, value, busy, devices, sev in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.entity(consumer.id, "cpu_util_pct", value, levels=levels, severity=levels.severity(value),
+        items.append(ev.entity(consumer.id, M.CPU_UTIL_PCT, value, levels=levels, severity=levels.severity(value),
                                note=f"consumer {ev.name_of(consumer)}"))
-        if num(consumer, "voluntary_ctxt_switches_per_s") is not None:
-            items.append(ev.entity(consumer.id, "voluntary_ctxt_switches_per_s",
-                                   num(consumer, "voluntary_ctxt_switches_per_s"), unit="1/s", note="blocking"))
+        if num(consumer, M.VOLUNTARY_CTXT_SWITCHES_PER_S) is not None:
+            items.append(ev.entity(consumer.id, M.VOLUNTARY_CTXT_SWITCHES_PER_S,
+                                   num(consumer, M.VOLUNTARY_CTXT_SWITCHES_PER_S), unit="1/s", note="blocking"))
         if cpu_wait_pct(consumer) is not None:
             items.append(ev.statistic([consumer.id], "cpu_wait_pct", cpu_wait_pct(consumer), unit="%",
                                       note="share of the window waiting for a CPU: not starved",
                                       bound=("<=", t["max_cpu_wait_pct"])))
         for producer, edge in busy[:ev.MAX_SUBJECTS]:
             if edge is not None:
-                volume = next(((m, num(edge, m)) for m in ("bytes_per_s", "bytes_total", "bytes_sent_total")
+                volume = next(((m, num(edge, m)) for m in (M.BYTES_PER_S, M.BYTES_TOTAL, M.BYTES_SENT_TOTAL)
                                if num(edge, m) is not None), (None, None))
                 items.append(ev.edge(edge.id, volume[0], volume[1],
-                                     unit="bytes/s" if volume[0] == "bytes_per_s" else ("bytes" if volume[0] else None),
+                                     unit="bytes/s" if volume[0] == M.BYTES_PER_S else ("bytes" if volume[0] else None),
                                      note=f"{edge.type}: {ev.name_of(producer)} -> {ev.name_of(consumer)}"))
             items.append(ev.statistic([producer.id], "runnable_pct", runnable_pct(producer), unit="%",
                                       note=f"producer {ev.name_of(producer)}" + (" (loader worker)" if edge is None
                                                                                   else "") + ": running or waiting "
                                            "for a CPU", bound=(">", t["producer_busy_pct"])))
-            if num(producer, "cpu_util_pct") is not None:
-                items.append(ev.entity(producer.id, "cpu_util_pct", num(producer, "cpu_util_pct"), unit="%"))
+            if num(producer, M.CPU_UTIL_PCT) is not None:
+                items.append(ev.entity(producer.id, M.CPU_UTIL_PCT, num(producer, M.CPU_UTIL_PCT), unit="%"))
         for device, util in devices:
-            items.append(ev.entity(device.id, "util_pct", util, unit="%", note=f"{ev.name_of(device)} of the consumer",
+            items.append(ev.entity(device.id, M.UTIL_PCT, util, unit="%", note=f"{ev.name_of(device)} of the consumer",
                                    bound=("<", t["device_idle_pct"])))
     consumer, value, busy, devices, _ = hits[0]
     text = (f"{ev.name_of(consumer)} waits for its input: it runs {ev.fmt(value, '%')} of one core while "
@@ -119,7 +119,7 @@ DATA_LOADING_BOTTLENECK = Pattern(
     why="The consumer (trainer, inference engine, the device behind it) is only as fast as its input: when it "
         "spends the window blocked while the producers that feed it are busy, the input pipeline sets the pace.",
     metrics=("process.cpu_util_pct", "process.voluntary_ctxt_switches_per_s", "process.runqueue_wait_pct",
-             "pipe", "unix_socket", "tcp", "shm", "msg_queue", "gpu.util_pct", "npu.util_pct"),
+             E.PIPE, E.UNIX_SOCKET, E.TCP, E.SHM, E.MSG_QUEUE, "gpu.util_pct", "npu.util_pct"),
     thresholds=(Threshold("consumer_cpu_util_pct", "%", "below", "CPU use of the waiting consumer, % of one core",
                           critical=20, warning=50),),
     params=(Param("producer_busy_pct", 50, "%", "a producer running or waiting for a CPU (cpu_util_pct + run-queue "
@@ -150,14 +150,14 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     groups, unmeasured = [], set()
     for consumer in busy_candidates(scope):
         producers = [p for p, _ in producers_of(scope, consumer)]
-        workers = [p for p in producers if num(p, "cpu_util_pct") is not None]
-        unmeasured |= {p.id for p in producers if num(p, "cpu_util_pct") is None}
+        workers = [p for p in producers if num(p, M.CPU_UTIL_PCT) is not None]
+        unmeasured |= {p.id for p in producers if num(p, M.CPU_UTIL_PCT) is None}
         if workers:
             groups.append((consumer, workers))
     grouped = {w.id for _, ws in groups for w in ws}
     loaders = [p for p in scope.processes if p.attrs.get("role") == "loader" and p.id not in grouped]
-    orphans = [p for p in loaders if num(p, "cpu_util_pct") is not None]
-    unmeasured |= {p.id for p in loaders if num(p, "cpu_util_pct") is None}
+    orphans = [p for p in loaders if num(p, M.CPU_UTIL_PCT) is not None]
+    unmeasured |= {p.id for p in loaders if num(p, M.CPU_UTIL_PCT) is None}
     if orphans:
         groups.append((None, orphans))
     if not groups:
@@ -167,7 +167,7 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         return clear(f"no loader or preprocessing workers in {scope.describe()}")
     hits = []
     for consumer, workers in groups:
-        mean = sum(num(w, "cpu_util_pct") or 0.0 for w in workers) / len(workers)
+        mean = sum(num(w, M.CPU_UTIL_PCT) or 0.0 for w in workers) / len(workers)
         sev = levels.severity(mean)
         if not sev:
             continue
@@ -182,12 +182,12 @@ def _preprocessing_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits.sort(key=lambda h: (h[3] != "critical", -h[2], h[0].id if h[0] else ""))
     items: list[Evidence] = []
     for consumer, workers, mean, sev, starving in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.statistic([w.id for w in workers], "cpu_util_pct", mean, levels=levels,
+        items.append(ev.statistic([w.id for w in workers], M.CPU_UTIL_PCT, mean, levels=levels,
                                   severity=levels.severity(mean),
                                   note=f"mean of {ev.counted(len(workers), 'workers')}"
                                        + (f" feeding {ev.name_of(consumer)}" if consumer is not None else "")))
-        for w in sorted(workers, key=lambda w: (-(num(w, "cpu_util_pct") or 0.0), w.id))[:4]:
-            items.append(ev.entity(w.id, "cpu_util_pct", num(w, "cpu_util_pct"), unit="%", note=ev.name_of(w)))
+        for w in sorted(workers, key=lambda w: (-(num(w, M.CPU_UTIL_PCT) or 0.0), w.id))[:4]:
+            items.append(ev.entity(w.id, M.CPU_UTIL_PCT, num(w, M.CPU_UTIL_PCT), unit="%", note=ev.name_of(w)))
     consumer, workers, mean, _, starving = hits[0]
     text = (f"{ev.counted(len(workers), 'loader/preprocessing workers', 'are')} saturated at {ev.fmt(mean, '%')} of a core on "
             f"average" + (f" feeding {ev.name_of(consumer)}" if consumer is not None else ""))
@@ -202,7 +202,7 @@ PREPROCESSING_BOTTLENECK = Pattern(
     id="dataplane.preprocessing_bottleneck", layer=7, title="Preprocessing bottleneck",
     why="Loader and preprocessing workers that run flat out cannot produce faster; when the consumer waits "
         "for them, more or cheaper preprocessing is the only way to speed up the job.",
-    metrics=("process.cpu_util_pct", "process.role", "parent_of", "pipe", "unix_socket", "shm"),
+    metrics=("process.cpu_util_pct", "process.role", E.PARENT_OF, E.PIPE, E.UNIX_SOCKET, E.SHM),
     thresholds=(Threshold("loader_cpu_util_pct", "%", "above", "mean CPU use of the workers feeding one consumer, "
                           "% of one core", critical=95, warning=80),),
     evidence="For each consumer, the mean CPU use of the workers feeding it and the busiest of them. Lowered to a "
@@ -223,10 +223,10 @@ def _bubble(e: Entity, metric: str, min_busy: float) -> float | None:
         peak = num(e, f"{metric}_max")
     if mean is None or peak is None or peak < min_busy or peak <= 0:
         return None
-    if metric == "cpu_util_pct":
+    if metric == M.CPU_UTIL_PCT:
         # time spent runnable in the run queue is CPU contention (control.scheduling_latency),
         # not a gap in the pipeline: the process wanted to run then
-        mean += (num(e, "runqueue_wait_ms_per_s") or 0.0) / 10.0
+        mean += (num(e, M.RUNQUEUE_WAIT_MS_PER_S) or 0.0) / 10.0
     return max(0.0, (peak - mean) * 100 / peak)
 
 
@@ -234,11 +234,11 @@ def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
     levels = t["bubble_pct"]
-    devices = [d for d in workload_devices(scope) if num(d, "util_pct") is not None]
+    devices = [d for d in workload_devices(scope) if num(d, M.UTIL_PCT) is not None]
     if devices:
-        subjects, metric = devices, "util_pct"
+        subjects, metric = devices, M.UTIL_PCT
     else:
-        subjects, metric = busy_candidates(scope), "cpu_util_pct"
+        subjects, metric = busy_candidates(scope), M.CPU_UTIL_PCT
     with_series = [s for s in subjects if num(s, f"{metric}_p95") is not None or num(s, f"{metric}_max") is not None]
     if not with_series:
         return not_evaluated(scope.missing(f"no per-sample statistics ({metric}_p95) of the consumers: needs a windowed "
@@ -283,15 +283,15 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
     unique = sorted({e.id: e for e in edges}.values(), key=lambda e: e.id)
     if not unique:
         return not_evaluated(scope.missing("no IPC edges (pipes, sockets, shared memory) of the workload", "ipc"))
-    measured = [e for e in unique if num(e, "queued_bytes_growth_per_s") is not None]
+    measured = [e for e in unique if num(e, M.QUEUED_BYTES_GROWTH_PER_S) is not None]
     if not measured:
         return not_evaluated(scope.missing(f"{len(unique)} IPC edges, none with queue depths over the window "
                                            "(queued_bytes_growth_per_s)", "ipc"))
     hits = []
     for e in measured:
-        growth = num(e, "queued_bytes_growth_per_s")
+        growth = num(e, M.QUEUED_BYTES_GROWTH_PER_S)
         sev = levels.severity(growth)
-        if sev and (num(e, "queued_bytes") or 0.0) >= t["min_queued_bytes"]:
+        if sev and (num(e, M.QUEUED_BYTES) or 0.0) >= t["min_queued_bytes"]:
             hits.append((e, growth, sev))
     if not hits:
         return clear(f"{ev.counted(len(measured), 'IPC queues')} measured; none grows faster than {number(levels.limit())} bytes/s "
@@ -299,9 +299,9 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
     hits.sort(key=lambda h: (h[2] != "critical", -h[1], h[0].id))
     items = []
     for e, growth, sev in hits[:ev.MAX_SUBJECTS]:
-        items.append(ev.edge(e.id, "queued_bytes_growth_per_s", growth, levels=levels, severity=sev,
+        items.append(ev.edge(e.id, M.QUEUED_BYTES_GROWTH_PER_S, growth, levels=levels, severity=sev,
                              note=f"{e.type} {ev.short(e.source)} -> {ev.short(e.target)}"))
-        items.append(ev.edge(e.id, "queued_bytes", num(e, "queued_bytes"), unit="bytes"))
+        items.append(ev.edge(e.id, M.QUEUED_BYTES, num(e, M.QUEUED_BYTES), unit="bytes"))
     e, growth, _ = hits[0]
     return finding(worst(*(h[2] for h in hits)) or "warning",
                    f"{ev.counted(len(hits), 'IPC queues', 'keep')} growing: the {e.type} from {ev.short(e.source)} to "

@@ -14,6 +14,7 @@ from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import format_cpulist
 from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.vocabulary import E, M, T
 
 
 def _dist(values: dict[int, float]) -> dict[str, float]:
@@ -23,7 +24,7 @@ def _dist(values: dict[int, float]) -> dict[str, float]:
 
 # -- interconnect.cross_numa_access -------------------------------------------------------
 def _process_remote(scope: Scope, process: Entity, min_pages: float) -> tuple[float | None, Placement | None]:
-    measured = num(process, "numa_remote_pages_pct")
+    measured = num(process, M.NUMA_REMOTE_PAGES_PCT)
     p = scope.query.placement(process)
     # too small to matter; a measured share without known pages is still judged
     if sum(p.pages.values()) < min_pages and (measured is None or p.pages):
@@ -34,8 +35,8 @@ def _process_remote(scope: Scope, process: Entity, min_pages: float) -> tuple[fl
 def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["remote_access_pct"]
     if not scope.has_workload:
-        nodes = scope.graph.entities("numa_node")
-        return metric_check(scope, nodes, levels, "numa_remote_alloc_pct", "NUMA nodes", ("numa", "memory"),
+        nodes = scope.graph.entities(T.NUMA_NODE)
+        return metric_check(scope, nodes, levels, M.NUMA_REMOTE_ALLOC_PCT, "NUMA nodes", ("numa", "memory"),
                             "{n:NUMA nodes|serve} many allocations for other nodes: {names}, {worst} remote "
                             "(threshold > {limit}).")
     measured, hits = 0, []
@@ -60,10 +61,10 @@ def _cross_numa_access(scope: Scope, t: dict[str, Any]) -> Verdict:
                                   note=f"{ev.name_of(process)}: share of its memory accesses expected on another "
                                        f"node than the one it runs on"))
         if p and p.runtime:
-            items.append(ev.statistic(p.runtime_ids, "runtime_share_pct", _dist(p.runtime), unit="%",
+            items.append(ev.statistic(p.runtime_ids, M.RUNTIME_SHARE_PCT, _dist(p.runtime), unit="%",
                                       note="run time by NUMA node"))
         if p and p.pages:
-            items.append(ev.statistic(p.pages_ids, "pages", {str(n): int(v) for n, v in sorted(p.pages.items())},
+            items.append(ev.statistic(p.pages_ids, M.PAGES, {str(n): int(v) for n, v in sorted(p.pages.items())},
                                       unit="pages", note="pages by NUMA node"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "processes"))
@@ -106,7 +107,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
     processes = host_or_scope_processes(scope)
     pairs = [(p, edge, device) for p in processes for edge, device in scope.query.devices_of(p)]
     if not pairs:
-        if scope.graph.entities("gpu") or scope.graph.entities("npu"):
+        if scope.graph.entities(T.GPU) or scope.graph.entities(T.NPU):
             return clear(f"no process of {scope.describe()} uses an accelerator")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml"))
     measured, unknown, hits = 0, 0, []
@@ -148,7 +149,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
     for process, use, device, dnode, dnode_id, p, remote_run, inferred, remote_pages, distances, sev \
             in hits[:ev.MAX_SUBJECTS]:
         who = ev.name_of(process)
-        items.append(ev.edge(use.id, "uses_device", ev.name_of(device), note=f"{who} uses {ev.name_of(device)}"))
+        items.append(ev.edge(use.id, E.USES_DEVICE, ev.name_of(device), note=f"{who} uses {ev.name_of(device)}"))
         node_ev = ev.edge if dnode_id != device.id else ev.entity
         items.append(node_ev(dnode_id, "numa_node", dnode, note=f"{ev.name_of(device)} is on NUMA node {dnode}"))
         own = cpu_set(process.attrs.get("cpus_allowed"))
@@ -175,7 +176,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
         for node, (distance, did) in distances.items():
             if distance is not None and did:
                 kind = ev.edge if "|" in did else ev.entity
-                items.append(kind(did, "numa_distance", distance, unit="SLIT",
+                items.append(kind(did, E.NUMA_DISTANCE, distance, unit="SLIT",
                                   note=f"NUMA distance {node} -> {dnode} (10 = local)"))
     if len(hits) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "process/device pairs"))
@@ -198,7 +199,7 @@ DEVICE_NUMA_MISMATCH = Pattern(
     why="Every host-device copy, kernel launch and pinned-memory transfer of a process crosses the "
         "inter-socket link when the process runs or keeps its memory on another NUMA node than its GPU/NPU: "
         "higher latency for launches and lower bandwidth for copies.",
-    metrics=("uses_device", "local_to", "gpu.numa_node", "npu.numa_node", "process.cpus_allowed",
+    metrics=(E.USES_DEVICE, E.LOCAL_TO, "gpu.numa_node", "npu.numa_node", "process.cpus_allowed",
              "runs_on.runtime_ns_total", "allocates_on.pages", "numa_distance.distance"),
     thresholds=(Threshold("remote_runtime_pct", "%", "above", "share of the process's run time on nodes other "
                           "than its device's", critical=80, warning=50),
@@ -221,8 +222,8 @@ DEVICE_NUMA_MISMATCH = Pattern(
 
 # -- interconnect.pcie_bottleneck ---------------------------------------------------------
 def _pcie_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
-    devices = workload_devices(scope) + (scope.graph.entities("nic") if not scope.has_workload else [])
-    return metric_check(scope, devices, t["pcie_util_pct"], "pcie_util_pct", "devices", ("gpu", "npu", "nvml", "pci"),
+    devices = workload_devices(scope) + (scope.graph.entities(T.NIC) if not scope.has_workload else [])
+    return metric_check(scope, devices, t["pcie_util_pct"], M.PCIE_UTIL_PCT, "devices", ("gpu", "npu", "nvml", "pci"),
                         "PCIe is near its capacity on {n:devices}: {names} at {worst} (threshold > {limit}).")
 
 
@@ -250,11 +251,11 @@ LINKED_CLASSES = ("0x03", "0x12", "0x02", "0x0b", "0x0108")  # display, accelera
 
 def _link(e: Entity) -> tuple[float, float, float, float] | None:
     """(speed, max speed, width, max width) in GT/s and lanes."""
-    speed, top = num(e, "link_speed_gts"), num(e, "link_speed_max_gts")
-    width, wmax = num(e, "link_width"), num(e, "link_width_max")
+    speed, top = num(e, M.LINK_SPEED_GTS), num(e, M.LINK_SPEED_MAX_GTS)
+    width, wmax = num(e, M.LINK_WIDTH), num(e, M.LINK_WIDTH_MAX)
     if None in (speed, top, width, wmax):
-        gen, gmax = num(e, "pcie_link_gen"), num(e, "pcie_link_gen_max")
-        width, wmax = num(e, "pcie_link_width"), num(e, "pcie_link_width_max")
+        gen, gmax = num(e, M.PCIE_LINK_GEN), num(e, M.PCIE_LINK_GEN_MAX)
+        width, wmax = num(e, M.PCIE_LINK_WIDTH), num(e, M.PCIE_LINK_WIDTH_MAX)
         if None in (gen, gmax, width, wmax):
             return None
         speed, top = GT_PER_GEN.get(int(gen or 0)), GT_PER_GEN.get(int(gmax or 0))
@@ -266,7 +267,7 @@ def _link(e: Entity) -> tuple[float, float, float, float] | None:
 
 
 def _link_word(device: Entity) -> str:
-    return "HCCS" if device.type == "npu" else "NVLink"
+    return "HCCS" if device.type == T.NPU else "NVLink"
 
 
 def _device_links(scope: Scope, levels: Any) -> tuple[int, list[tuple[Entity, float, tuple, str]]]:
@@ -275,29 +276,29 @@ def _device_links(scope: Scope, levels: Any) -> tuple[int, list[tuple[Entity, fl
     with bridges), but devices of one model in one host are wired alike, so one with fewer links up
     than its peers lost some. A model with no link up anywhere is not NVLink-connected at all."""
     groups: dict[tuple[str, str, Any], list[Entity]] = {}
-    for device in scope.graph.entities("gpu") + scope.graph.entities("npu"):
-        if num(device, "nvlink_links_up") is not None:
+    for device in scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU):
+        if num(device, M.NVLINK_LINKS_UP) is not None:
             groups.setdefault((host_of(device.id), device.type, device.attrs.get("name")), []).append(device)
     measured, hits = 0, []
     for members in groups.values():
-        best = max(num(d, "nvlink_links_up") or 0.0 for d in members)
+        best = max(num(d, M.NVLINK_LINKS_UP) or 0.0 for d in members)
         if best <= 0:
             continue
-        peers = [d.id for d in members if num(d, "nvlink_links_up") == best]
+        peers = [d.id for d in members if num(d, M.NVLINK_LINKS_UP) == best]
         for device in members:
             measured += 1
-            up = num(device, "nvlink_links_up") or 0.0
+            up = num(device, M.NVLINK_LINKS_UP) or 0.0
             capacity = up * 100 / best
             sev = levels.severity(capacity)
             if sev:
-                hits.append((device, capacity, ("links", up, best, num(device, "nvlink_links_down"), peers), sev))
+                hits.append((device, capacity, ("links", up, best, num(device, M.NVLINK_LINKS_DOWN), peers), sev))
     return measured, hits
 
 
 def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["link_capacity_pct"]
-    candidates = scope.graph.entities("gpu") + scope.graph.entities("npu") + scope.graph.entities("nic") + [
-        d for d in scope.graph.entities("pci_device") if str(d.attrs.get("class", "")).lower().startswith(LINKED_CLASSES)]
+    candidates = scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU) + scope.graph.entities(T.NIC) + [
+        d for d in scope.graph.entities(T.PCI_DEVICE) if str(d.attrs.get("class", "")).lower().startswith(LINKED_CLASSES)]
     measured, idle_skipped, hits = 0, 0, []
     for device in candidates:
         link = _link(device)
@@ -305,7 +306,7 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
             continue
         measured += 1
         speed, top, width, wmax = link
-        util = num(device, "util_pct")
+        util = num(device, M.UTIL_PCT)
         if width >= wmax and speed < top and (util is None or util < t["min_util_pct"]):
             idle_skipped += 1  # idle devices lower their link speed to save power; only width loss counts then
             continue
@@ -341,9 +342,9 @@ def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
                                note=f"{ev.name_of(device)}: {number(up)} {word} links up where its peers of the "
                                     f"same model have {number(best)}"))
         if down:
-            items.append(ev.entity(device.id, "nvlink_links_down", down, unit="links",
+            items.append(ev.entity(device.id, M.NVLINK_LINKS_DOWN, down, unit="links",
                                    note=f"{word} links of {ev.name_of(device)} reported inactive"))
-        items.append(ev.statistic(peers, "nvlink_links_up", best, unit="links",
+        items.append(ev.statistic(peers, M.NVLINK_LINKS_UP, best, unit="links",
                                   note=f"the most {word} links up on a device of this model on the host"))
         xids = device.attrs.get("xid_codes")
         if xids:
@@ -393,23 +394,23 @@ PCIE_LINK_DEGRADED = Pattern(
 
 # -- interconnect.nvlink_contention -------------------------------------------------------
 def _fewer_links(device: Entity) -> list[Evidence]:
-    down = num(device, "nvlink_links_down")
+    down = num(device, M.NVLINK_LINKS_DOWN)
     if not down:
         return []
-    return [ev.entity(device.id, "nvlink_links_down", down, unit="links",
-                      note=f"{number(num(device, 'nvlink_links_up') or 0)} {_link_word(device)} links up: the "
+    return [ev.entity(device.id, M.NVLINK_LINKS_DOWN, down, unit="links",
+                      note=f"{number(num(device, M.NVLINK_LINKS_UP) or 0)} {_link_word(device)} links up: the "
                            f"traffic shares fewer links (interconnect.pcie_link_degraded)")]
 
 
 def _nvlink_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
     devices = workload_devices(scope)
-    if devices and all(d.type == "npu" and num(d, "nvlink_util_pct") is None for d in devices):
+    if devices and all(d.type == T.NPU and num(d, M.NVLINK_UTIL_PCT) is None for d in devices):
         return not_evaluated(scope.missing(
             # what gives the figure; why it is missing here (a legacy file, a collector that failed) is
             # what scope.missing appends from the collectors' statuses
             "no HCCS utilisation of the NPUs: npu-smi info -t hccs (link speeds) and -t hccs-bw (throughput) "
             "give it, and not every NPU model or driver answers them", "npu"))
-    return metric_check(scope, devices, t["nvlink_util_pct"], "nvlink_util_pct",
+    return metric_check(scope, devices, t["nvlink_util_pct"], M.NVLINK_UTIL_PCT,
                         "accelerators of the workload", ("gpu", "npu", "nvml", "nvlink"),
                         "NVLink/HCCS is contended on {n:devices}: {names} at {worst} (threshold > {limit}).",
                         extra=_fewer_links)

@@ -10,6 +10,7 @@ from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import levels_check, metric_check, metric_of, scope_cgroups, workload_devices
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.vocabulary import M, T
 
 
 def _pmu_subjects(scope: Scope) -> list[Entity]:
@@ -18,12 +19,12 @@ def _pmu_subjects(scope: Scope) -> list[Entity]:
 
 # -- memory.cache_miss_storm --------------------------------------------------------------
 def _llc_hit(e: Entity) -> float | None:
-    miss = num(e, "llc_miss_pct")
+    miss = num(e, M.LLC_MISS_PCT)
     return None if miss is None else 100.0 - miss
 
 
 def _cache_miss_storm(scope: Scope, t: dict[str, Any]) -> Verdict:
-    subjects = [e for e in _pmu_subjects(scope) if num(e, "llc_miss_pct") is not None]
+    subjects = [e for e in _pmu_subjects(scope) if num(e, M.LLC_MISS_PCT) is not None]
     if not subjects:
         return not_evaluated(scope.missing("no LLC counters (llc_miss_pct): the host has no PMU or "
                                            "perf_event_open is not allowed", "pmu", "perf"))
@@ -51,11 +52,11 @@ CACHE_MISS_STORM = Pattern(
 
 # -- memory.bandwidth_wall ----------------------------------------------------------------
 def _bandwidth_wall(scope: Scope, t: dict[str, Any]) -> Verdict:
-    subjects = [e for e in scope.hosts() + scope.graph.entities("numa_node") if num(e, "dram_bw_util_pct") is not None]
+    subjects = [e for e in scope.hosts() + scope.graph.entities(T.NUMA_NODE) if num(e, M.DRAM_BW_UTIL_PCT) is not None]
     if not subjects:
         return not_evaluated(scope.missing("no DRAM bandwidth counters (dram_bw_util_pct, uncore PMU) in this graph",
                                            "pmu", "perf", "uncore"))
-    return metric_check(scope, subjects, t["dram_bw_util_pct"], "dram_bw_util_pct", "memory domains (hosts, NUMA nodes)", ("pmu",),
+    return metric_check(scope, subjects, t["dram_bw_util_pct"], M.DRAM_BW_UTIL_PCT, "memory domains (hosts, NUMA nodes)", ("pmu",),
                         "Memory bandwidth is near its peak on {n:memory domains} (host or NUMA node): {names} at {worst} "
                         "(threshold > {limit}).")
 
@@ -79,7 +80,7 @@ BANDWIDTH_WALL = Pattern(
 
 # -- memory.hbm_bandwidth_limit -----------------------------------------------------------
 def _hbm_bandwidth_limit(scope: Scope, t: dict[str, Any]) -> Verdict:
-    return metric_check(scope, workload_devices(scope), t["mem_bw_util_pct"], "mem_bw_util_pct",
+    return metric_check(scope, workload_devices(scope), t["mem_bw_util_pct"], M.MEM_BW_UTIL_PCT,
                         "accelerators of the workload", ("gpu", "npu", "nvml"),
                         "Device memory bandwidth is saturated on {n:accelerators}: {names} at {worst} "
                         "(threshold > {limit}).")
@@ -104,21 +105,21 @@ HBM_BANDWIDTH_LIMIT = Pattern(
 
 # -- memory.pressure ----------------------------------------------------------------------
 def _swap_rate(e: Entity) -> float | None:
-    rates = [num(e, m) for m in ("swap_in_pages_per_s", "swap_out_pages_per_s")]
+    rates = [num(e, m) for m in (M.SWAP_IN_PAGES_PER_S, M.SWAP_OUT_PAGES_PER_S)]
     known = [r for r in rates if r is not None]
     return sum(known) if known else None
 
 
 def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
-    checks = (("psi_memory_some_pct", metric_of("psi_memory_some_pct"), "%"),
+    checks = ((M.PSI_MEMORY_SOME_PCT, metric_of(M.PSI_MEMORY_SOME_PCT), "%"),
               ("swap_pages_per_s", _swap_rate, "pages/s"),
-              ("major_faults_per_s", metric_of("major_faults_per_s"), "1/s"))
+              (M.MAJOR_FAULTS_PER_S, metric_of(M.MAJOR_FAULTS_PER_S), "1/s"))
     hosts = scope.hosts()
     measured = [h for h in hosts if any(f(h) is not None for _, f, _ in checks)]
     # the workload's own cgroups: a memory limit stalls it even when the host has memory to spare
     # (v2 says so in its PSI; v1 has none, but a limit that evicts the page cache shows as major faults)
     cgroups = [c for c in scope_cgroups(scope) if scope.has_workload and not c.id.endswith(":/")
-               and (num(c, "psi_memory_some_pct") is not None or num(c, "major_faults_per_s") is not None)]
+               and (num(c, M.PSI_MEMORY_SOME_PCT) is not None or num(c, M.MAJOR_FAULTS_PER_S) is not None)]
     measured += cgroups
     if not measured:
         return not_evaluated(scope.missing("no PSI memory, swap or major-fault rates of the host", "memory",
@@ -127,11 +128,11 @@ def _pressure(scope: Scope, t: dict[str, Any]) -> Verdict:
 
 
 def _memory_sizes(e: Entity) -> list[Evidence]:
-    items = [ev.entity(e.id, m, num(e, m), unit="bytes") for m in ("mem_available_bytes", "swap_used_bytes",
-                                                                  "memory_usage_bytes", "memory_limit_bytes")
+    items = [ev.entity(e.id, m, num(e, m), unit="bytes") for m in (M.MEM_AVAILABLE_BYTES, M.SWAP_USED_BYTES,
+                                                                  M.MEMORY_USAGE_BYTES, M.MEMORY_LIMIT_BYTES)
              if num(e, m) is not None]
-    if num(e, "memory_limit_hits_per_s"):
-        items.append(ev.entity(e.id, "memory_limit_hits_per_s", num(e, "memory_limit_hits_per_s"), unit="1/s",
+    if num(e, M.MEMORY_LIMIT_HITS_PER_S):
+        items.append(ev.entity(e.id, M.MEMORY_LIMIT_HITS_PER_S, num(e, M.MEMORY_LIMIT_HITS_PER_S), unit="1/s",
                                note="charges that hit the cgroup's memory limit and had to reclaim first"))
     return items
 
@@ -164,15 +165,15 @@ PRESSURE = Pattern(
 
 # -- memory.accelerator_memory_full -------------------------------------------------------
 def _device_mem_pct(e: Entity) -> float | None:
-    pct = num(e, "memory_used_pct")
+    pct = num(e, M.MEMORY_USED_PCT)
     if pct is not None:
         return pct
-    used, total = num(e, "memory_used_bytes"), num(e, "memory_total_bytes")
+    used, total = num(e, M.MEMORY_USED_BYTES), num(e, M.MEMORY_TOTAL_BYTES)
     return used * 100 / total if used is not None and total else None
 
 
 def _accelerator_memory_full(scope: Scope, t: dict[str, Any]) -> Verdict:
-    return metric_check(scope, workload_devices(scope), t["memory_used_pct"], "memory_used_pct",
+    return metric_check(scope, workload_devices(scope), t["memory_used_pct"], M.MEMORY_USED_PCT,
                         "accelerators of the workload", ("gpu", "npu", "nvml"),
                         "Device memory is almost full on {n:accelerators}: {names} at {worst} "
                         "(threshold > {limit}).", value=_device_mem_pct)

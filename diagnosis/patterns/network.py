@@ -10,6 +10,7 @@ from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict,
 from witty_profiler.diagnosis.rules import metric_check, several_metrics_check
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.vocabulary import E, M, T
 
 
 def _address(endpoint: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -45,16 +46,16 @@ def _inter_node(scope: Scope, conn: Entity) -> bool:
 
 
 def _connections(scope: Scope) -> list[Entity]:
-    conns = scope.graph.entities("tcp_connection")
+    conns = scope.graph.entities(T.TCP_CONNECTION)
     if scope.has_workload:
-        owned = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, "owns_connection")}
+        owned = {e.target for p in scope.processes for e in scope.query.out_edges(p.id, E.OWNS_CONNECTION)}
         pids = {p.attrs.get("pid") for p in scope.processes}
         conns = [c for c in conns if c.id in owned or c.attrs.get("pid") in pids]
     return conns
 
 
 def _bytes(conn: Entity) -> float:
-    return (num(conn, "bytes_sent_total") or 0.0) + (num(conn, "bytes_received_total") or 0.0)
+    return (num(conn, M.BYTES_SENT_TOTAL) or 0.0) + (num(conn, M.BYTES_RECEIVED_TOTAL) or 0.0)
 
 
 # -- network.congestion -------------------------------------------------------------------
@@ -67,11 +68,11 @@ def _congestion(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not busy:
         return clear(f"{len(conns)} TCP connections seen; none to another node carried >= "
                      f"{number(t['min_bytes'])} bytes in the window")
-    return metric_check(scope, busy, t["rtt_us"], "rtt_us", "inter-node connections with traffic",
+    return metric_check(scope, busy, t["rtt_us"], M.RTT_US, "inter-node connections with traffic",
                         ("tcp", "net"), "{n:inter-node connections|see} high round-trip times: {names}, RTT "
                         "{worst} (threshold > {limit}).",
                         extra=lambda c: [ev.entity(c.id, m, num(c, m), unit=u) for m, u in
-                                         (("retrans_total", "segments"), ("bytes_sent_total", "bytes"))
+                                         ((M.RETRANS_TOTAL, "segments"), (M.BYTES_SENT_TOTAL, "bytes"))
                                          if num(c, m) is not None])
 
 
@@ -95,18 +96,18 @@ CONGESTION = Pattern(
 
 # -- network.retransmission ---------------------------------------------------------------
 def _retransmission(scope: Scope, t: dict[str, Any]) -> Verdict:
-    hosts = [h for h in scope.hosts() if num(h, "tcp_retrans_pct") is not None or
-             num(h, "tcp_out_segs_per_s") is not None]
+    hosts = [h for h in scope.hosts() if num(h, M.TCP_RETRANS_PCT) is not None or
+             num(h, M.TCP_OUT_SEGS_PER_S) is not None]
     if not hosts:
         return not_evaluated(scope.missing("no TCP retransmit rate of the host", "net", "tcp", "host"))
-    active = [h for h in hosts if (num(h, "tcp_out_segs_per_s") or 0.0) >= t["min_segments_per_s"]
-              and num(h, "tcp_retrans_pct") is not None]
+    active = [h for h in hosts if (num(h, M.TCP_OUT_SEGS_PER_S) or 0.0) >= t["min_segments_per_s"]
+              and num(h, M.TCP_RETRANS_PCT) is not None]
     if not active:
         return clear(f"too little TCP traffic to judge: under {number(t['min_segments_per_s'])} segments/s sent")
-    return metric_check(scope, active, t["tcp_retrans_pct"], "tcp_retrans_pct", "hosts", ("net",),
+    return metric_check(scope, active, t["tcp_retrans_pct"], M.TCP_RETRANS_PCT, "hosts", ("net",),
                         "TCP retransmits {worst} of its segments on {names} (threshold > {limit}).",
                         extra=lambda h: [ev.entity(h.id, m, num(h, m), unit="1/s") for m in
-                                         ("tcp_out_segs_per_s", "tcp_retrans_segs_per_s") if num(h, m) is not None])
+                                         (M.TCP_OUT_SEGS_PER_S, M.TCP_RETRANS_SEGS_PER_S) if num(h, m) is not None])
 
 
 RETRANSMISSION = Pattern(
@@ -128,12 +129,12 @@ RETRANSMISSION = Pattern(
 
 # -- network.rdma_bottleneck --------------------------------------------------------------
 def _rdma_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
-    ports = scope.graph.entities("rdma_port")
+    ports = scope.graph.entities(T.RDMA_PORT)
     if not ports:
         return not_evaluated(scope.missing("no RDMA port in this graph", "rdma", "infiniband"))
     return several_metrics_check(scope, ports, t, "RDMA ports",
-                                 (("port_util_pct", None, "{name} at {value} of its rate"),
-                                  ("port_errors_per_s", None, "{name} counting {value} errors")),
+                                 ((M.PORT_UTIL_PCT, None, "{name} at {value} of its rate"),
+                                  (M.PORT_ERRORS_PER_S, None, "{name} counting {value} errors")),
                                  "no RDMA port counters", ("rdma",), "RDMA ports are saturated or erroring: ")
 
 
@@ -157,17 +158,17 @@ RDMA_BOTTLENECK = Pattern(
 
 # -- network.nic_saturation ---------------------------------------------------------------
 def _drops(n: Entity) -> float | None:
-    values = [num(n, m) for m in ("rx_drops_per_s", "tx_drops_per_s")]
+    values = [num(n, m) for m in (M.RX_DROPS_PER_S, M.TX_DROPS_PER_S)]
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
 
 def _nic_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
-    nics = [n for n in scope.graph.entities("nic") if n.attrs.get("name", n.id.rsplit(":", 1)[-1]) != "lo"]
+    nics = [n for n in scope.graph.entities(T.NIC) if n.attrs.get("name", n.id.rsplit(":", 1)[-1]) != "lo"]
     if not nics:
         return not_evaluated(scope.missing("no network interface in this graph", "net", "nic"))
     return several_metrics_check(scope, nics, t, "NICs",
-                                 (("link_util_pct", None, "{name} at {value} of its link speed"),
+                                 ((M.LINK_UTIL_PCT, None, "{name} at {value} of its link speed"),
                                   ("drops_per_s", _drops, "{name} dropping {value} packets")),
                                  "no NIC throughput or drop rates", ("net", "nic"), "NICs are saturated or dropping: ")
 

@@ -10,11 +10,12 @@ from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import host_or_scope_processes, levels_check, metric_check, metric_of
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.vocabulary import M, T
 
 
 # -- storage.io_wait ----------------------------------------------------------------------
 def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
-    names = ("cpu_iowait_pct", "psi_io_some_pct")
+    names = (M.CPU_IOWAIT_PCT, M.PSI_IO_SOME_PCT)
     hosts = [h for h in scope.hosts() if any(num(h, m) is not None for m in names)]
     if not hosts:
         return not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host", "pressure"))
@@ -23,14 +24,14 @@ def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
 
 
 def _io_full(host: Entity) -> list[Evidence]:
-    full = num(host, "psi_io_full_pct")
-    return [ev.entity(host.id, "psi_io_full_pct", full, unit="%")] if full is not None else []
+    full = num(host, M.PSI_IO_FULL_PCT)
+    return [ev.entity(host.id, M.PSI_IO_FULL_PCT, full, unit="%")] if full is not None else []
 
 
 def _busiest_disks(scope: Scope) -> list[Evidence]:
-    busiest = [d for d in scope.graph.entities("block_device") if num(d, "disk_util_pct") is not None]
-    busiest.sort(key=lambda d: (-(num(d, "disk_util_pct") or 0.0), d.id))
-    return [ev.entity(d.id, "disk_util_pct", num(d, "disk_util_pct"), unit="%", note="busiest disks")
+    busiest = [d for d in scope.graph.entities(T.BLOCK_DEVICE) if num(d, M.DISK_UTIL_PCT) is not None]
+    busiest.sort(key=lambda d: (-(num(d, M.DISK_UTIL_PCT) or 0.0), d.id))
+    return [ev.entity(d.id, M.DISK_UTIL_PCT, num(d, M.DISK_UTIL_PCT), unit="%", note="busiest disks")
             for d in busiest[:3]]
 
 
@@ -55,13 +56,13 @@ IO_WAIT = Pattern(
 
 # -- storage.disk_saturation --------------------------------------------------------------
 def _disk_saturation(scope: Scope, t: dict[str, Any]) -> Verdict:
-    disks = scope.graph.entities("block_device")
-    return metric_check(scope, disks, t["disk_util_pct"], "disk_util_pct", "block devices", ("disk", "block", "storage"),
+    disks = scope.graph.entities(T.BLOCK_DEVICE)
+    return metric_check(scope, disks, t["disk_util_pct"], M.DISK_UTIL_PCT, "block devices", ("disk", "block", "storage"),
                         "{n:disks|are} busy nearly all the time: {names} at {worst} (threshold > {limit}).",
                         extra=lambda d: [ev.entity(d.id, m, num(d, m), unit=u) for m, u in
-                                         (("await_ms", "ms"), ("read_bytes_per_s", "bytes/s"),
-                                          ("write_bytes_per_s", "bytes/s"), ("read_iops", "1/s"),
-                                          ("write_iops", "1/s")) if num(d, m) is not None])
+                                         ((M.AWAIT_MS, "ms"), (M.READ_BYTES_PER_S, "bytes/s"),
+                                          (M.WRITE_BYTES_PER_S, "bytes/s"), (M.READ_IOPS, "1/s"),
+                                          (M.WRITE_IOPS, "1/s")) if num(d, m) is not None])
 
 
 DISK_SATURATION = Pattern(
@@ -86,19 +87,19 @@ DISK_SATURATION = Pattern(
 def _checkpoint_stall(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["write_burst_s"]
     processes = host_or_scope_processes(scope)
-    measured = [p for p in processes if num(p, "write_burst_s") is not None]
+    measured = [p for p in processes if num(p, M.WRITE_BURST_S) is not None]
     if not measured:
         return not_evaluated(scope.missing("no write bursts of processes (write_burst_s) in this graph", "process"))
     window = scope.meta.duration_s
-    hit = any(levels.severity(num(p, "write_burst_s")) for p in measured)
+    hit = any(levels.severity(num(p, M.WRITE_BURST_S)) for p in measured)
     if not hit and window is not None and window <= (levels.limit() or 0):
         return not_evaluated(f"the window of {number(window)} s is too short to see a write burst longer than "
                              f"{number(levels.limit())} s; collect for longer (e.g. --duration 60)")
-    return metric_check(scope, measured, levels, "write_burst_s", "processes with write activity", ("process",),
+    return metric_check(scope, measured, levels, M.WRITE_BURST_S, "processes with write activity", ("process",),
                         "{n:processes} wrote without pause for a long time: {names}, {worst} "
                         "(threshold > {limit}).",
-                        extra=lambda p: [ev.entity(p.id, "write_bytes_per_s", num(p, "write_bytes_per_s"),
-                                                   unit="bytes/s")] if num(p, "write_bytes_per_s") is not None else [])
+                        extra=lambda p: [ev.entity(p.id, M.WRITE_BYTES_PER_S, num(p, M.WRITE_BYTES_PER_S),
+                                                   unit="bytes/s")] if num(p, M.WRITE_BYTES_PER_S) is not None else [])
 
 
 CHECKPOINT_STALL = Pattern(
