@@ -20,6 +20,7 @@ from witty_profiler.converters.layers import LAYER_NUMBERS
 from witty_profiler.topology import Entity, Graph
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import GraphQuery, node_number
+from witty_profiler.topology.vocabulary import M, T
 from witty_profiler.topology.workload import Workload, resolve_workload, workload_members
 
 _ROLE_ORDER = {"trainer": 0, "inference": 0, "launcher": 2, "loader": 1}
@@ -69,12 +70,12 @@ class GraphContext:
 
     @cached_property
     def hosts(self) -> list[Entity]:
-        return self.graph.entities("host")
+        return self.graph.entities(T.HOST)
 
     @cached_property
     def numa_nodes(self) -> list[Entity]:
         """Every NUMA node, by host and number."""
-        return sorted(self.graph.entities("numa_node"),
+        return sorted(self.graph.entities(T.NUMA_NODE),
                       key=lambda n: (host_of(n.id), node_number(n) if node_number(n) is not None else -1))
 
     def devices(self, process: Entity) -> list[Entity]:
@@ -137,7 +138,7 @@ class GraphContext:
 
 
 def cpu_of(entity: Entity) -> float:
-    v = entity.metrics.get("cpu_util_pct")
+    v = entity.metrics.get(M.CPU_UTIL_PCT)
     return float(v) if isinstance(v, (int, float)) else -1.0
 
 

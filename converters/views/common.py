@@ -11,6 +11,7 @@ from witty_profiler.converters.evidence import evidence_lines
 from witty_profiler.converters.render import Column, Lines, Ranked, num, pct
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set, format_cpulist
+from witty_profiler.topology.vocabulary import M
 
 LEGEND_START = "legend: ids work as "
 NOT_EVALUATED = "not evaluated: "
@@ -132,13 +133,13 @@ def role_cell(e: Entity) -> str:
 
 
 ROLE = Column("role", role_cell, left=True)
-CPU = Column("cpu%", lambda e: pct(e.metrics.get("cpu_util_pct")))
+CPU = Column("cpu%", lambda e: pct(e.metrics.get(M.CPU_UTIL_PCT)))
 
 
 def allowed_cell(e: Entity) -> str:
     cpus = e.attrs.get("cpus_allowed")
     if cpus is None:
-        n = e.metrics.get("cpus_allowed_count")
+        n = e.metrics.get(M.CPUS_ALLOWED_COUNT)
         return f"{num(n)} cpus" if n is not None else ""
     return compact_list(cpu_set(cpus)) if not isinstance(cpus, str) else cpus
 

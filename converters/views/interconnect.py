@@ -15,12 +15,13 @@ from witty_profiler.converters.views.folds import edge_query, fold_query, per_ty
 from witty_profiler.converters.views.memory import pages_by_node, pages_cell
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import node_number
+from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "interconnect"
 NUMBER = 3
 TITLE = "interconnect (layer 3)"
 # what the placement findings compute per process, shown on its placement row (its pages in pages_by_node)
-PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", "runtime_share_pct")
+PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", M.RUNTIME_SHARE_PCT)
 
 
 def _dev_nodes(ctx: GraphContext, p) -> list[int]:
@@ -39,7 +40,7 @@ def placement_flag(ctx: GraphContext, p) -> str:
         flags.append("cpus")
     share = placement.pages_on(dev)
     if share is not None and share < 50:
-        flags.append("pages")
+        flags.append(M.PAGES)
     return "OFF-NODE:" + "+".join(flags) if flags else "ok"
 
 
@@ -50,7 +51,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
                                     "NUMA node; OFF-NODE: cpus = no allowed CPU on dev_node, pages = under half the "
                                     "pages on it; tid->7:60%,3:40% = a thread's run time split across nodes, "
                                     "+N = threads not named"),
-                        *findings_block(ctx, LAYER, on_rows={m: ("process",) for m in (*PLACEMENT_VALUES, "pages")}),
+                        *findings_block(ctx, LAYER, on_rows={m: (T.PROCESS,) for m in (*PLACEMENT_VALUES, M.PAGES)}),
                         coverage(ctx, LAYER)]
     nodes = ctx.numa_nodes
     numbers = [n for n in map(node_number, nodes) if n is not None][:32]
@@ -58,18 +59,18 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
         n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
         Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(ctx, n, numbers), left=True)],
-        ranked_nodes, "numa nodes", fold_query(ctx, "numa_node", ranked_nodes), pinned, weight=3.0))
+        ranked_nodes, "numa nodes", fold_query(ctx, T.NUMA_NODE, ranked_nodes), pinned, weight=3.0))
     values = ctx.cited_values(LAYER)
-    users = [p for p in ctx.graph.entities("process") if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, "uses_device")
+    users = [p for p in ctx.graph.entities(T.PROCESS) if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, E.USES_DEVICE)
              or p.id in cited]
     placed = {p.id for p in users}
-    threads = [t for t in ctx.graph.entities("thread") if t.id in cited or (
-        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, "runs_on")))]
+    threads = [t for t in ctx.graph.entities(T.THREAD) if t.id in cited or (
+        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, E.RUNS_ON)))]
     groups: dict[str, list] = {}
     for t in sorted(threads, key=lambda t: neg(_runtime(t))):
         groups.setdefault(ctx.query.process_of(t), []).append(t)
     ran = {pid: _some(ts, cited) for pid, ts in groups.items() if pid in placed}  # on the placement row
-    users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, "uses_device"), neg(p.metrics.get("cpu_util_pct"))),
+    users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, E.USES_DEVICE), neg(p.metrics.get(M.CPU_UTIL_PCT))),
                          cited, ctx)
     out.append(Table("workload placement: device, cpus, pages", [
         ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices(p)), left=True),
@@ -81,35 +82,35 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p), top=None if p.id in cited else 3),
                left=True),
         Column("threads_ran_on", lambda p: _tids(*ran[p.id]) if p.id in ran else "", left=True),
-    ], users, "processes", fold_query(ctx, "process", users, where="ai=true"), pinned, weight=2.0,
+    ], users, "processes", fold_query(ctx, T.PROCESS, users, where="ai=true"), pinned, weight=2.0,
         covers=lambda p: (p.id, *(d.id for d in ctx.devices(p)), *(t.id for t in ran.get(p.id, ([],))[0])),
         label=lambda p: p.id))
-    devices, pinned = rank(ctx.query.accelerators() + ctx.graph.entities("nic") + ctx.graph.entities("rdma_port"),
-                           lambda d: (d.type not in ("gpu", "npu"), d.id), cited, ctx,
+    devices, pinned = rank(ctx.query.accelerators() + ctx.graph.entities(T.NIC) + ctx.graph.entities(T.RDMA_PORT),
+                           lambda d: (d.type not in (T.GPU, T.NPU), d.id), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
-                                                  for e in ctx.query.in_edges(d.id, "uses_device")))
+                                                  for e in ctx.query.in_edges(d.id, E.USES_DEVICE)))
     out.append(Table("devices and their NUMA node", [
         ID, Column("idx", lambda d: num(d.attrs.get("index"))),
         Column("node", lambda d: num(ctx.query.device_node(d)[0])),
         Column("local_cpus", lambda d: d.attrs.get("cpu_affinity") or d.attrs.get("local_cpus"), left=True),
         Column("pcie", lambda d: _link(ctx, d), left=True),
-        Column("pcie%", lambda d: pct(d.metrics.get("pcie_util_pct"))),
-        Column("nvlink%", lambda d: pct(d.metrics.get("nvlink_util_pct"))),
-        Column("users", lambda d: ",".join(e.source for e in ctx.query.in_edges(d.id, "uses_device")), left=True),
+        Column("pcie%", lambda d: pct(d.metrics.get(M.PCIE_UTIL_PCT))),
+        Column("nvlink%", lambda d: pct(d.metrics.get(M.NVLINK_UTIL_PCT))),
+        Column("users", lambda d: ",".join(e.source for e in ctx.query.in_edges(d.id, E.USES_DEVICE)), left=True),
     ], devices, "devices", per_type_query(ctx, devices), pinned, weight=1.5))
-    degraded = [p for p in ctx.graph.entities("pci_device") if _degraded(p.metrics) or p.id in cited]
+    degraded = [p for p in ctx.graph.entities(T.PCI_DEVICE) if _degraded(p.metrics) or p.id in cited]
     degraded, pinned = rank(degraded, lambda p: 0, cited, ctx, workload=lambda p: False)
     out.append(Table("PCIe links below their maximum", [
         ID, Column("class", lambda p: p.attrs.get("class"), left=True),
         Column("node", lambda p: num(p.attrs.get("numa_node"))),
         Column("link", lambda p: _link_text(p.metrics), left=True),
-    ], degraded, "pci devices", fold_query(ctx, "pci_device", degraded), pinned, weight=0.5))
-    links = ctx.graph.edges("device_link") + ctx.graph.edges("near_nic")
+    ], degraded, "pci devices", fold_query(ctx, T.PCI_DEVICE, degraded), pinned, weight=0.5))
+    links = ctx.graph.edges(E.DEVICE_LINK) + ctx.graph.edges(E.NEAR_NIC)
     links, pinned = rank(links, lambda e: e.attrs.get("link_type") or "", cited, ctx, workload=lambda e: False)
     out.append(Table("device links", [
         Column("source", lambda e: e.source, left=True), Column("target", lambda e: e.target, left=True),
         Column("type", lambda e: e.type, left=True), Column("link", lambda e: e.attrs.get("link_type"), left=True),
-        Column("util%", lambda e: pct(e.metrics.get("nvlink_util_pct"))),
+        Column("util%", lambda e: pct(e.metrics.get(M.NVLINK_UTIL_PCT))),
     ], links, "links", edge_query(ctx, links), pinned, weight=0.5,
         covers=edge_ends, label=edge_label))
     procs = [(pid, ts) for pid, ts in groups.items() if pid not in placed]
@@ -119,7 +120,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     out.append(Table("threads of other processes: tid->node it ran on", [
         Column("process", lambda g: g[0], left=True),
         Column("threads", lambda g: _tids(g[1]), left=True),
-    ], procs, "processes", fold_query(ctx, "thread", threads), pinned,
+    ], procs, "processes", fold_query(ctx, T.THREAD, threads), pinned,
         covers=lambda g: (g[0], *(t.id for t in g[1])), label=lambda g: f"{g[0]} {_tids(g[1])}"))
     if not nodes and not users:
         out.append(Lines(["no NUMA or placement data in this graph"]))
@@ -169,19 +170,19 @@ def _distances(ctx: GraphContext, node, numbers: list[int]) -> str:
 
 
 def _degraded(m: dict) -> bool:
-    width, wmax = m.get("link_width"), m.get("link_width_max")
-    speed, smax = m.get("link_speed_gts"), m.get("link_speed_max_gts")
+    width, wmax = m.get(M.LINK_WIDTH), m.get(M.LINK_WIDTH_MAX)
+    speed, smax = m.get(M.LINK_SPEED_GTS), m.get(M.LINK_SPEED_MAX_GTS)
     return bool((width and wmax and width < wmax) or (speed and smax and speed < smax))
 
 
 def _link_text(m: dict) -> str:
-    speed, smax = m.get("link_speed_gts"), m.get("link_speed_max_gts")
-    width, wmax = m.get("link_width"), m.get("link_width_max")
+    speed, smax = m.get(M.LINK_SPEED_GTS), m.get(M.LINK_SPEED_MAX_GTS)
+    width, wmax = m.get(M.LINK_WIDTH), m.get(M.LINK_WIDTH_MAX)
     if speed is None and width is None:
-        gen, width = m.get("pcie_link_gen"), m.get("pcie_link_width")
+        gen, width = m.get(M.PCIE_LINK_GEN), m.get(M.PCIE_LINK_WIDTH)
         if gen is None and width is None:
             return ""
-        return f"gen{num(gen)}/{num(m.get('pcie_link_gen_max'))} x{num(width)}/{num(m.get('pcie_link_width_max'))}"
+        return f"gen{num(gen)}/{num(m.get(M.PCIE_LINK_GEN_MAX))} x{num(width)}/{num(m.get(M.PCIE_LINK_WIDTH_MAX))}"
     return f"{num(speed)}/{num(smax)}GT/s x{num(width)}/{num(wmax)}"
 
 
@@ -189,7 +190,7 @@ def _link(ctx: GraphContext, d) -> str:
     text = _link_text(d.metrics)
     if text:
         return text
-    for e in ctx.query.out_edges(d.id, "pci_function"):
+    for e in ctx.query.out_edges(d.id, E.PCI_FUNCTION):
         pci = ctx.graph.entity(e.target)
         if pci is not None:
             return _link_text(pci.metrics)

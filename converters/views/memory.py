@@ -6,6 +6,7 @@ from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, num, pct, rate, size
 from witty_profiler.converters.views.common import coverage, has_any, ID, NAME, ROLE, findings_block, legend, neg, rank
 from witty_profiler.converters.views.folds import fold_query, per_type_query
+from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "memory"
 NUMBER = 2
@@ -27,7 +28,7 @@ def pages_cell(pages: dict[str, float], top: int | None = None) -> str:
 
 
 def _pages_total(e) -> float | None:
-    v = e.metrics.get("numa_pages_total")
+    v = e.metrics.get(M.NUMA_PAGES_TOTAL)
     if v is None and isinstance(e.attrs.get("numa_pages"), dict):
         v = sum(x for x in e.attrs["numa_pages"].values() if isinstance(x, (int, float)))
     return v
@@ -43,54 +44,54 @@ def blocks(ctx: GraphContext) -> list[Block]:
     m = lambda name: (lambda e: e.metrics.get(name))  # noqa: E731
     hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
     out.append(Table("host", [
-        ID, Column("total", lambda h: size(h.metrics.get("mem_total_bytes"))),
-        Column("available", lambda h: size(h.metrics.get("mem_available_bytes"))),
-        Column("used%", lambda h: pct(h.metrics.get("mem_used_pct"))),
-        Column("swap_used", lambda h: _of(size(m("swap_used_bytes")(h)), size(m("swap_total_bytes")(h)))),
-        Column("swap_in/out", lambda h: _pair(m("swap_in_pages_per_s")(h), m("swap_out_pages_per_s")(h), "pg/s")),
-        Column("majflt", lambda h: rate(h.metrics.get("major_faults_per_s"))),
-        Column("psi_some/full", lambda h: _pair(m("psi_memory_some_pct")(h), m("psi_memory_full_pct")(h), "%")),
-    ], hosts, "hosts", fold_query(ctx, "host", hosts), pinned, weight=0.5))
+        ID, Column("total", lambda h: size(h.metrics.get(M.MEM_TOTAL_BYTES))),
+        Column("available", lambda h: size(h.metrics.get(M.MEM_AVAILABLE_BYTES))),
+        Column("used%", lambda h: pct(h.metrics.get(M.MEM_USED_PCT))),
+        Column("swap_used", lambda h: _of(size(m(M.SWAP_USED_BYTES)(h)), size(m(M.SWAP_TOTAL_BYTES)(h)))),
+        Column("swap_in/out", lambda h: _pair(m(M.SWAP_IN_PAGES_PER_S)(h), m(M.SWAP_OUT_PAGES_PER_S)(h), "pg/s")),
+        Column("majflt", lambda h: rate(h.metrics.get(M.MAJOR_FAULTS_PER_S))),
+        Column("psi_some/full", lambda h: _pair(m(M.PSI_MEMORY_SOME_PCT)(h), m(M.PSI_MEMORY_FULL_PCT)(h), "%")),
+    ], hosts, "hosts", fold_query(ctx, T.HOST, hosts), pinned, weight=0.5))
     nodes, pinned = rank(ctx.numa_nodes, lambda n: 0, cited, ctx)
     out.append(Table("numa nodes", [
-        ID, Column("total", lambda n: size(n.metrics.get("mem_total_bytes"))),
-        Column("free", lambda n: size(n.metrics.get("mem_free_bytes"))),
-        Column("used%", lambda n: pct(n.metrics.get("mem_used_pct"))),
-        Column("hit/s", lambda n: rate(n.metrics.get("numa_hit_per_s"))),
-        Column("miss/s", lambda n: rate(n.metrics.get("numa_miss_per_s"))),
-        Column("remote_alloc%", lambda n: pct(n.metrics.get("numa_remote_alloc_pct"))),
-        Column("hit_pages_since_boot", lambda n: num(n.metrics.get("numa_hit"))),
-        Column("miss_pages_since_boot", lambda n: num(n.metrics.get("numa_miss"))),
-    ], nodes, "numa nodes", fold_query(ctx, "numa_node", nodes), pinned, weight=0.7))
-    procs, pinned = rank(ctx.graph.entities("process"), lambda p: (neg(p.metrics.get("rss_bytes")), neg(_pages_total(p))),
+        ID, Column("total", lambda n: size(n.metrics.get(M.MEM_TOTAL_BYTES))),
+        Column("free", lambda n: size(n.metrics.get(M.MEM_FREE_BYTES))),
+        Column("used%", lambda n: pct(n.metrics.get(M.MEM_USED_PCT))),
+        Column("hit/s", lambda n: rate(n.metrics.get(M.NUMA_HIT_PER_S))),
+        Column("miss/s", lambda n: rate(n.metrics.get(M.NUMA_MISS_PER_S))),
+        Column("remote_alloc%", lambda n: pct(n.metrics.get(M.NUMA_REMOTE_ALLOC_PCT))),
+        Column("hit_pages_since_boot", lambda n: num(n.metrics.get(M.NUMA_HIT))),
+        Column("miss_pages_since_boot", lambda n: num(n.metrics.get(M.NUMA_MISS))),
+    ], nodes, "numa nodes", fold_query(ctx, T.NUMA_NODE, nodes), pinned, weight=0.7))
+    procs, pinned = rank(ctx.graph.entities(T.PROCESS), lambda p: (neg(p.metrics.get(M.RSS_BYTES)), neg(_pages_total(p))),
                          cited, ctx)
     out.append(Table("processes, workload first, then by memory", [
-        ID, NAME, ROLE, Column("rss", lambda p: size(p.metrics.get("rss_bytes"))),
-        Column("majflt", lambda p: rate(p.metrics.get("major_faults_per_s"))),
-        Column("remote%", lambda p: pct(p.metrics.get("numa_remote_pages_pct"))),
-        Column("coloc%", lambda p: pct(p.metrics.get("cpu_mem_colocation_pct"))),
+        ID, NAME, ROLE, Column("rss", lambda p: size(p.metrics.get(M.RSS_BYTES))),
+        Column("majflt", lambda p: rate(p.metrics.get(M.MAJOR_FAULTS_PER_S))),
+        Column("remote%", lambda p: pct(p.metrics.get(M.NUMA_REMOTE_PAGES_PCT))),
+        Column("coloc%", lambda p: pct(p.metrics.get(M.CPU_MEM_COLOCATION_PCT))),
         Column("pages_total", lambda p: num(_pages_total(p))),
         Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p)), left=True),
-    ], procs, "processes", fold_query(ctx, "process", procs, top="rss_bytes"), pinned, weight=1.5))
-    devices = [d for d in ctx.query.accelerators() if has_any(d, ("memory_used_bytes", "memory_total_bytes",
-                                                          "mem_bw_util_pct")) or d.id in cited]
-    devices, pinned = rank(devices, lambda d: neg(d.metrics.get("memory_used_pct")), cited, ctx,
+    ], procs, "processes", fold_query(ctx, T.PROCESS, procs, top=M.RSS_BYTES), pinned, weight=1.5))
+    devices = [d for d in ctx.query.accelerators() if has_any(d, (M.MEMORY_USED_BYTES, M.MEMORY_TOTAL_BYTES,
+                                                          M.MEM_BW_UTIL_PCT)) or d.id in cited]
+    devices, pinned = rank(devices, lambda d: neg(d.metrics.get(M.MEMORY_USED_PCT)), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
-                                                  for e in ctx.query.in_edges(d.id, "uses_device")))
+                                                  for e in ctx.query.in_edges(d.id, E.USES_DEVICE)))
     out.append(Table("device memory", [
-        ID, Column("used", lambda d: size(d.metrics.get("memory_used_bytes"))),
-        Column("total", lambda d: size(d.metrics.get("memory_total_bytes"))),
-        Column("used%", lambda d: pct(d.metrics.get("memory_used_pct"))),
-        Column("hbm_bw%", lambda d: pct(d.metrics.get("mem_bw_util_pct"))),
-    ], devices, "accelerators", per_type_query(ctx, devices, "memory_used_pct"), pinned))
-    groups = [c for c in ctx.graph.entities("cgroup") if c.metrics.get("memory_limit_bytes") is not None
+        ID, Column("used", lambda d: size(d.metrics.get(M.MEMORY_USED_BYTES))),
+        Column("total", lambda d: size(d.metrics.get(M.MEMORY_TOTAL_BYTES))),
+        Column("used%", lambda d: pct(d.metrics.get(M.MEMORY_USED_PCT))),
+        Column("hbm_bw%", lambda d: pct(d.metrics.get(M.MEM_BW_UTIL_PCT))),
+    ], devices, "accelerators", per_type_query(ctx, devices, M.MEMORY_USED_PCT), pinned))
+    groups = [c for c in ctx.graph.entities(T.CGROUP) if c.metrics.get(M.MEMORY_LIMIT_BYTES) is not None
               or c.id in cited]
-    groups, pinned = rank(groups, lambda c: neg(c.metrics.get("memory_usage_bytes")), cited, ctx)
+    groups, pinned = rank(groups, lambda c: neg(c.metrics.get(M.MEMORY_USAGE_BYTES)), cited, ctx)
     out.append(Table("cgroups with a memory limit", [
-        ID, Column("usage", lambda c: size(c.metrics.get("memory_usage_bytes"))),
-        Column("limit", lambda c: size(c.metrics.get("memory_limit_bytes"))),
-        Column("psi_some", lambda c: pct(c.metrics.get("psi_memory_some_pct"))),
-    ], groups, "cgroups", fold_query(ctx, "cgroup", groups, where="memory_limit_bytes>0"), pinned, weight=0.5))
+        ID, Column("usage", lambda c: size(c.metrics.get(M.MEMORY_USAGE_BYTES))),
+        Column("limit", lambda c: size(c.metrics.get(M.MEMORY_LIMIT_BYTES))),
+        Column("psi_some", lambda c: pct(c.metrics.get(M.PSI_MEMORY_SOME_PCT))),
+    ], groups, "cgroups", fold_query(ctx, T.CGROUP, groups, where="memory_limit_bytes>0"), pinned, weight=0.5))
     return out
 
 
