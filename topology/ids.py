@@ -8,6 +8,8 @@ merge without clashes, and the same object seen twice gets the same id.
 
 from __future__ import annotations
 
+from witty_profiler.topology.vocabulary import T
+
 
 def entity_id(kind: str, host: str, *keys: object) -> str:
     return ":".join([kind, host, *(str(k) for k in keys)])
@@ -25,29 +27,29 @@ def host_of(eid: str) -> str:
 
 
 def host_id(host: str) -> str:
-    return entity_id("host", host)
+    return entity_id(T.HOST, host)
 
 
 def process_id(host: str, pid: int) -> str:
-    return entity_id("process", host, pid)
+    return entity_id(T.PROCESS, host, pid)
 
 
 def thread_id(host: str, pid: int, tid: int) -> str:
-    return entity_id("thread", host, pid, tid)
+    return entity_id(T.THREAD, host, pid, tid)
 
 
 def process_of_thread(eid: str) -> str:
     """The process of a thread id: 'thread:node1:42:43' -> 'process:node1:42' ('' for any other id)."""
     parts = eid.split(":")
-    return process_id(parts[1], parts[2]) if parts[0] == "thread" and len(parts) >= 4 else ""
+    return process_id(parts[1], parts[2]) if parts[0] == T.THREAD and len(parts) >= 4 else ""
 
 
 def numa_id(host: str, node: int) -> str:
-    return entity_id("numa_node", host, node)
+    return entity_id(T.NUMA_NODE, host, node)
 
 
 def cpu_id(host: str, cpu: int) -> str:
-    return entity_id("cpu", host, cpu)
+    return entity_id(T.CPU, host, cpu)
 
 
 def pci_address(bdf: str) -> str:

@@ -17,6 +17,7 @@ from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.models import Entity
 from witty_profiler.topology.query import GraphQuery, num
+from witty_profiler.topology.vocabulary import E, M
 
 
 @dataclass
@@ -67,11 +68,11 @@ def per_node(values: object) -> dict[int, float]:
 def _runs_on(q: GraphQuery, entity: Entity) -> tuple[dict[int, float], list[str]]:
     values: dict[int, float] = defaultdict(float)
     ids = []
-    for edge in q.out_edges(entity.id, "runs_on"):
+    for edge in q.out_edges(entity.id, E.RUNS_ON):
         node = q.node_of(edge.target)
-        value = num(edge, "runtime_ns_total")
+        value = num(edge, M.RUNTIME_NS_TOTAL)
         if value is None:
-            value = num(edge, "runtime_share_pct")
+            value = num(edge, M.RUNTIME_SHARE_PCT)
         if node is not None and value is not None:
             values[node] += value
             ids.append(edge.id)
@@ -85,7 +86,7 @@ def placement_of(q: GraphQuery, process: Entity) -> Placement:
     # time per thread only), else a process-level share.
     runtime: dict[int, float] = defaultdict(float)
     values, ids = _runs_on(q, process)
-    if values and all(num(q.graph.edge(i), "runtime_ns_total") is not None for i in ids):
+    if values and all(num(q.graph.edge(i), M.RUNTIME_NS_TOTAL) is not None for i in ids):
         runtime.update(values)
         p.runtime_ids.extend(ids)
     else:
@@ -104,8 +105,8 @@ def placement_of(q: GraphQuery, process: Entity) -> Placement:
         p.runtime_ids.extend(ids)
     p.runtime = dict(runtime)
     # Pages.
-    for edge in q.out_edges(process.id, "allocates_on"):
-        node, pages = q.node_of(edge.target), num(edge, "pages")
+    for edge in q.out_edges(process.id, E.ALLOCATES_ON):
+        node, pages = q.node_of(edge.target), num(edge, M.PAGES)
         if node is not None and pages is not None:
             p.pages[node] = p.pages.get(node, 0.0) + pages
             p.pages_ids.append(edge.id)
@@ -119,7 +120,7 @@ def placement_of(q: GraphQuery, process: Entity) -> Placement:
         p.allowed_cpus |= cpu_set(entity.attrs.get("cpus_allowed"))
     p.allowed_nodes = list(q.nodes_of_cpus(host_of(process.id), p.allowed_cpus))
     if not p.allowed_cpus:
-        nodes = {q.node_of(e.target) for entity in [process, *threads] for e in q.out_edges(entity.id, "allowed_on")}
+        nodes = {q.node_of(e.target) for entity in [process, *threads] for e in q.out_edges(entity.id, E.ALLOWED_ON)}
         p.allowed_nodes = sorted(n for n in nodes if n is not None)
     return p
 

@@ -21,6 +21,7 @@ from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import host_of, process_of_thread
 from witty_profiler.topology.models import Edge, Entity
+from witty_profiler.topology.vocabulary import E, T
 
 if TYPE_CHECKING:
     from witty_profiler.topology.placement import Placement
@@ -99,38 +100,38 @@ class GraphQuery:
 
     # -- processes, threads, devices --------------------------------------------------------
     def threads_of(self, process: Entity) -> list[Entity]:
-        return self.targets(process.id, "has_thread")
+        return self.targets(process.id, E.HAS_THREAD)
 
     def process_of(self, thread: Entity) -> str:
         """The id of a thread's process: its has_thread edge, else what the thread's id says."""
-        edges = self.in_edges(thread.id, "has_thread")
+        edges = self.in_edges(thread.id, E.HAS_THREAD)
         return edges[0].source if edges else process_of_thread(thread.id)
 
     def parent_of(self, process: Entity) -> Entity | None:
-        parents = self.sources(process.id, "parent_of")
+        parents = self.sources(process.id, E.PARENT_OF)
         return parents[0] if parents else None
 
     def children_of(self, process: Entity) -> list[Entity]:
-        return self.targets(process.id, "parent_of")
+        return self.targets(process.id, E.PARENT_OF)
 
     def devices_of(self, process: Entity) -> list[tuple[Edge, Entity]]:
         """(uses_device edge, device) of every device a process uses."""
-        found = ((e, self.graph.entity(e.target)) for e in self.out_edges(process.id, "uses_device"))
+        found = ((e, self.graph.entity(e.target)) for e in self.out_edges(process.id, E.USES_DEVICE))
         return [(e, d) for e, d in found if d is not None]
 
     def device_users(self, device: Entity) -> list[Entity]:
-        return self.sources(device.id, "uses_device")
+        return self.sources(device.id, E.USES_DEVICE)
 
     def accelerators(self) -> list[Entity]:
         """GPUs, then NPUs, each in id order."""
-        return self.graph.entities("gpu") + self.graph.entities("npu")
+        return self.graph.entities(T.GPU) + self.graph.entities(T.NPU)
 
     # -- NUMA -----------------------------------------------------------------------------
     def numa_nodes(self, host: str) -> dict[int, Entity]:
         """A host's NUMA nodes by number."""
         if self._numa is None:
             self._numa = defaultdict(dict)
-            for node in self.graph.entities("numa_node"):
+            for node in self.graph.entities(T.NUMA_NODE):
                 number = node_number(node)
                 if number is not None:
                     self._numa[host_of(node.id)][number] = node
@@ -139,12 +140,12 @@ class GraphQuery:
     def node_of(self, eid: str) -> int | None:
         """The number of the NUMA node with this id (None for a missing node or another entity)."""
         node = self.graph.entity(eid)
-        return node_number(node) if node is not None and node.type == "numa_node" else None
+        return node_number(node) if node is not None and node.type == T.NUMA_NODE else None
 
     def node_of_cpu(self, host: str, cpu: int) -> int | None:
         if self._cpu_node is None:
             self._cpu_node = defaultdict(dict)
-            for node in self.graph.entities("numa_node"):
+            for node in self.graph.entities(T.NUMA_NODE):
                 number = node_number(node)
                 for c in cpu_set(node.attrs.get("cpus")) if number is not None else ():
                     self._cpu_node[host_of(node.id)][c] = number
@@ -165,7 +166,7 @@ class GraphQuery:
         na, nb = nodes.get(a), nodes.get(b)
         if na is None or nb is None:
             return None, None
-        for edge in self.out_edges(na.id, "numa_distance"):
+        for edge in self.out_edges(na.id, E.NUMA_DISTANCE):
             if edge.target == nb.id:
                 d = edge.attrs.get("distance", edge.metrics.get("distance"))
                 if isinstance(d, (int, float)) and not isinstance(d, bool):
@@ -179,7 +180,7 @@ class GraphQuery:
     def device_node(self, device: Entity) -> tuple[int | None, str | None]:
         """(NUMA node of a device, id of the evidence): its local_to edge, else its numa_node attribute
         (the kernel writes -1 there when it does not know)."""
-        for edge in self.out_edges(device.id, "local_to"):
+        for edge in self.out_edges(device.id, E.LOCAL_TO):
             number = self.node_of(edge.target)
             if number is not None:
                 return number, edge.id

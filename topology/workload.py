@@ -19,6 +19,7 @@ from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.models import Entity
 from witty_profiler.topology.query import GraphQuery
+from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.wording import counted
 
 # (framework, pattern in cmdline or name)
@@ -161,7 +162,7 @@ def resolve_workload(q: GraphQuery, pids: Iterable[int] | None = None) -> Worklo
     """The workload of a graph: `pids` and their descendants, else the AI processes, else none.
     A pid the graph does not hold is an InputError."""
     requested = sorted(set(pids)) if pids else []
-    processes = q.graph.entities("process")
+    processes = q.graph.entities(T.PROCESS)
     if requested:
         by_pid: dict[int, list[Entity]] = {}
         for p in processes:
@@ -178,7 +179,7 @@ def resolve_workload(q: GraphQuery, pids: Iterable[int] | None = None) -> Worklo
             proc = frontier.pop()
             if proc.id not in chosen:
                 chosen[proc.id] = proc
-                frontier.extend(c for c in q.children_of(proc) if c.type == "process")
+                frontier.extend(c for c in q.children_of(proc) if c.type == T.PROCESS)
         return Workload("pids", sorted(chosen.values(), key=lambda e: e.id), requested)
     ai = [p for p in processes if p.attrs.get("ai") is True]
     return Workload("ai", ai) if ai else Workload("host", [])
@@ -188,5 +189,5 @@ def workload_members(q: GraphQuery, workload: Workload) -> frozenset[str]:
     """The workload's processes and their threads (by has_thread edge, or by what a thread's id says)."""
     members = set(workload.ids)
     members.update(t.id for p in workload.processes for t in q.threads_of(p))
-    members.update(t.id for t in q.graph.entities("thread") if process_of_thread(t.id) in workload.ids)
+    members.update(t.id for t in q.graph.entities(T.THREAD) if process_of_thread(t.id) in workload.ids)
     return frozenset(members)

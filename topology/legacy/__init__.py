@@ -24,6 +24,7 @@ from witty_profiler.topology.legacy.edges import read_edge
 from witty_profiler.topology.legacy.reader import Reader
 from witty_profiler.topology.legacy.values import LegacyValueError
 from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.wording import counted
 
 __all__ = ["colocation_pct", "from_legacy", "is_legacy"]
@@ -79,7 +80,7 @@ def _meta(r: Reader, env: dict) -> Meta:
         host_info[hosts[0]] = {k: str(env[k]) for k in ("hostname", "local_ip") if env.get(k) not in (None, "None")}
     host_info = {h: info for h, info in host_info.items() if info}
     for host in hosts:
-        numa = [e for e in r.graph.entities("numa_node") if host_of(e.id) == host]
+        numa = [e for e in r.graph.entities(T.NUMA_NODE) if host_of(e.id) == host]
         cpus = sum(len(parse_cpulist(e.attrs.get("cpus"))) for e in numa)
         if numa:
             host_info.setdefault(host, {}).update({"numa_nodes": len(numa), "cpus": cpus or None})
@@ -102,12 +103,12 @@ def _coverage(r: Reader) -> dict[str, CollectorStatus]:
     out = {
         "host": CollectorStatus(status="unavailable", reason=(
             f"{_NO_WINDOW}: host CPU utilisation, iowait, load, PSI, memory pressure and swap were not recorded")),
-        "process": CollectorStatus(status="partial" if counts.get("process") else "unavailable", reason=(
+        "process": CollectorStatus(status="partial" if counts.get(T.PROCESS) else "unavailable", reason=(
             f"{_NO_WINDOW}: process tree, allowed CPUs, per-node pages and traced CPU time per NUMA node only; "
             "no CPU utilisation, run-queue wait, RSS or I/O rates; context switches are totals since start")),
-        "numa": CollectorStatus(status="ok" if counts.get("numa_node") else "unavailable", reason=(
+        "numa": CollectorStatus(status="ok" if counts.get(T.NUMA_NODE) else "unavailable", reason=(
             "NUMA nodes, CPUs, distances and memory; numastat counters are totals since boot (no rates)"
-            if counts.get("numa_node") else "no NUMA nodes in the legacy file")),
+            if counts.get(T.NUMA_NODE) else "no NUMA nodes in the legacy file")),
         "storage": CollectorStatus(status="unavailable", reason="disks and I/O are not recorded by the legacy format"),
         "network": CollectorStatus(status="unavailable", reason=(
             "NIC throughput, drops, TCP retransmits and RTT are not recorded by the legacy format")),
@@ -130,8 +131,8 @@ def _coverage(r: Reader) -> dict[str, CollectorStatus]:
             "clocks, power or PCIe link figures")) if counts.get(kind) else CollectorStatus(
             status="unavailable", reason=f"no {kind.upper()} in the legacy file")
     out["ipc"] = CollectorStatus(status="partial", reason="legacy IPC and shared-memory edges without volumes") \
-        if seen("IPCEdge") or counts.get("shared_memory") else CollectorStatus(
+        if seen("IPCEdge") or counts.get(T.SHARED_MEMORY) else CollectorStatus(
         status="unavailable", reason="no pipe, unix socket or shared-memory records in the legacy file")
-    if counts.get("rdma_device") or counts.get("rdma_port"):
+    if counts.get(T.RDMA_DEVICE) or counts.get(T.RDMA_PORT):
         out["rdma"] = CollectorStatus(status="partial", reason="RDMA resources and packet rates; no bandwidth or errors")
     return dict(sorted(out.items()))

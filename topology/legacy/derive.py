@@ -18,6 +18,7 @@ from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.legacy import values as v
 from witty_profiler.topology.legacy.reader import Reader
 from witty_profiler.topology.models import Entity
+from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.workload import classify_process
 
 
@@ -31,12 +32,12 @@ def derive(r: Reader) -> None:
 
 def _process_tree(r: Reader) -> None:
     graph = r.graph
-    processes = graph.entities("process")
+    processes = graph.entities(T.PROCESS)
     for p in processes:
         ppid = p.attrs.get("ppid")
         parent = f"process:{p.id.split(':')[1]}:{ppid}"
         if ppid and ppid != p.attrs["pid"] and graph.entity(parent) is not None:
-            graph.edge_of("parent_of", parent, p.id)
+            graph.edge_of(E.PARENT_OF, parent, p.id)
     done: set[str] = set()
 
     def classify(p: Entity, chain: tuple[str, ...] = ()) -> None:
@@ -61,19 +62,19 @@ def _numa_topology(r: Reader) -> None:
         for n in nodes:
             target = f"numa_node:{host}:{n}"
             if graph.entity(target) is None:
-                r.add("numa_node", host, [n], {"node": n})
-            graph.edge_of("numa_set_contains", numa_set, target)
-    for node in graph.entities("numa_node"):
+                r.add(T.NUMA_NODE, host, [n], {"node": n})
+            graph.edge_of(E.NUMA_SET_CONTAINS, numa_set, target)
+    for node in graph.entities(T.NUMA_NODE):
         host = host_of(node.id)
         for other, distance in (node.attrs.get("distances") or {}).items():
             target = f"numa_node:{host}:{other}"
             if target != node.id and graph.entity(target) is not None:
-                graph.edge_of("numa_distance", node.id, target, attrs={"distance": distance})
+                graph.edge_of(E.NUMA_DISTANCE, node.id, target, attrs={"distance": distance})
 
 
 def _node_order(r: Reader, host: str, length: int) -> list[int]:
     """The legacy vectors are indexed by the host's NUMA nodes in order; with no node list, by number."""
-    nodes = sorted(e.attrs["node"] for e in r.graph.entities("numa_node") if host_of(e.id) == host)
+    nodes = sorted(e.attrs["node"] for e in r.graph.entities(T.NUMA_NODE) if host_of(e.id) == host)
     return nodes if len(nodes) == length else list(range(length))
 
 
@@ -95,28 +96,28 @@ def _placement(r: Reader) -> None:
         cpu = {order[i]: s / cpu_sum for i, s in enumerate(vec.cpu) if s > 0} if cpu_sum > 0 else {}
         pages = {order[i]: p / page_sum for i, p in enumerate(vec.pages) if p > 0} if page_sum > 0 else {}
         for n, share in cpu.items():
-            graph.edge_of("runs_on", vec.process, f"numa_node:{host}:{n}",
-                          metrics={"runtime_share_pct": round(100.0 * share, 3)})
+            graph.edge_of(E.RUNS_ON, vec.process, f"numa_node:{host}:{n}",
+                          metrics={M.RUNTIME_SHARE_PCT: round(100.0 * share, 3)})
             _ensure_numa(r, host, n)
         if cpu:
             process.attrs["numa_cpu_share_pct"] = {str(n): round(100.0 * s, 3) for n, s in sorted(cpu.items())}
             process.attrs["main_numa_node"] = max(sorted(cpu), key=lambda n: cpu[n])
         if cpu and pages:
-            process.metrics["cpu_mem_colocation_pct"] = colocation_pct(cpu, pages)
+            process.metrics[M.CPU_MEM_COLOCATION_PCT] = colocation_pct(cpu, pages)
         totals = {int(n): c for n, c in (process.attrs.get("numa_pages") or {}).items()}
         if cpu and sum(totals.values()):
             main = process.attrs["main_numa_node"]
-            process.metrics["numa_remote_pages_pct"] = round(100.0 * (1 - totals.get(main, 0) / sum(totals.values())), 3)
+            process.metrics[M.NUMA_REMOTE_PAGES_PCT] = round(100.0 * (1 - totals.get(main, 0) / sum(totals.values())), 3)
 
 
 def _ensure_numa(r: Reader, host: str, n: int) -> None:
     if r.graph.entity(f"numa_node:{host}:{n}") is None:
-        r.add("numa_node", host, [n], {"node": n})
+        r.add(T.NUMA_NODE, host, [n], {"node": n})
 
 
 def _numa_cpus(r: Reader) -> dict[str, dict[int, set[int]]]:
     found: dict[str, dict[int, set[int]]] = {}
-    for node in r.graph.entities("numa_node"):
+    for node in r.graph.entities(T.NUMA_NODE):
         if node.attrs.get("cpus"):
             found.setdefault(host_of(node.id), {})[node.attrs["node"]] = set(
                 v.cpu_list(node.attrs["cpus"], node.id))
@@ -125,7 +126,7 @@ def _numa_cpus(r: Reader) -> dict[str, dict[int, set[int]]]:
 
 def _allowed_nodes(r: Reader) -> None:
     numa_cpus = _numa_cpus(r)
-    for kind in ("process", "thread"):
+    for kind in (T.PROCESS, T.THREAD):
         for task in r.graph.entities(kind):
             if not task.attrs.get("cpus_allowed"):
                 continue
@@ -133,17 +134,17 @@ def _allowed_nodes(r: Reader) -> None:
             host = host_of(task.id)
             for n, cpus in sorted(numa_cpus.get(host, {}).items()):
                 if cpus & allowed:
-                    r.graph.edge_of("allowed_on", task.id, f"numa_node:{host}:{n}",
-                                    metrics={"cpus_allowed_count": len(cpus & allowed)})
+                    r.graph.edge_of(E.ALLOWED_ON, task.id, f"numa_node:{host}:{n}",
+                                    metrics={M.CPUS_ALLOWED_COUNT: len(cpus & allowed)})
 
 
 def _device_nodes(r: Reader) -> None:
     graph = r.graph
     numa_cpus = _numa_cpus(r)
-    for kind in ("npu", "gpu"):
+    for kind in (T.NPU, T.GPU):
         for device in graph.entities(kind):
             host = host_of(device.id)
-            nodes = sorted({graph.entity(e.target).attrs["node"] for e, _ in graph.neighbours(device.id, "out", "local_to")})
+            nodes = sorted({graph.entity(e.target).attrs["node"] for e, _ in graph.neighbours(device.id, "out", E.LOCAL_TO)})
             if not nodes and device.attrs.get("numa_affinity"):
                 nodes = v.cpu_list(device.attrs["numa_affinity"], device.id)
             if not nodes and device.attrs.get("cpu_affinity"):
@@ -151,6 +152,6 @@ def _device_nodes(r: Reader) -> None:
                 nodes = [n for n, cpus in sorted(numa_cpus.get(host, {}).items()) if local and local <= cpus]
             for n in nodes:
                 _ensure_numa(r, host, n)
-                graph.edge_of("local_to", device.id, f"numa_node:{host}:{n}")
+                graph.edge_of(E.LOCAL_TO, device.id, f"numa_node:{host}:{n}")
             if nodes:
                 device.attrs["numa_node"] = nodes[0] if len(nodes) == 1 else nodes

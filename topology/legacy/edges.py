@@ -26,6 +26,7 @@ from witty_profiler.topology.cpulist import format_cpulist
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.legacy import values as v
 from witty_profiler.topology.legacy.reader import PlacementVectors, Reader, kind_of, redact_values
+from witty_profiler.topology.vocabulary import E, M, T
 
 _BASE_FIELDS = ("edge_type", "weight", "source_node", "target_node", "nodes")
 Handler = Callable[[Reader, str, str, dict, str], None]
@@ -54,12 +55,12 @@ def read_edge(r: Reader, edge: Any, where: str) -> None:
 
 def read_own(r: Reader, owner: str, owned: str, edge: dict, where: str) -> None:
     kinds = (kind_of(owner), kind_of(owned))
-    if kinds == ("process", "thread"):
-        r.link("has_thread", owner, owned)
-    elif kinds[0] in ("process", "thread") and kinds[1] == "socket":
-        r.link("has_socket", owner, owned)
+    if kinds == (T.PROCESS, T.THREAD):
+        r.link(E.HAS_THREAD, owner, owned)
+    elif kinds[0] in (T.PROCESS, T.THREAD) and kinds[1] == T.SOCKET:
+        r.link(E.HAS_SOCKET, owner, owned)
     else:
-        r.link("owns", owner, owned, _legacy_attrs(edge))
+        r.link(E.OWNS, owner, owned, _legacy_attrs(edge))
 
 
 def read_belong(r: Reader, part: str, whole: str, edge: dict, where: str) -> None:
@@ -74,12 +75,12 @@ def read_send(r: Reader, sender: str, socket: str, edge: dict, where: str) -> No
     end = v.integer(flow.get("end_time", -1), f"{where}.data_flow.end_time", minimum=-1)
     if start >= 0 and end >= 0 and end < start:
         raise v.LegacyValueError(f"{where}.data_flow.end_time", f"ends ({end}) before it starts ({start})")
-    metrics: dict[str, Any] = {"bytes_total": size, "packets_total": packets}
+    metrics: dict[str, Any] = {M.BYTES_TOTAL: size, M.PACKETS_TOTAL: packets}
     if start >= 0 and end > start:
-        metrics["bytes_per_s"] = round(size / ((end - start) / 1e9), 3)
+        metrics[M.BYTES_PER_S] = round(size / ((end - start) / 1e9), 3)
         r.flow_window_ns[:] = [min(start, r.flow_window_ns[0]), max(end, r.flow_window_ns[1])] \
             if r.flow_window_ns else [start, end]
-    r.link("sends_to", sender, socket, {
+    r.link(E.SENDS_TO, sender, socket, {
         "protocol": v.text(edge.get("connection_type"), f"{where}.connection_type"),
         "start_ns": start if start >= 0 else None, "end_ns": end if end >= 0 else None,
     }, metrics)
@@ -89,7 +90,7 @@ def apply_proc_status(r: Reader, task: str, status: Any, where: str, with_runtim
     """/proc/<id>/status and the scheduler trace, as the legacy tool saw them, onto a task."""
     status = v.mapping(status, where)
     entity = r.graph.entity(task)
-    if entity is None or entity.type not in ("process", "thread"):
+    if entity is None or entity.type not in (T.PROCESS, T.THREAD):
         return
     allowed = v.cpu_list(status.get("cpus_allowed_list"), f"{where}.cpus_allowed_list")
     preferred = v.cpu_list(status.get("cpus_preferred_list"), f"{where}.cpus_preferred_list")
@@ -112,11 +113,11 @@ def apply_proc_status(r: Reader, task: str, status: Any, where: str, with_runtim
         attrs["numa_runtime_ns"] = {str(n): int(ns) for n, ns in runtime.items()} or None
         total = sum(runtime.values())
         for n, ns in runtime.items():
-            r.link("runs_on", task, _numa(r, task, n), metrics={
-                "runtime_ns_total": int(ns), "runtime_share_pct": round(100.0 * ns / total, 3) if total else 0.0})
+            r.link(E.RUNS_ON, task, _numa(r, task, n), metrics={
+                M.RUNTIME_NS_TOTAL: int(ns), M.RUNTIME_SHARE_PCT: round(100.0 * ns / total, 3) if total else 0.0})
     entity.attrs.update({k: val for k, val in attrs.items() if val is not None})
     if allowed:
-        entity.metrics["cpus_allowed_count"] = len(allowed)
+        entity.metrics[M.CPUS_ALLOWED_COUNT] = len(allowed)
 
 
 def read_proc_status(r: Reader, task: str, numa_set: str, edge: dict, where: str) -> None:
@@ -127,7 +128,7 @@ def read_numa_access(r: Reader, process: str, numa_set: str, edge: dict, where: 
     info = v.mapping(edge.get("numa_access_info"), f"{where}.numa_access_info")
     where = f"{where}.numa_access_info"
     entity = r.graph.entity(process)
-    if entity is None or entity.type != "process":
+    if entity is None or entity.type != T.PROCESS:
         return read_related(r, process, numa_set, edge, where)
     # the process-level status is the main thread's; its run time per node is the thread's, so skip it
     apply_proc_status(r, process, info.get("proc_status"), f"{where}.proc_status", with_runtime=False)
@@ -136,13 +137,13 @@ def read_numa_access(r: Reader, process: str, numa_set: str, edge: dict, where: 
     read_only = v.node_counts(info.get("read_only_pages"), f"{where}.read_only_pages")
     all_pages = sum(total.values())
     for n, pages in total.items():
-        r.link("allocates_on", process, _numa(r, process, n),
+        r.link(E.ALLOCATES_ON, process, _numa(r, process, n),
                {"dirty_anon_pages": anon.get(n), "read_only_pages": read_only.get(n)},
-               {"pages": pages, "page_share_pct": round(100.0 * pages / all_pages, 3) if all_pages else 0.0})
+               {M.PAGES: pages, M.PAGE_SHARE_PCT: round(100.0 * pages / all_pages, 3) if all_pages else 0.0})
     entity.attrs.update({k: {str(n): c for n, c in d.items()} for k, d in
                          (("numa_pages", total), ("numa_anon_pages", anon), ("numa_read_only_pages", read_only)) if d})
     if total:
-        entity.metrics["numa_pages_total"] = all_pages
+        entity.metrics[M.NUMA_PAGES_TOTAL] = all_pages
     affinity = v.mapping(info.get("numa_affinity_info"), f"{where}.numa_affinity_info")
     if affinity:
         aw = f"{where}.numa_affinity_info"
@@ -161,29 +162,29 @@ def read_numa_access(r: Reader, process: str, numa_set: str, edge: dict, where: 
 
 
 def read_set_contains(r: Reader, numa_set: str, numa: str, edge: dict, where: str) -> None:
-    r.link("numa_set_contains", numa_set, numa)
+    r.link(E.NUMA_SET_CONTAINS, numa_set, numa)
 
 
 def read_affinity(r: Reader, device: str, numa_set: str, edge: dict, where: str) -> None:
-    if kind_of(numa_set) != "numa_set":
+    if kind_of(numa_set) != T.NUMA_SET:
         return read_related(r, device, numa_set, edge, where)
     for n in r.numa_sets.get(numa_set, []):
-        r.link("local_to", device, _numa(r, device, n))
+        r.link(E.LOCAL_TO, device, _numa(r, device, n))
 
 
 def read_access(r: Reader, user: str, used: str, edge: dict, where: str) -> None:
     kinds = (kind_of(user), kind_of(used))
-    if kinds[0] in ("process", "thread") and kinds[1] in ("npu", "gpu"):
-        r.link("uses_device", user, used)
-    elif kinds == ("process", "shared_memory"):
-        r.link("uses_shm", user, used)
+    if kinds[0] in (T.PROCESS, T.THREAD) and kinds[1] in (T.NPU, T.GPU):
+        r.link(E.USES_DEVICE, user, used)
+    elif kinds == (T.PROCESS, T.SHARED_MEMORY):
+        r.link(E.USES_SHM, user, used)
     else:
-        r.link("accesses", user, used, _legacy_attrs(edge))
+        r.link(E.ACCESSES, user, used, _legacy_attrs(edge))
 
 
 def read_run_on(r: Reader, process: str, place: str, edge: dict, where: str) -> None:
-    if kind_of(place) == "container":
-        r.link("in_container", process, place)
+    if kind_of(place) == T.CONTAINER:
+        r.link(E.IN_CONTAINER, process, place)
     else:
         read_related(r, process, place, edge, where)
 
@@ -193,21 +194,21 @@ def read_host(r: Reader, place: str, process: str, edge: dict, where: str) -> No
 
 
 def read_has_attribute(r: Reader, owner: str, attribute: str, edge: dict, where: str) -> None:
-    if (kind_of(owner), kind_of(attribute)) == ("rdma_device", "rdma_port"):
-        r.link("has_port", owner, attribute)
+    if (kind_of(owner), kind_of(attribute)) == (T.RDMA_DEVICE, T.RDMA_PORT):
+        r.link(E.HAS_PORT, owner, attribute)
     else:
         read_related(r, owner, attribute, edge, where)
 
 
 def read_connect(r: Reader, source: str, target: str, edge: dict, where: str) -> None:
-    r.link("connects_to", source, target, _legacy_attrs(edge))
+    r.link(E.CONNECTS_TO, source, target, _legacy_attrs(edge))
 
 
 def read_ipc(r: Reader, source: str, target: str, edge: dict, where: str) -> None:
-    r.link("ipc", source, target, _legacy_attrs(edge))
+    r.link(E.IPC, source, target, _legacy_attrs(edge))
 
 
-_DDR_RATES = (("read_bw", "mem_read_bytes_per_s"), ("write_bw", "mem_write_bytes_per_s"))
+_DDR_RATES = (("read_bw", M.MEM_READ_BYTES_PER_S), ("write_bw", M.MEM_WRITE_BYTES_PER_S))
 
 
 def read_bandwidth(r: Reader, source: str, target: str, edge: dict, where: str) -> None:
@@ -216,7 +217,7 @@ def read_bandwidth(r: Reader, source: str, target: str, edge: dict, where: str) 
     info = v.mapping(edge.get("bandwidth_info"), f"{where}.bandwidth_info")
     for key, value in info.items():
         v.number(value, f"{where}.bandwidth_info.{key}")  # rates and a timestamp: never negative
-    if source != target or entity is None or entity.type != "numa_node":
+    if source != target or entity is None or entity.type != T.NUMA_NODE:
         return read_related(r, source, target, edge, where)
     kind = edge["edge_type"].removesuffix("BandwidthEdge").lower()
     entity.attrs.setdefault("uncore_bandwidth", {})[kind] = dict(info)
@@ -228,7 +229,7 @@ def read_bandwidth(r: Reader, source: str, target: str, edge: dict, where: str) 
 
 def read_related(r: Reader, source: str, target: str, edge: dict, where: str) -> None:
     legacy_type = str(edge.get("edge_type") or "unknown")
-    r.link("related", source, target, {"legacy_type": legacy_type, **_legacy_attrs(edge)}, qualifier=legacy_type)
+    r.link(E.RELATED, source, target, {"legacy_type": legacy_type, **_legacy_attrs(edge)}, qualifier=legacy_type)
 
 
 def _legacy_attrs(edge: dict) -> dict[str, Any]:
@@ -244,7 +245,7 @@ def _numa(r: Reader, near: str, node: int) -> str:
     host = host_of(near)
     eid = f"numa_node:{host}:{node}"
     if r.graph.entity(eid) is None:
-        r.add("numa_node", host, [node], {"node": node})
+        r.add(T.NUMA_NODE, host, [node], {"node": node})
     return eid
 
 

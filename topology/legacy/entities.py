@@ -27,6 +27,7 @@ from witty_profiler.topology.ids import pci_address
 from witty_profiler.topology.legacy import values as v
 from witty_profiler.topology.legacy.reader import Reader, digest, redact_values
 from witty_profiler.topology.privacy import redact_cmdline
+from witty_profiler.topology.vocabulary import E, M, T
 
 _BASE_FIELDS = ("entity_namespace", "entity_type", "details")
 _PCI = re.compile(r"^([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -38,7 +39,7 @@ def read_process(r: Reader, node: dict, where: str) -> str:
     pid = v.integer(node.get("pid"), f"{where}.pid", minimum=0)
     ppid = v.integer(node.get("ppid", -1), f"{where}.ppid", minimum=-1)  # -1: the legacy "unknown"
     cmdline = v.text(node.get("cmdline"), f"{where}.cmdline")
-    eid = r.add("process", host, [pid], {
+    eid = r.add(T.PROCESS, host, [pid], {
         "pid": pid, "ppid": ppid if ppid >= 0 else None, "name": v.text(node.get("name"), f"{where}.name"),
         "cmdline": redact_cmdline(cmdline) if cmdline is not None else None,
     }, details=node.get("details"))
@@ -50,14 +51,14 @@ def read_process(r: Reader, node: dict, where: str) -> str:
 def read_thread(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     tid = v.integer(node.get("tid"), f"{where}.tid", minimum=0)
-    process = node.get("process")
+    process = node.get(T.PROCESS)
     if not isinstance(process, dict):
         raise v.LegacyValueError(f"{where}.process", "a thread needs its process object (with its pid)")
     pid_entity = read_process(r, process, f"{where}.process")
     pid = r.graph.entity(pid_entity).attrs["pid"]
-    eid = r.add("thread", host, [pid, tid], {"tid": tid, "pid": pid, "name": v.text(node.get("name"), f"{where}.name")},
+    eid = r.add(T.THREAD, host, [pid, tid], {"tid": tid, "pid": pid, "name": v.text(node.get("name"), f"{where}.name")},
                 details=node.get("details"))
-    r.link("has_thread", pid_entity, eid)
+    r.link(E.HAS_THREAD, pid_entity, eid)
     return eid
 
 
@@ -67,12 +68,12 @@ def read_socket(r: Reader, node: dict, where: str) -> str:
     addr = v.text(node.get("socket_addr"), f"{where}.socket_addr", "unknown") or "unknown"
     port = v.integer(node.get("socket_port", -1), f"{where}.socket_port", minimum=-1, maximum=65535)
     shown_addr = f"[{addr}]" if ":" in addr else addr  # IPv6: keep the id's ':' fields readable
-    eid = r.add("socket", host, [proto, shown_addr, port if port >= 0 else "unknown"],
+    eid = r.add(T.SOCKET, host, [proto, shown_addr, port if port >= 0 else "unknown"],
                 {"proto": proto, "addr": addr, "port": port if port >= 0 else None}, details=node.get("details"))
     for key in ("socket_thread", "socket_process"):
         owner = node.get(key)
         if isinstance(owner, dict):
-            r.link("has_socket", r.entity(owner, f"{where}.{key}"), eid)
+            r.link(E.HAS_SOCKET, r.entity(owner, f"{where}.{key}"), eid)
     return eid
 
 
@@ -93,19 +94,19 @@ def read_numa(r: Reader, node: dict, where: str) -> str:
     sizes, counts = v.meminfo(node.get("mem_info"), f"{where}.mem_info")
     metrics: dict[str, Any] = {}
     if "MemTotal" in sizes:
-        metrics["mem_total_bytes"] = sizes["MemTotal"]
+        metrics[M.MEM_TOTAL_BYTES] = sizes["MemTotal"]
         if "MemFree" in sizes:
             if sizes["MemFree"] > sizes["MemTotal"]:
                 raise v.LegacyValueError(f"{where}.mem_info.MemFree", "larger than MemTotal")
-            metrics["mem_free_bytes"] = sizes["MemFree"]
+            metrics[M.MEM_FREE_BYTES] = sizes["MemFree"]
             if sizes["MemTotal"]:
-                metrics["mem_used_pct"] = round(100.0 * (1 - sizes["MemFree"] / sizes["MemTotal"]), 3)
+                metrics[M.MEM_USED_PCT] = round(100.0 * (1 - sizes["MemFree"] / sizes["MemTotal"]), 3)
     # cumulative since boot: kept under the names the vocabulary marks "legacy: no time base"
-    for legacy_name, metric in (("numa_hit", "numa_hit"), ("numa_miss", "numa_miss"),
-                                ("local_node", "numa_local"), ("other_node", "numa_other")):
+    for legacy_name, metric in (("numa_hit", M.NUMA_HIT), ("numa_miss", M.NUMA_MISS),
+                                ("local_node", M.NUMA_LOCAL), ("other_node", M.NUMA_OTHER)):
         if legacy_name in stats:
             metrics[metric] = stats[legacy_name]
-    return r.add("numa_node", host, [n], {
+    return r.add(T.NUMA_NODE, host, [n], {
         "node": n, "cpus": format_cpulist(cpus), "memory_blocks": v.text(node.get("memory_set"), f"{where}.memory_set"),
         "distances": dict(sorted(distances.items(), key=lambda kv: int(kv[0]))) or None,
         "numa_stats": stats or None, "meminfo_bytes": sizes or None, "meminfo_counts": counts or None,
@@ -116,7 +117,7 @@ def read_numa_set(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     nodes = v.cpu_list(node.get("numa_id_str"), f"{where}.numa_id_str")
     spec = format_cpulist(nodes)
-    eid = r.add("numa_set", host, [spec or "none"], {"nodes": nodes, "spec": spec}, details=node.get("details"))
+    eid = r.add(T.NUMA_SET, host, [spec or "none"], {"nodes": nodes, "spec": spec}, details=node.get("details"))
     r.numa_sets[eid] = nodes
     return eid
 
@@ -152,7 +153,7 @@ def read_device(kind: str) -> Callable[[Reader, dict, str], str]:
 def read_container(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     cid = v.text(node.get("container_id"), f"{where}.container_id") or "unknown"
-    return r.add("container", host, [cid], {
+    return r.add(T.CONTAINER, host, [cid], {
         "container_id": cid, "name": v.text(node.get("container_name"), f"{where}.container_name"),
         "runtime": v.text(node.get("container_type"), f"{where}.container_type"),
     }, details=node.get("details"))
@@ -161,25 +162,25 @@ def read_container(r: Reader, node: dict, where: str) -> str:
 def read_pod(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     pod = v.text(node.get("pod_id"), f"{where}.pod_id") or "unknown"
-    return r.add("container", host, [pod], {"pod": pod, "runtime": "pod"}, details=node.get("details"))
+    return r.add(T.CONTAINER, host, [pod], {"pod": pod, "runtime": "pod"}, details=node.get("details"))
 
 
 def read_shared_memory(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     name = v.text(node.get("shm_name"), f"{where}.shm_name") or "unknown"
     size = v.integer(node.get("shm_size", -1), f"{where}.shm_size", minimum=-1)
-    return r.add("shared_memory", host, [name.replace(":", "_")],
+    return r.add(T.SHARED_MEMORY, host, [name.replace(":", "_")],
                  {"name": name, "size_bytes": size if size >= 0 else None}, details=node.get("details"))
 
 
 def read_rdma_device(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     dev = v.text(node.get("dev"), f"{where}.dev") or "unknown"
-    eid = r.add("rdma_device", host, [dev], {"name": dev}, details=node.get("details"))
+    eid = r.add(T.RDMA_DEVICE, host, [dev], {"name": dev}, details=node.get("details"))
     for key, stat in v.mapping(node.get("stats"), f"{where}.stats").items():
         if isinstance(stat, dict):
             port = read_rdma_port(r, {"dev": dev, **stat, "entity_namespace": host}, f"{where}.stats[{key!r}]")
-            r.link("has_port", eid, port)
+            r.link(E.HAS_PORT, eid, port)
     return eid
 
 
@@ -189,11 +190,11 @@ def read_rdma_port(r: Reader, node: dict, where: str) -> str:
     port = v.integer(node.get("port", -1), f"{where}.port", minimum=-1)
     rates = {k: v.number(node.get(k, 0), f"{where}.{k}") for k in
              ("send_pkts", "recv_pkts", "dupl_pkts", "rdma_sends", "rdma_recvs")}
-    return r.add("rdma_port", host, [dev, port if port >= 0 else "unknown"], {
+    return r.add(T.RDMA_PORT, host, [dev, port if port >= 0 else "unknown"], {
         "device": dev, "port": port if port >= 0 else None,
         "duplicate_packets_per_s": rates["dupl_pkts"], "rdma_sends_per_s": rates["rdma_sends"],
         "rdma_recvs_per_s": rates["rdma_recvs"],
-    }, {"tx_packets_per_s": rates["send_pkts"], "rx_packets_per_s": rates["recv_pkts"]})
+    }, {M.TX_PACKETS_PER_S: rates["send_pkts"], M.RX_PACKETS_PER_S: rates["recv_pkts"]})
 
 
 def read_rdma_resource(kind: str, keys: tuple[str, ...]) -> Callable[[Reader, dict, str], str]:
@@ -209,7 +210,7 @@ def read_rdma_resource(kind: str, keys: tuple[str, ...]) -> Callable[[Reader, di
         if "pid" in attrs and attrs["pid"] < -1:
             raise v.LegacyValueError(f"{where}.pid", f"{attrs['pid']} is not a valid pid")
         ident = [attrs.get(k, "unknown") for k in keys]
-        return r.add("rdma_resource", host, [kind, *ident], attrs, details=node.get("details"))
+        return r.add(T.RDMA_RESOURCE, host, [kind, *ident], attrs, details=node.get("details"))
     return read
 
 
@@ -218,7 +219,7 @@ def read_opaque(r: Reader, node: dict, where: str) -> str:
     host = r.host_of(node)
     legacy_type = str(node.get("entity_type") or "unknown")
     fields = {k: val for k, val in node.items() if k not in _BASE_FIELDS}
-    return r.add("opaque", host, [legacy_type, digest(fields)],
+    return r.add(T.OPAQUE, host, [legacy_type, digest(fields)],
                  {"legacy_type": legacy_type, "fields": redact_values(fields)}, details=node.get("details"))
 
 
@@ -228,8 +229,8 @@ READERS: dict[str, Callable[[Reader, dict, str], str]] = {
     "SocketEntity": read_socket,
     "NumaEntity": read_numa,
     "NumaSetEntity": read_numa_set,
-    "NPUEntity": read_device("npu"),
-    "GPUEntity": read_device("gpu"),
+    "NPUEntity": read_device(T.NPU),
+    "GPUEntity": read_device(T.GPU),
     "ContainerEntity": read_container,
     "PodEntity": read_pod,
     "SharedMemoryEntity": read_shared_memory,
