@@ -15,6 +15,8 @@ from witty_profiler.collectors.rdma import RdmaCollector
 from witty_profiler.topology import Graph, dumps_graph, loads_graph
 from witty_profiler.topology.models import Meta
 
+pytestmark = pytest.mark.live
+
 
 def test_this_host_explains_missing_accelerators():
     if Path("/proc/driver/nvidia").exists() or shutil.which("npu-smi") or Path("/sys/class/infiniband").exists():

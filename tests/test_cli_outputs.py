@@ -11,6 +11,8 @@ import pytest
 from diagnosis_graphs import host, new_graph, process
 from witty_profiler.topology import dump_graph
 
+pytestmark = pytest.mark.slow
+
 
 def small_native_graph(path: Path) -> None:
     g = new_graph()

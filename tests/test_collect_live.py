@@ -16,6 +16,8 @@ from graph_checks import assert_known_names
 
 from witty_profiler.topology import load_graph
 
+pytestmark = pytest.mark.live
+
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SECRET_ARG = "hunter2-cmdline-0f9e8d"

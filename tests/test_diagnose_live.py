@@ -20,6 +20,8 @@ import pytest
 from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
 from witty_profiler import collect, diagnose
 
+pytestmark = pytest.mark.live
+
 BUSY = "while True: pass"
 PRODUCER = ("import sys, time\n"
             "while True:\n"

@@ -20,6 +20,8 @@ from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.diagnosis.models import LAYERS
 from witty_profiler.mcp_server.budget import count_tokens
 
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_inspector.sh"
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
 ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}

@@ -15,6 +15,8 @@ import pytest
 
 from witty_profiler.commands import skill
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 # the folders at the top of the repository that install as witty_profiler.<folder>
 PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server")
