@@ -16,6 +16,7 @@ def quota_cgroup():
         yield found
 
 
+@pytest.mark.live
 def test_throttling_of_a_busy_process_in_a_quota_cgroup(quota_cgroup):
     group, busy = quota_cgroup
     g = run_window(1.5, 0.5, pids=[busy.pid], collectors=["process", "cgroup"])
@@ -37,6 +38,7 @@ def test_throttling_of_a_busy_process_in_a_quota_cgroup(quota_cgroup):
     assert all(g.neighbours(c.id, "in", "in_cgroup") for c in g.entities("cgroup"))
 
 
+@pytest.mark.live
 def test_memory_limit_hits_and_major_faults_of_a_reader_in_a_memory_cgroup(tmp_path):
     with reader_in_memory_cgroup("witty-test-mem", tmp_path / "data") as (group, reader):
         g = run_window(1.5, 0.5, pids=[reader.pid], collectors=["process", "cgroup"])

@@ -42,6 +42,7 @@ class _Broken(Collector):
         return self.fragment()
 
 
+@pytest.mark.live
 def test_a_failing_collector_is_reported_and_the_round_goes_on():
     register(_Broken)
     try:
@@ -54,6 +55,7 @@ def test_a_failing_collector_is_reported_and_the_round_goes_on():
     assert set(g.meta.collectors) == {"witty_test_broken", "cpu"}
 
 
+@pytest.mark.live
 def test_stop_event_ends_the_window_early_with_a_valid_graph():
     stop = threading.Event()
     seen = []
@@ -73,6 +75,7 @@ def test_bad_input_raises_input_error():
             run_window(**{"duration_s": 1, "interval_s": 0.5, **kwargs})
 
 
+@pytest.mark.live
 def test_scope_includes_descendants():
     parent = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     try:
@@ -123,6 +126,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+@pytest.mark.live
 def test_cli_default_file_needs_force_and_stdout_works(tmp_path):
     existing = tmp_path / "witty-graph.json"
     existing.write_text("keep me")
@@ -138,6 +142,7 @@ def test_cli_default_file_needs_force_and_stdout_works(tmp_path):
     assert set(g.meta.collectors) == {"cpu", "memory"}
 
 
+@pytest.mark.live
 def test_ctrl_c_still_writes_a_valid_graph(tmp_path):
     out = tmp_path / "g.json"
     proc = subprocess.Popen([PY, "-m", "witty_profiler", "collect", "--duration", "60", "--interval", "0.25",
@@ -178,6 +183,7 @@ def _collect_as_nobody(out: Path) -> None:
         os._exit(1)
 
 
+@pytest.mark.live
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to the nobody user")
 def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     workdir = Path(tempfile.mkdtemp(prefix="witty-nonroot-"))
@@ -216,6 +222,7 @@ def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
     json.loads(out.read_text())
 
 
+@pytest.mark.live
 def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
     """Idle processes outside the scope are read every 5th interval: the window's rate must still
     hold all the CPU time of one that wakes up half-way."""
@@ -235,6 +242,7 @@ def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
     assert woke.metrics["cpu_util_pct_max"] > woke.metrics["cpu_util_pct"]
 
 
+@pytest.mark.live
 def test_collectors_named_with_a_minus_are_left_out_of_the_defaults():
     from witty_profiler.collectors.engine import _select
     discover()

@@ -83,7 +83,7 @@ def live():
         busy.wait()
 
 
-GRAPHS = ["hand", "sample", "big", "live"]
+GRAPHS = ["hand", "sample", "big", pytest.param("live", marks=pytest.mark.live)]
 
 
 def _graph(request, name):

@@ -335,6 +335,7 @@ def _threads(graph, pid):
     return {t.id: t for t in graph.entities("thread") if t.id.startswith(f"thread:{host}:{pid}:")}
 
 
+@pytest.mark.live
 def test_every_thread_in_scope_gets_its_futex_waits(traced):
     graph, pids = traced
     status = graph.meta.collectors["ebpf"]
@@ -349,6 +350,7 @@ def test_every_thread_in_scope_gets_its_futex_waits(traced):
         assert graph.neighbours(main.id, "in", "has_thread")
 
 
+@pytest.mark.live
 def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
     graph, pids = traced
     workers = {name: [t for t in _threads(graph, pid).values() if t.attrs["tid"] != pid] for name, pid in pids.items()}
@@ -395,6 +397,7 @@ def test_a_contended_lock_and_an_idle_poller_are_told_apart(traced):
     assert any(e.metric == "futex_wakeups_per_s" and e.threshold == ">= 25" for e in f.evidence)
 
 
+@pytest.mark.live
 def test_waits_that_span_the_window_edges_count_inside_it(traced):
     graph, pids = traced
     by_name = {t.attrs.get("name"): t.metrics for t in _threads(graph, pids["blocked"]).values()}
@@ -408,6 +411,7 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
     assert 0 < later["futex_wakeups_per_s"] < 2 and 25 < later["futex_wait_pct"] < 70, (held, later)
 
 
+@pytest.mark.live
 def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
     """clang's output is kept off file descriptor 2 during the compile; an MCP server's log lines
     written meanwhile by its other threads still reach it, every one."""
@@ -451,6 +455,7 @@ print(json.dumps({"pid": child.pid, "reason": graph.meta.collectors["ebpf"].reas
 """
 
 
+@pytest.mark.live
 def test_a_contended_lock_inside_a_pid_namespace_of_its_own(tmp_path):
     """Run where a container would: a new PID namespace with its own /proc. The kernel's ids are
     not the ones /proc shows there; the threads are still matched, and their waits counted."""

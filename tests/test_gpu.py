@@ -139,6 +139,7 @@ def test_gpu_link_rules():
     assert gpu_link({"pci": "x", "nvlinks": []}, {"pci": "y", "nvlinks": []}, None) is None
 
 
+@pytest.mark.live
 def test_no_nvml_on_this_host():
     """This machine has no NVIDIA driver: the real NVML path reports why."""
     if Path("/proc/driver/nvidia").exists():

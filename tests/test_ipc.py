@@ -195,10 +195,12 @@ def edges_between(w, kind, a, b):
     return [e for e in w["graph"].edges(kind) if e.source == src and e.target == dst]
 
 
+@pytest.mark.live
 def test_collector_is_ok(world):
     assert world["status"].status == "ok", world["status"].reason
 
 
+@pytest.mark.live
 def test_pipe_edge_writer_to_reader(world):
     [edge] = edges_between(world, "pipe", world["writer"], world["reader"])
     assert edge.attrs["direction"] == "writer_to_reader"
@@ -206,6 +208,7 @@ def test_pipe_edge_writer_to_reader(world):
     assert not edges_between(world, "pipe", world["reader"], world["writer"])
 
 
+@pytest.mark.live
 def test_unix_socketpair_edge(world):
     a, b = sorted(world["pair"], key=lambda p: p.pid)
     [edge] = edges_between(world, "unix_socket", a, b)
@@ -213,6 +216,7 @@ def test_unix_socketpair_edge(world):
     assert edge.metrics["queued_bytes"] == 20  # each end sent 10 bytes nobody read
 
 
+@pytest.mark.live
 def test_unix_path_edge_client_to_server(world):
     [edge] = edges_between(world, "unix_socket", world["uclient"], world["userver"])
     assert edge.attrs["direction"] == "client_to_server"
@@ -220,6 +224,7 @@ def test_unix_path_edge_client_to_server(world):
     assert not edges_between(world, "unix_socket", world["userver"], world["uclient"])
 
 
+@pytest.mark.live
 def test_tcp_edge_client_to_server_with_bytes(world):
     [edge] = edges_between(world, "tcp", world["tclient"], world["tserver"])
     assert edge.attrs["direction"] == "client_to_server"
@@ -229,6 +234,7 @@ def test_tcp_edge_client_to_server_with_bytes(world):
     assert not edges_between(world, "tcp", world["tserver"], world["tclient"])
 
 
+@pytest.mark.live
 def test_dev_shm_mapped_by_two_processes(world):
     a, b = sorted(world["shm"], key=lambda p: p.pid)
     [edge] = edges_between(world, "shm", a, b)
@@ -239,6 +245,7 @@ def test_dev_shm_mapped_by_two_processes(world):
     assert users == {process_id(world["host"], p.pid) for p in (a, b)}
 
 
+@pytest.mark.live
 def test_sysv_shared_memory_creator_to_user(world):
     creator, attacher, shmid = world["sysv_shm"]
     [edge] = edges_between(world, "shm", creator, attacher)
@@ -247,6 +254,7 @@ def test_sysv_shared_memory_creator_to_user(world):
     assert segment.attrs["size_bytes"] == 1 << 20 and segment.attrs["creator_pid"] == creator.pid
 
 
+@pytest.mark.live
 def test_sysv_message_queue_sender_to_receiver(world):
     if not world["msg"]:
         pytest.skip("msgget failed: SysV IPC not available here")
@@ -256,6 +264,7 @@ def test_sysv_message_queue_sender_to_receiver(world):
     assert edge.attrs["messages"] == 2
 
 
+@pytest.mark.live
 def test_scope_keeps_only_edges_touching_it(world):
     pids = {int(e.id.split(":")[2]) for e in world["graph"].entities("process")}
     children = {p.pid for v in world.values() for p in (v if isinstance(v, (list, tuple)) else [v])
@@ -267,6 +276,7 @@ def test_scope_keeps_only_edges_touching_it(world):
     assert children <= pids
 
 
+@pytest.mark.live
 def test_survives_processes_exiting_mid_scan():
     stop = threading.Event()
 
@@ -321,6 +331,7 @@ def test_parse_fdinfo_mode():
     assert fdscan.parse_fdinfo_mode("pos:\t0\nflags:\t02000002\n") == "rw"
 
 
+@pytest.mark.live
 def test_non_root_gives_partial_with_reason():
     """As nobody, other users' fds are unreadable: a smaller graph, status partial, and why."""
     if os.geteuid() != 0:
@@ -368,6 +379,7 @@ def test_parse_ss_unix():
     assert (listener.peer, listener.state) == (None, 10)
 
 
+@pytest.mark.live
 def test_ss_fallback_agrees_with_sock_diag():
     if not shutil.which("ss"):
         pytest.skip("`ss` (iproute2) is not installed")

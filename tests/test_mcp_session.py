@@ -46,6 +46,7 @@ def busy_process():
     proc.wait()
 
 
+@pytest.mark.live
 async def test_live_session_collect_summary_view_match_report(tmp_path: Path, busy_process) -> None:
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     progress: list[tuple[float, float | None, str | None]] = []
@@ -131,6 +132,7 @@ WORKER_NPUS = {1895087: ("0000:c1:00.0", 6), 1895088: ("0000:c2:00.0", 6),
                1895089: ("0000:81:00.0", 4), 1895090: ("0000:82:00.0", 4)}
 
 
+@pytest.mark.live
 async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Path, busy_process) -> None:
     """One installed server over real stdio serves the whole session: every answer is checked against
     the output schema the server published, and against the numbers it should carry."""
@@ -330,6 +332,7 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     assert "witty-mcp" in err  # the logs went to stderr
 
 
+@pytest.mark.live
 async def test_cancelling_collect_ends_the_window_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import witty_profiler
     real, ended = witty_profiler.collect, threading.Event()

@@ -68,6 +68,7 @@ def veth():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+@pytest.mark.live
 def test_veth_traffic_shows_as_nic_rates(veth):
     ns, here, there = veth
     collector = network.NetworkCollector(Context(duration_s=1.0, interval_s=0.5))
@@ -93,6 +94,7 @@ def test_veth_traffic_shows_as_nic_rates(veth):
     assert graph.entity(f"nic:{collector.ctx.host}:lo").attrs["virtual"] is True
 
 
+@pytest.mark.live
 def test_loopback_tcp_connection_state():
     received = 250_000
     srv = socket.socket()
@@ -138,6 +140,7 @@ def _disk_of(path: str) -> str | None:
     return link.resolve().name.replace("!", "/") if link.exists() else None
 
 
+@pytest.mark.live
 def test_synced_writes_show_on_their_disk():
     directory = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
     disk = _disk_of(directory)
@@ -241,6 +244,7 @@ def test_parse_ss_with_inodes_and_listeners():
     assert (estab.inode, estab.total_retrans, estab.bytes_acked) == (19742, 2, 70001)
 
 
+@pytest.mark.live
 def test_tcp_info_offsets_match_ss():
     """The netlink reader and `ss` agree on a live connection (struct tcp_info offsets are right)."""
     srv = socket.socket()
@@ -272,6 +276,7 @@ def test_tcp_info_offsets_match_ss():
     assert abs(nl.rtt_us - ss.rtt_us) <= 1
 
 
+@pytest.mark.live
 def test_through_the_engine_with_vocabulary_names_only():
     engine = pytest.importorskip("witty_profiler.collectors.engine")
     from witty_profiler.topology.vocabulary import EDGE_TYPES, ENTITY_TYPES, metric_info

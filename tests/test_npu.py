@@ -204,6 +204,7 @@ def test_a3_table_without_other_recordings_is_partial(fake_npu_smi, tmp_path):
     assert len(g.entities("npu")) == 4 and g.entity("npu:a3:0000:9f:00.0").metrics["util_pct"] == 61
 
 
+@pytest.mark.live
 def test_no_npu_smi_on_this_host(monkeypatch, tmp_path):
     if shutil.which("npu-smi"):
         pytest.skip("this host has npu-smi")

@@ -86,6 +86,7 @@ def test_collector_on_recorded_tree(two_socket):
     assert "pci_device:n1:0000:00:1f.0" not in targets
 
 
+@pytest.mark.live
 def test_collector_on_this_host():
     c = PciCollector(Context(host="me"))
     g = c.finish()

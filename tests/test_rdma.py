@@ -131,6 +131,7 @@ def test_connectx6_two_samples(tmp_path, clock):
     assert g.entity("nic:n1:ens1f0np0").attrs["pci_address"] == "0000:01:00.0"
 
 
+@pytest.mark.live
 def test_no_infiniband_on_this_host():
     c = RdmaCollector(Context(host="me"))
     c.start()

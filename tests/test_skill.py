@@ -375,8 +375,10 @@ TOOL_GAPS: dict[str, str] = {}
 
 
 def _eval_params() -> list:
-    return [pytest.param(c, id=f"{c['id']}-{c['name']}", marks=[pytest.mark.xfail(
-        strict=True, reason=TOOL_GAPS[c["name"]])] if c["name"] in TOOL_GAPS else []) for c in CASES]
+    """A case whose input is a scenario starts its processes and collects from this host: live."""
+    return [pytest.param(c, id=f"{c['id']}-{c['name']}", marks=[
+        *([pytest.mark.xfail(strict=True, reason=TOOL_GAPS[c["name"]])] if c["name"] in TOOL_GAPS else []),
+        *([pytest.mark.live] if "scenario" in c["input"] else [])]) for c in CASES]
 
 
 @pytest.mark.parametrize("case", _eval_params())
