@@ -28,6 +28,7 @@ def installed() -> list[str]:
     return [exe]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["module", "script"])
 def test_info_text(vllm_sample_path, entry):
     done = cli("info", str(vllm_sample_path), entry=installed() if entry == "script" else None)
@@ -39,6 +40,7 @@ def test_info_text(vllm_sample_path, entry):
     assert any(line.split()[:2] == ["npu", "partial"] for line in out.splitlines())
 
 
+@pytest.mark.slow
 def test_info_json(vllm_sample_path):
     done = cli("info", str(vllm_sample_path), "--json")
     assert done.returncode == 0, done.stderr
@@ -49,6 +51,7 @@ def test_info_json(vllm_sample_path):
     assert info["collectors"]["host"]["status"] == "unavailable"
 
 
+@pytest.mark.slow
 def test_query_find_with_predicate(vllm_sample_path):
     done = cli("query", str(vllm_sample_path), "--type", "npu", "--where", "numa_node=6", "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -59,12 +62,14 @@ def test_query_find_with_predicate(vllm_sample_path):
     assert table.returncode == 0 and "npu:local:0000:c1:00.0" in table.stdout and "npu:local:0000:c2:00.0" in table.stdout
 
 
+@pytest.mark.slow
 def test_query_neighbours_shows_the_worker_device(vllm_sample_path):
     done = cli("query", str(vllm_sample_path), "--neighbours", "process:local:1895087", "--edge-type", "uses_device")
     assert done.returncode == 0, done.stderr
     assert "uses_device" in done.stdout and "npu:local:0000:c1:00.0" in done.stdout
 
 
+@pytest.mark.slow
 def test_query_top_subgraph_and_paths(vllm_sample_path):
     top = json.loads(cli("query", str(vllm_sample_path), "--top", "cpu_mem_colocation_pct", "--type", "process",
                          "--ascending", "-n", "4", "--format", "json").stdout)
@@ -80,6 +85,7 @@ def test_query_top_subgraph_and_paths(vllm_sample_path):
     assert "thread:local:1895087:1895087 -> process:local:1895087 -> npu:local:0000:c1:00.0" in paths.stdout
 
 
+@pytest.mark.slow
 def test_query_edges_of_a_type_and_top_among_a_condition(vllm_sample_path):
     edges = json.loads(cli("query", str(vllm_sample_path), "--edge-type", "uses_device", "-n", "100",
                            "--format", "json").stdout)
@@ -138,6 +144,7 @@ def _native(entities: str, edges: str) -> str:
             f'"entities":[{entities}],"edges":[{edges}]}}')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_is_exit_2_with_one_line(vllm_sample_path, tmp_path, case):
     args = BAD_INPUTS[case](tmp_path, vllm_sample_path)
@@ -149,6 +156,7 @@ def test_bad_input_is_exit_2_with_one_line(vllm_sample_path, tmp_path, case):
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_bad_where_message_says_how_to_write_it(vllm_sample_path):
     done = cli("query", str(vllm_sample_path), "--where", "numa_node")
     assert done.returncode == 2 and "FIELD OP VALUE" in done.stderr

@@ -107,6 +107,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (["--duration", "0"], "duration must be > 0"),
     (["--duration", "5000"], "duration must be > 0 and <= 3600"),

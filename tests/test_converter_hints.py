@@ -101,6 +101,7 @@ def test_a_fold_ranks_by_a_metric_only_where_every_row_has_it(hand, sample):
     assert "--type thread -n 41" in text and "--top cpu_util_pct" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hand", "sample"])
 def test_mcp_views_fit_every_budget_and_keep_every_citation(request, name):
     from witty_profiler.diagnosis import diagnose
@@ -173,6 +174,7 @@ def _cli_rows(argv: list[str]) -> list[str]:
     return [e["id"] for e in answer["entities"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hand", "sample", "synthetic"])
 def test_every_fold_command_lists_at_least_the_rows_it_left_out(request, name, tmp_path: Path):
     """Run each command a fold line prints, as printed (slots filled in): it lists at least as many
@@ -269,7 +271,7 @@ def _mcp_rows(tools: WittyTools, gid: str, tool: str, args: dict) -> int:
     return page.total_edges if page.kind in ("around", "edges") and args.get("edge_type") else page.total_entities
 
 
-@pytest.mark.parametrize("name", ["hand", "sample", "synthetic"])
+@pytest.mark.parametrize("name", ["hand", "sample", pytest.param("synthetic", marks=pytest.mark.slow)])
 def test_every_mcp_fold_request_lists_at_least_the_rows_it_left_out(request, name, tmp_path: Path):
     """The calls witty-mcp's views print on their fold lines, made as printed: their pages add up
     to at least the rows each line says it left out."""

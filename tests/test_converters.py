@@ -83,7 +83,8 @@ def live():
         busy.wait()
 
 
-GRAPHS = ["hand", "sample", "big", pytest.param("live", marks=pytest.mark.live)]
+GRAPHS = ["hand", "sample", pytest.param("big", marks=pytest.mark.slow),
+          pytest.param("live", marks=pytest.mark.live)]
 
 
 def _graph(request, name):
@@ -138,6 +139,7 @@ def test_layer_names_and_bad_requests(hand):
 
 
 # -- budgets --------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GRAPHS)
 def test_every_view_fits_every_budget(request, name):
     graph = _graph(request, name)
@@ -390,6 +392,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "witty_profiler", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_convert_command_writes_the_view_with_its_token_count(vllm_sample_path, tmp_path):
     out = tmp_path / "view.txt"
     done = _cli("convert", str(vllm_sample_path), "--layer", "interconnect", "--max-tokens", "1500", "-o", str(out))
@@ -400,6 +403,7 @@ def test_convert_command_writes_the_view_with_its_token_count(vllm_sample_path, 
     assert f"witty-profiler query {vllm_sample_path}" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--layer", "gpu"], "invalid choice"),
     (["--max-tokens", "50"], "max_tokens must be"),
@@ -410,6 +414,7 @@ def test_convert_command_bad_options_exit_2(vllm_sample_path, args, message):
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_convert_command_missing_graph_exit_2(tmp_path):
     done = _cli("convert", str(tmp_path / "none.json"))
     assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr

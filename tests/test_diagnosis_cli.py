@@ -161,6 +161,7 @@ def test_diagnose_rejects_a_bad_window_before_collecting(capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_diagnose_is_a_console_command(graph_file):
     result = subprocess.run([sys.executable, "-m", "witty_profiler", "diagnose", str(graph_file), "--format", "json"],
                             capture_output=True, text=True, timeout=120)
@@ -238,6 +239,7 @@ def test_view_layer_detail_shows_evidence_and_coverage(graph_file, capsys):
     assert "throttled_periods_pct" in out
 
 
+@pytest.mark.slow
 def test_view_errors_are_one_line(graph_file, capsys):
     assert view.main([str(graph_file), "--detail"]) == 2
     assert "--detail needs --layer" in capsys.readouterr().err

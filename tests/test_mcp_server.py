@@ -375,6 +375,7 @@ def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_fil
     assert json.loads(text)["graph_id"] == out.graph_id
 
 
+@pytest.mark.slow
 async def test_views_say_how_to_get_what_they_left_out_with_the_tools(state: Path, workdir: Path,
                                                                        graph_file: Path) -> None:
     async with mcp.Client(server_for(state, workdir)) as client:

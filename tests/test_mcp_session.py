@@ -95,6 +95,7 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
         assert again["format"] == "json" and (tmp_path / "report.md").read_text(encoding="utf-8") != written
 
 
+@pytest.mark.slow
 async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path, vllm_sample_path: Path) -> None:
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     async with mcp.Client(server) as client:
@@ -132,6 +133,7 @@ WORKER_NPUS = {1895087: ("0000:c1:00.0", 6), 1895088: ("0000:c2:00.0", 6),
                1895089: ("0000:81:00.0", 4), 1895090: ("0000:82:00.0", 4)}
 
 
+@pytest.mark.slow
 @pytest.mark.live
 async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Path, busy_process) -> None:
     """One installed server over real stdio serves the whole session: every answer is checked against
@@ -235,6 +237,7 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
     assert not (tmp_path / "env-state").exists()
 
 
+@pytest.mark.slow
 async def test_stdio_real_sample_mismatch_and_failures_that_leave_the_server_working(
         tmp_path: Path, vllm_sample_path: Path) -> None:
     exe = _witty_mcp()
@@ -275,6 +278,7 @@ def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.stderr.strip().count("\n") == 0 and "no such file" in done.stderr
 
 
+@pytest.mark.slow
 async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -> None:
     exe = _witty_mcp()
     with socket.socket() as probe:
@@ -302,6 +306,7 @@ async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -
     assert out == "" and "POST /mcp" in err
 
 
+@pytest.mark.slow
 def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     exe = _witty_mcp()
     host_process_graph(tmp_path / "host.json")

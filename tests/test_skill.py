@@ -172,6 +172,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_diagnose_script_reports_the_mismatch_of_the_real_sample(vllm_sample_path, tmp_path):
     out = tmp_path / "out"
     done = _script("diagnose.sh", str(vllm_sample_path), "--out", str(out))
@@ -204,6 +205,7 @@ def test_diagnose_script_reports_the_mismatch_of_the_real_sample(vllm_sample_pat
     assert "- Scope: pid 1895089 and descendants (1 process)" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_verify_fix_script_sees_the_mismatch_resolved_and_not_the_other_way_round(vllm_sample_path, tmp_path):
     """AFTER: the sample with its workers no longer using the NPUs, so the mismatch must come out
     resolved; the same files in the other order must show it as new."""

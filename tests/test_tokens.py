@@ -61,6 +61,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "witty_profiler", "tokens", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_tokens_command_lists_each_file_and_a_total(tmp_path):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("hello world")
@@ -73,6 +74,7 @@ def test_tokens_command_lists_each_file_and_a_total(tmp_path):
     assert counts[0] == 2 and counts[1] == count_tokens(b.read_text()) and counts[2] == counts[0] + counts[1]
 
 
+@pytest.mark.slow
 def test_tokens_command_missing_file_is_one_line_exit_2(tmp_path):
     done = _cli(str(tmp_path / "absent.json"))
     assert done.returncode == 2
