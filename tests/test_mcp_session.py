@@ -270,6 +270,7 @@ async def test_stdio_real_sample_mismatch_and_failures_that_leave_the_server_wor
     assert (tmp_path / "state" / "graphs" / f"{gid}.json").is_file()  # where WITTY_STATE_DIR says
 
 
+@pytest.mark.slow
 def test_witty_mcp_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
     exe = _witty_mcp()
     done = subprocess.run([exe, "--thresholds", str(tmp_path / "none.toml")], capture_output=True, text=True,
