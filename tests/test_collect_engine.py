@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,12 +185,20 @@ def _collect_as_nobody(out: Path) -> None:
         os._exit(1)
 
 
-@pytest.mark.live
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to the nobody user")
-def test_collect_as_non_root_user_gives_a_smaller_valid_graph():
+@pytest.fixture
+def nobody_can_write():
+    """A folder the nobody user can write to (pytest's tmp_path lies in a 0700 folder of root's),
+    removed afterwards with the graph of this host that it holds."""
     workdir = Path(tempfile.mkdtemp(prefix="witty-nonroot-"))
     workdir.chmod(0o777)
-    out = workdir / "g.json"
+    yield workdir
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to the nobody user")
+def test_collect_as_non_root_user_gives_a_smaller_valid_graph(nobody_can_write):
+    out = nobody_can_write / "g.json"
     # an inference server as seen by its command line: recognised and in scope without --pid
     ai = subprocess.Popen([PY, "-c", "import time; time.sleep(30)", "vllm", "serve", "model"])
     try:
