@@ -16,7 +16,6 @@ not a number, or levels in the wrong order is an `InputError` naming the place i
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ def load_thresholds(path: str | os.PathLike[str]) -> Overrides:
         raise InputError(f"{p}: no such thresholds file") from None
     except (IsADirectoryError, UnicodeDecodeError, OSError) as exc:
         raise InputError(f"{p}: cannot read the thresholds file ({exc.__class__.__name__})") from None
+    import tomllib  # only when there is a file to read
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

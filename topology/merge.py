@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from witty_profiler.topology.models import Meta
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 def merge_metrics(into: dict[str, Any], incoming: dict[str, Any]) -> None:
@@ -51,6 +53,7 @@ def merge_attrs(into: dict[str, Any], incoming: dict[str, Any]) -> None:
 def _parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
+    from datetime import datetime  # here: a graph that is only read never merges
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -62,6 +65,7 @@ def merge_meta(into: Meta, incoming: Meta) -> Meta:
     start_a, start_b = _parse_time(into.started_at), _parse_time(incoming.started_at)
     started_at, duration = into.started_at, into.duration_s
     if start_a and start_b and into.duration_s is not None and incoming.duration_s is not None:
+        from datetime import timedelta
         start = min(start_a, start_b)
         end = max(start_a + timedelta(seconds=into.duration_s), start_b + timedelta(seconds=incoming.duration_s))
         started_at = start.isoformat().replace("+00:00", "Z")

@@ -5,6 +5,7 @@ takes the parsed arguments and returns an exit code; it raises `topology.errors.
 bad input, which the CLI turns into one line on stderr and exit 2.
 """
 
-import pkgutil
+import os
 
-COMMANDS = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+# the modules of this folder (a listing is cheaper than pkgutil, which the CLI's start-up would pay for)
+COMMANDS = sorted(name[:-3] for name in os.listdir(__path__[0]) if name.endswith(".py") and not name.startswith("_"))
