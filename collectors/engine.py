@@ -149,6 +149,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     graph.meta = Meta(hosts=[ctx.host], tool_version=_version(), started_at=started, duration_s=round(actual, 3),
                       interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
                       collectors=dict(sorted(statuses.items())), source="live")
+    graph.make_visible()  # names, command lines and paths are the host's words: data, never controls
     return graph
 
 

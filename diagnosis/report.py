@@ -10,6 +10,7 @@ gives the same text.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from witty_profiler.diagnosis.catalog import with_unit
@@ -44,12 +45,27 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+_MARKUP = re.compile(r"[\\`*\[\]|]|<(?=[A-Za-z/!?])")
+
+
+def md(text: str) -> str:
+    """Text that may quote the host (names, paths, command lines) as Markdown shows it, never as markup:
+    no emphasis, link, code span, HTML tag or table cell boundary can come from the data."""
+    return _MARKUP.sub(lambda m: "\\" + m[0], text)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md(text).replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """An id or a name as a code span, whatever backticks it holds."""
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
 def _ids(ids: list[str], limit: int = 3) -> str:
-    shown = ", ".join(f"`{i}`" for i in ids[:limit])
+    shown = ", ".join(_code(i) for i in ids[:limit])
     return shown + (f" (+{len(ids) - limit})" if len(ids) > limit else "")
 
 
@@ -58,13 +74,14 @@ def evidence_table(items: list[Evidence]) -> list[str]:
     for e in items:
         value = (with_unit(_value(e.value), e.unit) if e.value is not None and not isinstance(e.value, str)
                  else _value(e.value))
-        lines.append("| " + " | ".join(_cell(c) for c in (e.kind, _ids(e.ids), e.metric or "", value,
-                                                              _value(e.threshold), e.note or "")) + " |")
+        cells = [_cell(e.kind), _ids(e.ids).replace("|", "\\|"),
+                 *(_cell(c) for c in (e.metric or "", value, _value(e.threshold), e.note or ""))]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def finding_section(f: Finding, detail: bool = True) -> list[str]:
-    lines = [f"### {f.priority} ({f.severity}) · {f.title} — `{f.pattern}`", "", f.description, ""]
+    lines = [f"### {f.priority} ({f.severity}) · {f.title} — `{f.pattern}`", "", md(f.description), ""]
     if f.related:
         lines += ["Related: " + ", ".join(f"`{r}`" for r in f.related), ""]
     if detail or len(f.evidence) <= 6:
@@ -79,8 +96,8 @@ def finding_section(f: Finding, detail: bool = True) -> list[str]:
 
 def _status_line(row: CoverageRow) -> str:
     if row.status == "clear":
-        return f"- `{row.pattern}` — clear: {row.reason}"
-    return f"- `{row.pattern}` — not evaluated: {row.reason}"
+        return f"- `{row.pattern}` — clear: {md(row.reason)}"
+    return f"- `{row.pattern}` — not evaluated: {md(row.reason)}"
 
 
 def layer_section(d: Diagnosis, number: int, detail: bool = True) -> list[str]:
@@ -113,9 +130,9 @@ def markdown(d: Diagnosis, graph: Graph | None = None) -> str:
     lines = ["# witty-profiler diagnosis", ""]
     window = f"{s.get('started_at')}, {s.get('duration_s'):g} s" if s.get("duration_s") is not None else \
         "no capture window (snapshot)"
-    lines += [f"- Hosts: {', '.join(s.get('hosts') or []) or 'unknown'}",
-              f"- Source: {s.get('source') or 'unknown'}; window: {window}",
-              f"- Scope: {s.get('scope', {}).get('description', '')}"]
+    lines += [f"- Hosts: {md(', '.join(s.get('hosts') or [])) or 'unknown'}",
+              f"- Source: {md(s.get('source') or 'unknown')}; window: {md(window)}",
+              f"- Scope: {md(s.get('scope', {}).get('description', ''))}"]
     if s.get("layer"):
         lines.append(f"- Layer: {s['layer']} only")
     if s.get("thresholds_overridden"):
@@ -125,7 +142,7 @@ def markdown(d: Diagnosis, graph: Graph | None = None) -> str:
               f"found a problem, {s.get('clear', 0)} {'is' if s.get('clear', 0) == 1 else 'are'} clear, "
               f"{s.get('not_evaluated', 0)} could not be evaluated (of {s.get('patterns', 0)}).", ""]
     if d.findings:
-        lines += ["Top findings:", ""] + [f"{i}. {t}" for i, t in enumerate(s.get("top", []), 1)] + [""]
+        lines += ["Top findings:", ""] + [f"{i}. {md(t)}" for i, t in enumerate(s.get("top", []), 1)] + [""]
     else:
         lines += ["No bottleneck found by the patterns that could be evaluated. Patterns that were not evaluated "
                   "say nothing about their layer (see each layer below).", ""]

@@ -17,6 +17,7 @@ from witty_profiler.topology.ids import edge_id
 from witty_profiler.topology.merge import merge_attrs, merge_meta, merge_metrics
 from witty_profiler.topology.models import Edge, Entity, Meta
 from witty_profiler.topology.predicates import Predicate, compile_where
+from witty_profiler.topology.text import visible, visible_meta, visible_value
 
 Direction = Literal["out", "in", "both"]
 _T = TypeVar("_T")
@@ -42,6 +43,28 @@ class Graph:
         graph._entities, graph._edges = entities, edges
         graph.extra = extra or {}
         return graph
+
+    def make_visible(self) -> None:
+        """Every string of the graph through topology.text.visible (ids, types, attributes, meta): where
+        a graph is made from what the host or a file says, nothing in it can act on its readers."""
+        entities: dict[str, Entity] = {}
+        for entity in self._entities.values():
+            _visible_record(entity)
+            if entity.id in entities:  # two ids that differed only in invisible characters: one entity
+                merge_attrs(entities[entity.id].attrs, entity.attrs)
+                merge_metrics(entities[entity.id].metrics, entity.metrics)
+            else:
+                entities[entity.id] = entity
+        edges: dict[str, Edge] = {}
+        for edge in self._edges.values():
+            _visible_record(edge)
+            edge.source, edge.target = visible(edge.source), visible(edge.target)
+            edges.setdefault(edge.id, edge)
+        self._entities, self._edges = entities, edges
+        self._by_type = self._edges_by_type = self._ends = None
+        self._derived.clear()
+        self.meta = visible_meta(self.meta)
+        self.extra = visible_value(self.extra)
 
     # -- building -------------------------------------------------------------------------
     def add_entity(self, entity: Entity) -> Entity:
@@ -285,3 +308,10 @@ class Graph:
     def __iter__(self) -> Iterator[Entity]:
         return iter(self.entities())
 
+
+
+def _visible_record(item: Entity | Edge) -> None:
+    item.id, item.type = visible(item.id), visible(item.type)
+    item.attrs = visible_value(item.attrs)
+    if item.extra:
+        item.extra = visible_value(item.extra)

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from witty_profiler.topology.errors import GraphFormatError
+from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity
+from witty_profiler.topology.text import json_may_hide
 from witty_profiler.topology.validate import graph_of
 
 
@@ -118,17 +120,26 @@ def _loads_text(text: str, name: str) -> Graph:
         raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
     except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise GraphFormatError(f"{name}: a number in the file is too long to read ({exc})") from None
-    return graph_from_data(data, name, finite=not spelt)
+    try:
+        return graph_from_data(data, name, finite=not spelt, visible=not json_may_hide(text))
+    except RecursionError:  # attributes nested deeper than the readers' recursion goes
+        raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
 
 
-def graph_from_data(data: Any, name: str = "<input>", finite: bool = False) -> Graph:
-    """The graph of a parsed document, native or legacy (`finite`: see topology.validate.graph_of)."""
+def graph_from_data(data: Any, name: str = "<input>", finite: bool = False, visible: bool = False) -> Graph:
+    """The graph of a parsed document, native or legacy (`finite`: see topology.validate.graph_of;
+    `visible`: the caller knows that no string holds a character topology.text.visible would change)."""
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         _check_version(data, name)
-        return graph_of(data, name, finite)
+        graph = graph_of(data, name, finite)
+        if not visible:
+            graph.make_visible()
+        return graph
     from witty_profiler.topology import legacy
     if legacy.is_legacy(data):
-        return legacy.from_legacy(data, name)
+        graph = legacy.from_legacy(data, name)
+        graph.make_visible()
+        return graph
     found = type(data).__name__ if not isinstance(data, dict) else "an object with keys " + ", ".join(sorted(data)[:6])
     raise GraphFormatError(
         f"{name}: not a witty graph: expected a native graph (format 'witty-graph') or a legacy "
@@ -136,13 +147,5 @@ def graph_from_data(data: Any, name: str = "<input>", finite: bool = False) -> G
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
-    p = Path(path)
-    if p.is_dir():
-        raise GraphFormatError(f"{p}: is a directory; give the path of a graph JSON file")
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise GraphFormatError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise GraphFormatError(f"{p}: cannot read ({exc.strerror})") from None
-    return loads_graph(raw, str(p))
+    """A graph file, native or legacy: a regular file of at most topology.files.MAX_GRAPH_BYTES."""
+    return loads_graph(read_bytes(path, "graph file"), str(Path(path)))

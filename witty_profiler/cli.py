@@ -47,7 +47,7 @@ def guarded(call: Callable[[], int | None]) -> int:
     try:
         return int(call() or 0)
     except InputError as exc:
-        print(f"witty-profiler: error: {exc}", file=sys.stderr)
+        print(f"witty-profiler: error: {_visible(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("witty-profiler: interrupted", file=sys.stderr)
@@ -57,9 +57,15 @@ def guarded(call: Callable[[], int | None]) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if os.environ.get("WITTY_DEBUG"):
             traceback.print_exc()
-        print(f"witty-profiler: internal error: {type(exc).__name__}: {exc} (set WITTY_DEBUG=1 for details)",
-              file=sys.stderr)
+        print(f"witty-profiler: internal error: {type(exc).__name__}: {_visible(exc)} (set WITTY_DEBUG=1 for "
+              "details)", file=sys.stderr)
         return 1
+
+
+def _visible(exc: BaseException) -> str:
+    """An error message as it may reach a terminal: what it quotes (a file name, a value) cannot act on it."""
+    from witty_profiler.topology.text import visible
+    return visible(str(exc))
 
 
 if __name__ == "__main__":

@@ -14,17 +14,27 @@ if TYPE_CHECKING:
 def file_info(path: str) -> dict[str, Any]:
     """What a graph file holds. A native file is read as a stream (counts by type without building the
     graph, in memory that does not grow with the file); a legacy file is converted first."""
+    from witty_profiler.topology.files import open_text
     from witty_profiler.topology.scan import scan_native
+    from witty_profiler.topology.text import visible_meta
     from witty_profiler.topology.validate import meta_of
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_text(path) as handle:  # a regular file of bounded size, or one line saying what it is
             found = scan_native(handle, path)
-    except (OSError, UnicodeDecodeError):
-        found = None  # load_graph says why in one line
+    except UnicodeDecodeError:
+        found = None  # load_graph says where in one line
     if found is None:
         from witty_profiler.topology import load_graph
         return graph_info(load_graph(path))
-    return _info(meta_of(found.meta, path), dict(sorted(found.entities.items())), dict(sorted(found.edges.items())))
+    return _info(visible_meta(meta_of(found.meta, path)), _visible_counts(found.entities), _visible_counts(found.edges))
+
+
+def _visible_counts(counts: dict[str, int]) -> dict[str, int]:
+    from witty_profiler.topology.text import visible
+    out: dict[str, int] = {}
+    for kind, n in counts.items():
+        out[visible(kind)] = out.get(visible(kind), 0) + n
+    return dict(sorted(out.items()))
 
 
 def graph_info(graph: Graph) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""Strings from the observed host are data: what a graph holds can never act on whoever reads it.
+
+A process can name itself with a newline, a terminal escape or a markdown heading (`prctl` takes 15
+bytes: "x\\n## [P0] fak" fits), a path or a legacy file can hold anything, a JSON file can hold a
+lone surrogate that no UTF-8 writer accepts. Every string that enters a graph (ids, attributes,
+meta) goes through `visible` once, where the graph is made: at the end of a live window, of the
+legacy reader, of reading a native file. Control characters become their visible pictures (a newline
+is "␊", an escape "␛"), and what cannot be shown (lone surrogates, format characters such as
+right-to-left overrides) becomes "�". Printable text, spaces included, is left exactly as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from witty_profiler.topology.models import Meta
+
+REPLACEMENT = "\ufffd"
+
+
+def _picture(char: str) -> str:
+    code = ord(char)
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␀..␟: the control pictures
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return REPLACEMENT
+
+
+def visible(text: str) -> str:
+    """`text` with every character that is not printable replaced by a visible one (see above)."""
+    if text.isprintable():  # the common case, checked in C
+        return text
+    return "".join(c if c.isprintable() else _picture(c) for c in text)
+
+
+def visible_value(value: Any) -> Any:
+    """`visible` applied to every string inside JSON-like data (keys included); the same object back
+    when nothing needed a change, so clean data costs no copy."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and k.isprintable() and _clean(v) for k, v in value.items()):
+            return value
+        return {visible(k) if isinstance(k, str) else k: visible_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return value if all(_clean(v) for v in value) else [visible_value(v) for v in value]
+    return value
+
+
+def _clean(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.isprintable()
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and k.isprintable() and _clean(v) for k, v in value.items()) if value else True
+    if isinstance(value, list):
+        return all(_clean(v) for v in value)
+    return True
+
+
+# What can only appear in JSON text as an escape (control characters, lone surrogates) or outside
+# ASCII: a document without either holds nothing `visible` would change.
+_ESCAPES = re.compile(r"\\(?:[bfnrt]|u00[0-9a-fA-F][0-9a-fA-F]|u007[fF]|u[dD][89abAB][0-9a-fA-F]{2}|u20(?:2[89a-eA-E]|6[0-9a-fA-F])|u[fF][eE][fF][fF])")
+
+
+def json_may_hide(text: str) -> bool:
+    """Whether the JSON text may decode to a string that `visible` changes (a fast, safe guess: a
+    false 'yes' only costs the full check)."""
+    return not text.isascii() or _ESCAPES.search(text) is not None
+
+
+def visible_meta(meta: Meta) -> Meta:
+    """The meta with `visible` applied to its strings (collector reasons quote what the host said)."""
+    def text(value: str | None) -> str | None:
+        return None if value is None else visible(value)
+
+    return Meta(hosts=[visible(h) for h in meta.hosts], tool_version=text(meta.tool_version),
+                started_at=text(meta.started_at), duration_s=meta.duration_s, interval_s=meta.interval_s,
+                host_info=visible_value(meta.host_info), source=text(meta.source), extra=visible_value(meta.extra),
+                collectors={visible(name): replace(status, reason=text(status.reason),
+                                                   privileges=text(status.privileges),
+                                                   extra=visible_value(status.extra))
+                            for name, status in meta.collectors.items()})
