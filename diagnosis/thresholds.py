@@ -21,18 +21,20 @@ from typing import Any
 
 from witty_profiler.diagnosis.catalog import LEVELS, Levels, Pattern, catalog
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
 
 Overrides = dict[str, dict[str, Any]]  # pattern id -> name -> {level: value} | value
 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Overrides:
     p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        raise InputError(f"{p}: no such thresholds file")
+    raw = read_bytes(p, "thresholds file", MAX_SMALL_BYTES, error=InputError)  # regular, small: or one line why
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such thresholds file") from None
-    except (IsADirectoryError, UnicodeDecodeError, OSError) as exc:
-        raise InputError(f"{p}: cannot read the thresholds file ({exc.__class__.__name__})") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: cannot read the thresholds file (not UTF-8 text)") from None
     import tomllib  # only when there is a file to read
     try:
         data = tomllib.loads(text)

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from witty_profiler.topology import Graph, dump_graph, load_graph, loads_graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.models import FORMAT_NAME
 
 def state_dir() -> Path:
@@ -86,11 +87,7 @@ class GraphStore:
     # -- adding ---------------------------------------------------------------------------
     def load_file(self, path: str | os.PathLike[str]) -> tuple[GraphRecord, Graph]:
         p = Path(path).expanduser()
-        try:
-            raw = p.read_bytes()
-        except OSError:
-            load_graph(p)  # raises the GraphFormatError that says why (no such file, a directory, unreadable)
-            raise
+        raw = read_bytes(p, "graph file")  # a regular file of bounded size, or one sentence saying why not
         graph = loads_graph(raw, str(p))
         graph_id = f"{slug(p.stem)}-{hashlib.sha256(raw).hexdigest()[:8]}"
         with self._lock:

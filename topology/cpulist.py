@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 
 _ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-MAX_CPU = 1 << 16  # far above any real machine; guards against "0-999999999" eating memory
+MAX_CPU = 1 << 16  # far above any real machine; a list holds no more (guards "0-999999999" or repeats)
 
 
 def parse_cpulist(text: str | None) -> list[int]:
@@ -33,6 +33,8 @@ def parse_cpulist(text: str | None) -> list[int]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo or hi >= MAX_CPU:
             raise ValueError(f"impossible range {part.strip()!r} in {spec!r}")
+        if len(cpus) + hi - lo + 1 > MAX_CPU:  # ranges that repeat add up: the whole list is bounded
+            raise ValueError(f"more than {MAX_CPU} CPUs in {spec[:60]!r}{'...' if len(spec) > 60 else ''}")
         in_order = in_order and (not cpus or lo > cpus[-1])
         cpus.extend(range(lo, hi + 1))
     # the kernel writes ascending ranges; only a hand-written list needs sorting

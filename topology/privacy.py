@@ -31,8 +31,9 @@ def allowed_env_key(key: str) -> bool:
 
 
 def filter_env(env: dict[str, str]) -> dict[str, str]:
-    """Only allowlisted keys, values kept; everything else dropped."""
-    return {k: v for k, v in sorted(env.items()) if allowed_env_key(k)}
+    """Only allowlisted keys, their values redacted as a command line is (MASTER_ADDR=https://u:pw@..., an
+    NCCL setting holding token=...); everything else dropped."""
+    return {k: redact_cmdline(v) for k, v in sorted(env.items()) if allowed_env_key(k)}
 
 
 # A name (of an option, a variable, a query parameter) is secret when its last part is one of these:

@@ -10,15 +10,19 @@ number or null, found a string`. Fields this version does not know are kept.
 from __future__ import annotations
 
 import math
+from functools import partial
+from operator import is_not
 from typing import Any
 
 from witty_profiler.topology.errors import GraphFormatError
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.models import STATUSES, CollectorStatus, Edge, Entity, Meta
+from witty_profiler.topology.vocabulary import ATTR_TYPES, CPU_LIST
 
 _ENTITY_FIELDS = frozenset(("id", "type", "attrs", "metrics"))
 _EDGE_FIELDS = frozenset(("id", "type", "source", "target", "attrs", "metrics"))
 _TOP_FIELDS = frozenset(("format", "schema_version", "meta", "entities", "edges"))
+MAX_MAGNITUDE = 1e18  # bytes, nanoseconds, pages: a real value stays far below; 1e308 would overflow the sums
 
 
 class _Invalid(Exception):
@@ -62,6 +66,8 @@ def _number(value: Any, where: str) -> float | int | None:
         raise _Invalid(where, f"expected a number or null, found {kind_of(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise _Invalid(where, f"{value} is not a number JSON can carry")
+    if not -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE:
+        raise _Invalid(where, f"{value:.3g} is out of range (no metric of a host reaches {MAX_MAGNITUDE:.0e})")
     return value
 
 
@@ -70,15 +76,27 @@ def _metrics(value: Any, where: str) -> dict[str, Any]:
         return {}
     _expect(value, dict, "an object of metrics", where)
     for name, v in value.items():
-        if v is not None and (type(v) is not float or not math.isfinite(v)) and type(v) is not int:
-            _number(v, f"{where}.{name}")  # raises: only the unusual value pays for the message
+        _number(v, f"{where}.{name}")
     return value
 
 
 def _attrs(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
-    return _expect(value, dict, "an object of attributes", where)
+    _expect(value, dict, "an object of attributes", where)
+    for name, v in value.items():
+        allowed = ATTR_TYPES.get(name)
+        if allowed is None or v is None:
+            continue
+        if type(v) not in allowed:  # bool is not an int here, nor an int a float
+            kinds = " or ".join(_TYPE_NAMES[t] for t in allowed)
+            raise _Invalid(f"{where}.{name}", f"expected {kinds} or null, found {kind_of(v)}")
+        if allowed is CPU_LIST and type(v) is list and not all(type(c) is int and 0 <= c for c in v):
+            raise _Invalid(f"{where}.{name}", "expected a list of CPU (or node) numbers")
+    return value
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "a list"}
 
 
 def _entity(item: Any, where: str) -> Entity:
@@ -194,6 +212,8 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
     seen: set[type] = set()  # types of ids, types, sources and targets
     parts: set[type] = set()  # types of attrs and metrics
     values: set[type] = set()  # types of metric values
+    named: set[tuple[str, type]] = set()  # (attribute, type of its value)
+    numbers: list[Any] = []  # every metric value, for their range
     entities: dict[str, Entity] = {}
     for i, item in enumerate(items):
         if type(item) is not dict:
@@ -205,6 +225,9 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
         parts.add(type(metrics))
         if type(metrics) is dict:
             values.update(map(type, metrics.values()))
+            numbers.extend(metrics.values())
+        if type(attrs) is dict:
+            named.update(zip(attrs, map(type, attrs.values())))
         if eid in entities:
             raise _Invalid(f"entities[{i}]", f"id {eid!r} is given twice")
         entities[eid] = Entity(eid, kind, attrs, metrics) if item.keys() <= _ENTITY_FIELDS else \
@@ -216,10 +239,14 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
         eid, source, target, metrics = item.get("id"), item.get("source"), item.get("target"), item.get("metrics")
         seen.add(type(eid))
         seen.add(type(item.get("type")))
-        parts.add(type(item.get("attrs")))
+        attrs = item.get("attrs")
+        parts.add(type(attrs))
         parts.add(type(metrics))
         if type(metrics) is dict:
             values.update(map(type, metrics.values()))
+            numbers.extend(metrics.values())
+        if type(attrs) is dict:
+            named.update(zip(attrs, map(type, attrs.values())))
         if eid in edges:
             raise _Invalid(f"edges[{i}]", f"id {eid!r} is given twice")
         if source not in entities or target not in entities:
@@ -229,11 +256,19 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
         edges[eid] = Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics,
                           **_extra(item, _EDGE_FIELDS)) if not item.keys() <= _EDGE_FIELDS else \
             Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics)
-    if not (seen <= _STR and parts <= _PARTS and values <= _NUMBER_TYPES):
+    if not (seen <= _STR and parts <= _PARTS and values <= _NUMBER_TYPES) or not all(map(_plain_attr, named)):
         return None
-    if not finite:
-        _check_each(items, links)  # raises where a number is not finite
+    known = list(filter(partial(is_not, None), numbers))
+    if not finite or (known and (max(known) > MAX_MAGNITUDE or min(known) < -MAX_MAGNITUDE)):
+        _check_each(items, links)  # raises where a number is not finite, or out of range
     return Graph.of_records(Meta(), entities, edges)
+
+
+def _plain_attr(named: tuple[str, type]) -> bool:
+    """An attribute whose type needs no closer look: not a known one, null, or of its type (a list of CPUs
+    is looked at item by item)."""
+    allowed = ATTR_TYPES.get(named[0])
+    return allowed is None or named[1] is type(None) or (named[1] in allowed and named[1] is not list)
 
 
 _STR = frozenset((str,))
@@ -286,8 +321,15 @@ class StreamCheck:
 
 
 def _plain_parts(item: dict[str, Any]) -> bool:
-    """attrs an object (or absent), metrics an object of numbers or nulls (or absent)."""
+    """attrs an object of attributes of their types (or absent), metrics an object of numbers in range or
+    nulls (or absent): what the stream's items are checked for before the detailed check is needed."""
     attrs, metrics = item.get("attrs"), item.get("metrics")
-    if attrs is not None and type(attrs) is not dict:
+    if attrs is not None and (type(attrs) is not dict
+                              or not all(map(_plain_attr, zip(attrs, map(type, attrs.values()))))):
         return False
-    return metrics is None or (type(metrics) is dict and set(map(type, metrics.values())) <= _NUMBER_TYPES)
+    if metrics is None:
+        return True
+    if type(metrics) is not dict or not set(map(type, metrics.values())) <= _NUMBER_TYPES:
+        return False
+    known = [v for v in metrics.values() if v is not None]
+    return not known or (max(known) <= MAX_MAGNITUDE and min(known) >= -MAX_MAGNITUDE)

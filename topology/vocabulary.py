@@ -470,3 +470,17 @@ def metric_info(name: str) -> Metric | None:
             base = METRICS[name[: -len(suffix)]]
             return Metric(name, base.unit, f"{suffix[1:]} over the window's samples of {base.name}")
     return None
+
+
+# The types of the attributes that readers of a graph rely on (any entity type; null is always
+# allowed: a value that is not known). A file whose attribute has another type is refused, naming it.
+CPU_LIST = (str, list)  # '0-3,8' as the kernel writes it, or a list of numbers
+ATTR_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
+                     "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version"), (str,)),
+    **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
+    **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
+    **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),
+    **dict.fromkeys(("cpus", "cpus_allowed", "mems_allowed", "ran_on_cpus", "local_cpus", "cpu_affinity"), CPU_LIST),
+    **dict.fromkeys(("rank", "local_rank", "world_size"), (int, str)),  # a number, or what the environment said
+}

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from witty_profiler.topology.errors import InputError
 
 
 def _read(path: str) -> str:
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory; give a file")
-    try:
-        return p.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
+    from witty_profiler.topology.files import MAX_GRAPH_BYTES, read_bytes
+    return read_bytes(path, "file to count", MAX_GRAPH_BYTES, error=InputError).decode("utf-8", errors="replace")
 
 
 def run(args: argparse.Namespace) -> int:
