@@ -209,25 +209,15 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
     """The graph of the items, or None where a field has a wrong type. The loops note the types they
     meet and compare them with the format's once, at the end: a graph of 100,000 entities is read in
     about the time JSON takes to parse it. Where a number may not be finite, every item is checked."""
-    seen: set[type] = set()  # types of ids, types, sources and targets
-    parts: set[type] = set()  # types of attrs and metrics
-    values: set[type] = set()  # types of metric values
-    named: set[tuple[str, type]] = set()  # (attribute, type of its value)
-    numbers: list[Any] = []  # every metric value, for their range
+    met = _Types()
     entities: dict[str, Entity] = {}
     for i, item in enumerate(items):
         if type(item) is not dict:
             return None
         eid, kind, attrs, metrics = item.get("id"), item.get("type"), item.get("attrs"), item.get("metrics")
-        seen.add(type(eid))
-        seen.add(type(kind))
-        parts.add(type(attrs))
-        parts.add(type(metrics))
-        if type(metrics) is dict:
-            values.update(map(type, metrics.values()))
-            numbers.extend(metrics.values())
-        if type(attrs) is dict:
-            named.update(zip(attrs, map(type, attrs.values())))
+        met.ids.add(type(eid))
+        met.ids.add(type(kind))
+        met.note(attrs, metrics)
         if eid in entities:
             raise _Invalid(f"entities[{i}]", f"id {eid!r} is given twice")
         entities[eid] = Entity(eid, kind, attrs, metrics) if item.keys() <= _ENTITY_FIELDS else \
@@ -236,32 +226,54 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
     for i, item in enumerate(links):
         if type(item) is not dict:
             return None
-        eid, source, target, metrics = item.get("id"), item.get("source"), item.get("target"), item.get("metrics")
-        seen.add(type(eid))
-        seen.add(type(item.get("type")))
-        attrs = item.get("attrs")
-        parts.add(type(attrs))
-        parts.add(type(metrics))
-        if type(metrics) is dict:
-            values.update(map(type, metrics.values()))
-            numbers.extend(metrics.values())
-        if type(attrs) is dict:
-            named.update(zip(attrs, map(type, attrs.values())))
+        eid, kind, source, target = item.get("id"), item.get("type"), item.get("source"), item.get("target")
+        attrs, metrics = item.get("attrs"), item.get("metrics")
+        met.ids.add(type(eid))
+        met.ids.add(type(kind))
+        met.note(attrs, metrics)
         if eid in edges:
             raise _Invalid(f"edges[{i}]", f"id {eid!r} is given twice")
         if source not in entities or target not in entities:
             _check_each(items, links[:i + 1])  # a wrong type is the better message, if there is one
             end = source if source not in entities else target
             raise _Invalid(f"edges[{i}] ({eid})", f"{end!r} is not an entity of the file")
-        edges[eid] = Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics,
-                          **_extra(item, _EDGE_FIELDS)) if not item.keys() <= _EDGE_FIELDS else \
-            Edge(eid, item.get("type"), source, target, item.get("attrs"), metrics)
-    if not (seen <= _STR and parts <= _PARTS and values <= _NUMBER_TYPES) or not all(map(_plain_attr, named)):
+        edges[eid] = Edge(eid, kind, source, target, attrs, metrics) if item.keys() <= _EDGE_FIELDS else \
+            Edge(eid, kind, source, target, attrs, metrics, **_extra(item, _EDGE_FIELDS))
+    if not met.plain():
         return None
-    known = list(filter(partial(is_not, None), numbers))
-    if not finite or (known and (max(known) > MAX_MAGNITUDE or min(known) < -MAX_MAGNITUDE)):
+    if not finite or not met.in_range():
         _check_each(items, links)  # raises where a number is not finite, or out of range
     return Graph.of_records(Meta(), entities, edges)
+
+
+class _Types:
+    """The types met in items (ids, attrs and their known attributes, metrics and their values), noted
+    in C-speed set updates and compared with the format's once."""
+
+    def __init__(self) -> None:
+        self.ids: set[type] = set()  # of ids, types, sources and targets
+        self.parts: set[type] = set()  # of attrs and metrics
+        self.values: set[type] = set()  # of metric values
+        self.named: set[tuple[str, type]] = set()  # (attribute, type of its value)
+        self.numbers: list[Any] = []  # every metric value, for their range
+
+    def note(self, attrs: Any, metrics: Any) -> None:
+        self.parts.add(type(attrs))
+        self.parts.add(type(metrics))
+        if type(metrics) is dict:
+            self.values.update(map(type, metrics.values()))
+            self.numbers.extend(metrics.values())
+        if type(attrs) is dict:
+            self.named.update(zip(attrs, map(type, attrs.values())))
+
+    def plain(self) -> bool:
+        """Every type is the format's (a list of CPUs needs a look at its items: not plain)."""
+        return (self.ids <= _STR and self.parts <= _PARTS and self.values <= _NUMBER_TYPES
+                and all(map(_plain_attr, self.named)))
+
+    def in_range(self) -> bool:
+        known = list(filter(partial(is_not, None), self.numbers))
+        return not known or (max(known) <= MAX_MAGNITUDE and min(known) >= -MAX_MAGNITUDE)
 
 
 def _plain_attr(named: tuple[str, type]) -> bool:
@@ -321,15 +333,8 @@ class StreamCheck:
 
 
 def _plain_parts(item: dict[str, Any]) -> bool:
-    """attrs an object of attributes of their types (or absent), metrics an object of numbers in range or
-    nulls (or absent): what the stream's items are checked for before the detailed check is needed."""
-    attrs, metrics = item.get("attrs"), item.get("metrics")
-    if attrs is not None and (type(attrs) is not dict
-                              or not all(map(_plain_attr, zip(attrs, map(type, attrs.values()))))):
-        return False
-    if metrics is None:
-        return True
-    if type(metrics) is not dict or not set(map(type, metrics.values())) <= _NUMBER_TYPES:
-        return False
-    known = [v for v in metrics.values() if v is not None]
-    return not known or (max(known) <= MAX_MAGNITUDE and min(known) >= -MAX_MAGNITUDE)
+    """An item of a stream whose attrs and metrics need no closer look (see _Types)."""
+    met = _Types()
+    met.ids.add(str)
+    met.note(item.get("attrs"), item.get("metrics"))
+    return met.plain() and met.in_range()
