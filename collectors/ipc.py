@@ -4,8 +4,10 @@ memory and SysV message queues, as process -> process edges.
 Read at the start and the end of the window (the reads are expensive: every fd of every process,
 every /proc/PID/maps, the socket tables), and edges are drawn from the end state. Volumes where
 the kernel keeps them: TCP bytes acked/received over the window (tcp_info), bytes queued in
-pipes, unix sockets and message queues at the end plus their growth over the window. Pipes and
-shared memory have no byte counters. Connections opened and closed inside the window are not seen.
+pipes, unix sockets, TCP connections (both ends' receive and send queues) and message queues at
+the end plus their growth over the window, and for sockets which end the queue waits for
+(``queued_toward``). Pipes and shared memory have no byte counters. Connections opened and
+closed inside the window are not seen.
 """
 
 from __future__ import annotations
@@ -152,7 +154,10 @@ class _Edges:
         self.host, self.scope = host, scope
         self.found: dict[tuple, dict] = {}
 
-    def add(self, kind: str, src: int, dst: int, attrs: dict, metrics: dict, qualifier: str | None = None) -> None:
+    def add(self, kind: str, src: int, dst: int, attrs: dict, metrics: dict, qualifier: str | None = None,
+            toward: tuple[int, int] | None = None) -> None:
+        """`toward`: of the bytes queued on this channel, (those waiting for dst to read them,
+        those waiting for src), where a socket carries data both ways."""
         if src == dst or (self.scope is not None and src not in self.scope and dst not in self.scope):
             return
         edge = self.found.setdefault((kind, src, dst, qualifier), {"attrs": dict(attrs), "metrics": {M.CHANNELS: 0}})
@@ -160,6 +165,9 @@ class _Edges:
         for name, value in metrics.items():
             if value is not None:
                 edge["metrics"][name] = edge["metrics"].get(name, 0) + value
+        if toward is not None:
+            before = edge.get("toward", (0, 0))
+            edge["toward"] = (before[0] + toward[0], before[1] + toward[1])
 
     def into(self, graph: Graph, proc: Path) -> None:
         """Add the edges and a minimal entity for each process they touch (no dangling edges when the
@@ -169,8 +177,13 @@ class _Edges:
             name = fdscan.comm(proc, pid)
             graph.entity_of(T.PROCESS, process_id(self.host, pid), {"pid": pid, **({"name": name} if name else {})})
         for (kind, src, dst, qualifier), edge in sorted(self.found.items(), key=lambda kv: str(kv[0])):
-            graph.edge_of(kind, process_id(self.host, src), process_id(self.host, dst), edge["attrs"],
-                          edge["metrics"], qualifier)
+            attrs = edge["attrs"]
+            to_target, to_source = edge.get("toward", (0, 0))
+            if to_target or to_source:  # the end that reads too slowly, where bytes wait
+                attrs["queued_toward"] = ("target" if to_target > to_source else "source" if to_source > to_target
+                                          else "both")
+            graph.edge_of(kind, process_id(self.host, src), process_id(self.host, dst), attrs, edge["metrics"],
+                          qualifier)
 
 
 def _growth(end: int | None, start: int | None, seconds: float) -> float | None:
@@ -218,8 +231,11 @@ def unix_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: fl
         for a in sorted(owners[client.inode]):
             for b in sorted(owners[server.inode]):
                 src, dst = (a, b) if direction != "unordered" or a < b else (b, a)
+                # a socket's receive queue holds what its owner has not read yet
+                toward = (server.rqueue or 0, client.rqueue or 0)
                 edges.add(E.UNIX_SOCKET, src, dst, attrs,
-                          {M.QUEUED_BYTES: queued, M.QUEUED_BYTES_GROWTH_PER_S: _growth(queued, queued_before, seconds)})
+                          {M.QUEUED_BYTES: queued, M.QUEUED_BYTES_GROWTH_PER_S: _growth(queued, queued_before, seconds)},
+                          toward=toward if src == a else toward[::-1])
 
 
 def _listening(socks: list[sockdiag.TcpSock]) -> set[tuple[str, int]]:
@@ -256,12 +272,47 @@ def tcp_edges(edges: _Edges, end: Snapshot, start: Snapshot | None, seconds: flo
         client_pids = owners.get(sock.inode, {}) or ({sock.pid: []} if sock.pid else {})
         server_pids = owners.get(peer.inode, {}) or ({peer.pid: []} if peer.pid else {})
         sent, received = _tcp_window_bytes(sock, before.get(sock.cookie) if sock.cookie else None)
+        toward = _tcp_unread(sock, peer)
+        queued = sum(toward)
+        growth = _growth(queued, _tcp_queued_before(sock, peer, before) if start and start.tcp is not None
+                         else None, seconds)
         attrs = {"client": sockdiag.endpoint(local), "server": sockdiag.endpoint(remote), "direction": direction}
         for a in sorted(client_pids):
             for b in sorted(server_pids):
                 edges.add(E.TCP, a, b, attrs, {M.BYTES_SENT_TOTAL: sent, M.BYTES_RECEIVED_TOTAL: received,
                                                M.BYTES_PER_S: round((sent + received) / seconds, 3)
-                                               if seconds > 0 and sent is not None and received is not None else None})
+                                               if seconds > 0 and sent is not None and received is not None else None,
+                                               M.QUEUED_BYTES: queued, M.QUEUED_BYTES_GROWTH_PER_S: growth},
+                          toward=toward)
+
+
+def _tcp_queued_before(sock: sockdiag.TcpSock, peer: sockdiag.TcpSock,
+                       before: dict[int, sockdiag.TcpSock]) -> int | None:
+    """The bytes queued in this connection at the start of the window (`before`: the start's
+    table by socket cookie): 0 for one opened in the window (neither end in that table), None
+    where the table cannot tell."""
+    if not sock.cookie or not peer.cookie:
+        return None
+    ends = [before.get(sock.cookie), before.get(peer.cookie)]
+    if ends[0] is None and ends[1] is None:
+        return 0
+    if ends[0] is None or ends[1] is None:
+        return None
+    return sum(_tcp_unread(ends[0], ends[1]))
+
+
+def _tcp_unread(client: sockdiag.TcpSock, server: sockdiag.TcpSock) -> tuple[int, int]:
+    """(bytes the client wrote that the server has not read, the same the other way). They wait in
+    the writer's send queue (unsent, or sent and not yet acknowledged) and in the reader's receive
+    queue; the bytes received but not yet acknowledged (a delayed ACK) are in both, and tcp_info
+    counts them: received by the reader less acknowledged to the writer (whose count includes the
+    SYN on the connecting end)."""
+    def unread(writer: sockdiag.TcpSock, reader: sockdiag.TcpSock, syn: int) -> int:
+        queued = writer.wqueue + reader.rqueue
+        if writer.bytes_acked is not None and reader.bytes_received is not None:
+            queued -= max(0, reader.bytes_received - max(writer.bytes_acked - syn, 0))
+        return max(queued, 0)
+    return unread(client, server, 1), unread(server, client, 0)
 
 
 def _tcp_window_bytes(sock: sockdiag.TcpSock, old: sockdiag.TcpSock | None) -> tuple[int | None, int | None]:

@@ -151,3 +151,36 @@ def test_diagnose_without_a_graph_collects_first(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["summary"]["source"] == "live" and data["summary"]["duration_s"] >= 0.9
     assert len(data["coverage"]) == 33
+
+
+TCP_READER = ("import socket, time\n"
+              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              "print(s.getsockname()[1], flush=True)\n"
+              "c, _ = s.accept()\n"
+              "while c.recv(4096): time.sleep(0.1)\n")  # 40 KB/s at most
+TCP_WRITER = ("import socket, sys, time\n"
+              "c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+              "while True: c.sendall(b'x' * 65536); time.sleep(0.1)\n")  # 640 KB/s
+
+
+def test_a_tcp_connection_to_a_slow_reader_is_an_ipc_backlog():
+    reader = subprocess.Popen([sys.executable, "-c", TCP_READER], stdout=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        port = reader.stdout.readline().strip()
+        writer = subprocess.Popen([sys.executable, "-c", TCP_WRITER, port])
+        time.sleep(0.3)
+        pids = [reader.pid, writer.pid]
+        g = collect(2.0, 0.5, pids=pids, collectors=COLLECTORS)
+    finally:
+        _stop(*[p for p in (writer, reader) if p is not None])
+    host = g.meta.hosts[0]
+    edge = g.edge(f"tcp|process:{host}:{writer.pid}|process:{host}:{reader.pid}")
+    assert edge is not None and edge.attrs["queued_toward"] == "target", [e.id for e in g.edges("tcp")]
+    # about 600 KB/s more written than read, wherever the kernel keeps it (receive or send queue)
+    assert edge.metrics["queued_bytes_growth_per_s"] > 300_000, edge.metrics
+    d = diagnose(g, pids=pids)
+    f = d.finding("dataplane.ipc_backlog")
+    assert f is not None, next(c.reason for c in d.coverage if c.pattern == "dataplane.ipc_backlog")
+    assert f.subjects == [f"process:{host}:{reader.pid}"]
+    assert any(e.ids == [edge.id] and e.metric == "queued_bytes_growth_per_s" for e in f.evidence)

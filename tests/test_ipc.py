@@ -394,3 +394,103 @@ def test_ss_fallback_agrees_with_sock_diag():
         a.close(), b.close()
     for found in (by_ss, by_netlink):
         assert (found[ino_a].peer, found[ino_b].peer, found[ino_b].rqueue) == (ino_b, ino_a, 33)
+
+
+# -- queues of TCP connections, from two socket tables ---------------------------------------------
+def _tcp_snapshot(taken_at: float, client_wq: int, server_rq: int, server_wq: int = 0, client_rq: int = 0,
+                  cookies: tuple[int, int] = (7, 8)) -> ipc.Snapshot:
+    """A connection from pid 10 (port 40000) to pid 20 (listening on 5000), with these queues."""
+    listen = sockdiag.TcpSock(local=("127.0.0.1", 5000), remote=("0.0.0.0", 0), state="LISTEN", inode=99, cookie=1)
+    client = sockdiag.TcpSock(local=("127.0.0.1", 40000), remote=("127.0.0.1", 5000), state="ESTAB", inode=100,
+                              cookie=cookies[0], rqueue=client_rq, wqueue=client_wq, bytes_acked=1, bytes_received=0)
+    server = sockdiag.TcpSock(local=("127.0.0.1", 5000), remote=("127.0.0.1", 40000), state="ESTAB", inode=200,
+                              cookie=cookies[1], rqueue=server_rq, wqueue=server_wq, bytes_acked=1, bytes_received=0)
+    fds = fdscan.FdTable(links={10: {3: "socket:[100]"}, 20: {3: "socket:[99]", 4: "socket:[200]"}})
+    return ipc.Snapshot(taken_at=taken_at, fds=fds, tcp=[listen, client, server])
+
+
+def _tcp_edge(end: ipc.Snapshot, start: ipc.Snapshot | None, seconds: float = 2.0):
+    from witty_profiler.topology import Graph
+    edges = ipc._Edges("h", None)
+    ipc.tcp_edges(edges, end, start, seconds)
+    graph = Graph()
+    edges.into(graph, Path("/nonexistent-proc"))
+    [edge] = graph.edges("tcp")
+    assert (edge.source, edge.target) == (process_id("h", 10), process_id("h", 20))
+    return edge
+
+
+def test_tcp_edge_carries_the_bytes_queued_at_both_ends_and_their_growth():
+    # a fast client, a slow server: what the server has not read waits in its receive queue, and
+    # once its window is full, in the client's send queue
+    start = _tcp_snapshot(0.0, client_wq=100_000, server_rq=60_000)
+    end = _tcp_snapshot(2.0, client_wq=1_100_000, server_rq=90_000)
+    edge = _tcp_edge(end, start)
+    assert edge.metrics["queued_bytes"] == 1_190_000
+    assert edge.metrics["queued_bytes_growth_per_s"] == 515_000.0
+    assert edge.attrs["queued_toward"] == "target"  # the server is the slow reader
+
+
+def test_tcp_queue_toward_the_client_names_the_source_as_the_reader():
+    start = _tcp_snapshot(0.0, client_wq=0, server_rq=0, server_wq=10_000, client_rq=5_000)
+    end = _tcp_snapshot(2.0, client_wq=0, server_rq=0, server_wq=500_000, client_rq=100_000)
+    edge = _tcp_edge(end, start)
+    assert (edge.metrics["queued_bytes"], edge.attrs["queued_toward"]) == (600_000, "source")
+
+
+def test_tcp_queue_of_a_connection_opened_in_the_window_grew_from_nothing_and_none_without_a_start():
+    start = _tcp_snapshot(0.0, client_wq=0, server_rq=0, cookies=(70, 80))  # another connection
+    end = _tcp_snapshot(2.0, client_wq=200_000, server_rq=100_000)
+    assert _tcp_edge(end, start).metrics["queued_bytes_growth_per_s"] == 150_000.0
+    edge = _tcp_edge(end, None)
+    assert edge.metrics["queued_bytes"] == 300_000 and "queued_bytes_growth_per_s" not in edge.metrics
+
+
+def test_an_empty_tcp_connection_has_no_reader_side():
+    edge = _tcp_edge(_tcp_snapshot(2.0, 0, 0), _tcp_snapshot(0.0, 0, 0))
+    assert edge.metrics["queued_bytes"] == 0 and edge.metrics["queued_bytes_growth_per_s"] == 0.0
+    assert "queued_toward" not in edge.attrs
+
+
+@pytest.mark.live
+def test_tcp_edge_counts_the_bytes_nobody_read():
+    """A client sends 200,000 bytes that the server never reads: they wait at one end or the other."""
+    srv = spawn("import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                "print(s.getsockname()[1], flush=True)\nc, _ = s.accept(); time.sleep(60)\n", stdout=subprocess.PIPE)
+    children = [srv]
+    try:
+        port = wait_line(srv)
+        client = spawn(TCP_CLIENT, port, "200000", stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+        children.append(client)
+        wait_line(client)
+        ctx = Context(duration_s=1.0, interval_s=1.0, pids={p.pid for p in children})
+        collector = ipc.IpcCollector(ctx)
+        collector.start()
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until every byte is in a queue
+            queued = sum(s.rqueue + s.wqueue for s in sockdiag.tcp_sockets()
+                         if s.state == "ESTAB" and int(port) in (s.local[1], s.remote[1]))
+            if queued >= 200_000:
+                break
+            time.sleep(0.02)
+        graph = collector.finish()
+    finally:
+        for p in children:
+            p.kill()
+        for p in children:
+            p.wait()
+    [edge] = [e for e in graph.edges("tcp") if e.source == process_id(ctx.host, client.pid)]
+    assert edge.target == process_id(ctx.host, srv.pid)
+    assert edge.metrics["queued_bytes"] == 200_000
+    assert edge.metrics["queued_bytes_growth_per_s"] > 0 and edge.attrs["queued_toward"] == "target"
+
+
+def test_bytes_received_but_not_yet_acknowledged_are_counted_once():
+    # as read on loopback under a delayed ACK: 200,000 bytes sent, none read; the server holds
+    # 127,973 of them, of which the client has seen 32,741 acknowledged (its count has the SYN too)
+    end = _tcp_snapshot(2.0, client_wq=167_259, server_rq=127_973)
+    client, server = end.tcp[1], end.tcp[2]
+    client.bytes_acked, server.bytes_received = 32_742, 127_973
+    assert _tcp_edge(end, None).metrics["queued_bytes"] == 200_000

@@ -156,3 +156,33 @@ def test_loaders_without_cpu_figures_are_not_evaluated_and_no_loaders_are_clear(
     process(g, 10, "train", cpu_util_pct=5.0)
     row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.preprocessing_bottleneck")
     assert row.status == "clear" and "no loader or preprocessing workers" in row.reason, row
+
+
+def test_a_tcp_backlog_names_the_end_that_reads_too_slowly():
+    g = new_graph()
+    process(g, 10, "train")
+    process(g, 20, "feeder", role=None)
+    eid = ipc(g, "tcp", 10, 20, queued_bytes=4e6, queued_bytes_growth_per_s=2e6)
+    g.edge(eid).attrs["queued_toward"] = "source"  # the client (train) does not read what the server sends
+    f = diagnose(g).finding("dataplane.ipc_backlog")
+    assert f.severity == "critical" and f.subjects == ["process:h1:10"]
+    assert "process 10 reads it more slowly than process 20 writes" in f.description, f.description
+
+
+def test_ipc_backlog_without_any_queue_is_not_evaluated_and_names_what_it_saw():
+    g = new_graph()
+    process(g, 10, "train")
+    process(g, 11, "stage2", ppid=10, role=None)
+    g.edge_of("shm", "process:h1:10", "process:h1:11", {"path": "/dev/shm/x"})
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.ipc_backlog")
+    assert row.status == "not_evaluated", row
+    assert "1 shm edge" in row.reason and "no queue" in row.reason, row.reason
+
+
+def test_ipc_backlog_clear_line_names_the_queues_it_could_not_judge():
+    g = backlog(0.0)
+    ipc(g, "tcp", 10, 11, bytes_sent_total=1e6)  # from a collector that did not read TCP queues
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.ipc_backlog")
+    assert row.status == "clear", row
+    assert row.reason.startswith("1 IPC queue measured (unix_socket)") and "1 tcp edge without queue depths" in row.reason, \
+        row.reason

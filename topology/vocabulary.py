@@ -283,8 +283,11 @@ EDGE_TYPES: dict[str, str] = {
     E.NETDEV_OF: "rdma_port -> nic",
     E.PCI_FUNCTION: "gpu, npu, nic or rdma_port -> the pci_device that implements it (its PCIe link state)",
     E.PIPE: "process -> process through a pipe (writer -> reader where known); attrs inode",
-    E.UNIX_SOCKET: "process -> process through a connected unix socket pair; attrs inode",
-    E.TCP: "process -> process over local TCP (client -> server); metrics bytes_sent_total, bytes_received_total",
+    E.UNIX_SOCKET: "process -> process through a connected unix socket pair; attrs inode, queued_toward (the end "
+                   "the queued bytes wait for: target, source or both); metrics queued_bytes",
+    E.TCP: "process -> process over local TCP (client -> server); attrs queued_toward (the end the queued bytes "
+           "wait for: target, source or both); metrics bytes_sent_total, bytes_received_total, queued_bytes (unread: "
+           "in the writer's send queue or the reader's receive queue)",
     E.SHM: "process -> process sharing a shared memory object; attrs path",
     E.MSG_QUEUE: "process -> process sharing a SysV message queue; metrics queued_bytes",
     E.OWNS_CONNECTION: "process -> tcp_connection",

@@ -274,6 +274,28 @@ PIPELINE_BUBBLE = Pattern(
 
 
 # -- dataplane.ipc_backlog ----------------------------------------------------------------
+QUEUED_KINDS = (E.PIPE, E.UNIX_SOCKET, E.TCP, E.MSG_QUEUE)  # the IPC kinds with a queue between writer and reader
+
+
+def _kinds(edges: list[Edge]) -> str:
+    """'2 tcp edges, 1 shm edge', in a fixed order."""
+    counts: dict[str, int] = {}
+    for e in edges:
+        counts[e.type] = counts.get(e.type, 0) + 1
+    return ", ".join(ev.counted(n, f"{kind} edges") for kind, n in sorted(counts.items()))
+
+
+def _readers(e: Edge) -> tuple[list[str], list[str]]:
+    """(the ends the queued bytes wait for, the ends that write them): a socket says which way
+    (queued_toward); a pipe or message queue is read by its target."""
+    toward = e.attrs.get("queued_toward")
+    if toward == "source":
+        return [e.source], [e.target]
+    if toward == "both":
+        return [e.source, e.target], [e.source, e.target]
+    return [e.target], [e.source]
+
+
 def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["queued_bytes_growth_per_s"]
     processes = {p.id for p in host_or_scope_processes(scope)}
@@ -283,9 +305,14 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
     unique = sorted({e.id: e for e in edges}.values(), key=lambda e: e.id)
     if not unique:
         return not_evaluated(scope.missing("no IPC edges (pipes, sockets, shared memory) of the workload", "ipc"))
-    measured = [e for e in unique if num(e, M.QUEUED_BYTES_GROWTH_PER_S) is not None]
+    queues = [e for e in unique if e.type in QUEUED_KINDS]
+    if not queues:
+        return not_evaluated(f"{_kinds(unique)} of the workload, no queue between them: shared memory and IPC of an "
+                             "unnamed kind have no queue depth to follow")
+    measured = [e for e in queues if num(e, M.QUEUED_BYTES_GROWTH_PER_S) is not None]
+    unmeasured = [e for e in queues if num(e, M.QUEUED_BYTES_GROWTH_PER_S) is None]
     if not measured:
-        return not_evaluated(scope.missing(f"{len(unique)} IPC edges, none with queue depths over the window "
+        return not_evaluated(scope.missing(f"{_kinds(queues)}, none with queue depths at both ends of the window "
                                            "(queued_bytes_growth_per_s)", "ipc"))
     hits = []
     for e in measured:
@@ -294,31 +321,44 @@ def _ipc_backlog(scope: Scope, t: dict[str, Any]) -> Verdict:
         if sev and (num(e, M.QUEUED_BYTES) or 0.0) >= t["min_queued_bytes"]:
             hits.append((e, growth, sev))
     if not hits:
-        return clear(f"{ev.counted(len(measured), 'IPC queues')} measured; none grows faster than {number(levels.limit())} bytes/s "
-                     f"with >= {number(t['min_queued_bytes'])} bytes queued")
+        kinds = ", ".join(sorted({e.type for e in measured}))
+        missing = f"; {_kinds(unmeasured)} without queue depths not judged" if unmeasured else ""
+        return clear(f"{ev.counted(len(measured), 'IPC queues')} measured ({kinds}); none grows faster than "
+                     f"{number(levels.limit())} bytes/s with >= {number(t['min_queued_bytes'])} bytes queued{missing}")
     hits.sort(key=lambda h: (h[2] != "critical", -h[1], h[0].id))
     items = []
     for e, growth, sev in hits[:ev.MAX_SUBJECTS]:
+        readers, _ = _readers(e)
         items.append(ev.edge(e.id, M.QUEUED_BYTES_GROWTH_PER_S, growth, levels=levels, severity=sev,
-                             note=f"{e.type} {ev.short(e.source)} -> {ev.short(e.target)}"))
+                             note=f"{e.type} {ev.short(e.source)} -> {ev.short(e.target)}, read by "
+                                  f"{' and '.join(ev.short(r) for r in readers)}"))
         items.append(ev.edge(e.id, M.QUEUED_BYTES, num(e, M.QUEUED_BYTES), unit="bytes"))
     e, growth, _ = hits[0]
+    readers, writers = _readers(e)
+    if len(readers) == 1:
+        who = f"{ev.short(readers[0])} reads it more slowly than {ev.short(writers[0])} writes"
+    else:
+        who = "neither end reads as fast as the other writes"
     return finding(worst(*(h[2] for h in hits)) or "warning",
-                   f"{ev.counted(len(hits), 'IPC queues', 'keep')} growing: the {e.type} from {ev.short(e.source)} to "
-                   f"{ev.short(e.target)} grows {ev.fmt(growth, 'bytes/s')}; the reading stage cannot keep up.",
-                   items, subjects=[h[0].target for h in hits])
+                   f"{ev.counted(len(hits), 'IPC queues', 'keep')} growing: the {e.type} between {ev.short(e.source)} and "
+                   f"{ev.short(e.target)} grows {ev.fmt(growth, 'bytes/s')}; {who}: the reading stage cannot keep up.",
+                   items, subjects=[r for h in hits for r in _readers(h[0])[0]])
 
 
 IPC_BACKLOG = Pattern(
     id="dataplane.ipc_backlog", layer=7, title="IPC backlog",
     why="A queue between two stages that grows through the window means the downstream stage is slower than "
         "the upstream one: latency grows without bound until the queue fills and the producer blocks.",
-    metrics=("pipe.queued_bytes", "pipe.queued_bytes_growth_per_s", "unix_socket.queued_bytes_growth_per_s",
-             "tcp.queued_bytes_growth_per_s", "msg_queue.queued_bytes"),
+    metrics=("pipe.queued_bytes", "pipe.queued_bytes_growth_per_s", "unix_socket.queued_bytes",
+             "unix_socket.queued_bytes_growth_per_s", "tcp.queued_bytes", "tcp.queued_bytes_growth_per_s",
+             "msg_queue.queued_bytes", "msg_queue.queued_bytes_growth_per_s"),
     thresholds=(Threshold("queued_bytes_growth_per_s", "bytes/s", "above", "growth of the bytes waiting in a pipe, "
-                          "socket or queue over the window", critical=1048576, warning=65536),),
+                          "unix socket, TCP connection (send and receive queues) or message queue over the window",
+                          critical=1048576, warning=65536),),
     params=(Param("min_queued_bytes", 65536, "bytes", "ignore queues holding less than this at the end of the window"),),
-    evidence="Each IPC edge of the workload over the threshold with its queue depth.",
+    evidence="Each IPC edge of the workload with a queue (pipe, unix socket, TCP, message queue) over the threshold, "
+             "with its queue depth and the end that reads too slowly (a socket's queued_toward, else the target). "
+             "Shared memory has no queue: an edge of that kind alone is not evaluated.",
     recommendations=(
         "Speed up or add instances of the reading stage.",
         "Bound the queue (backpressure) so the producer slows down instead of buffering without limit.",
