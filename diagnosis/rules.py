@@ -204,6 +204,20 @@ def cpu_wait_pct(e: Entity) -> float | None:
     return None
 
 
+def short_waits(e: Entity, min_wait_per_slice_us: float) -> bool:
+    """Whether a task's run-queue waits are short each time (a mean wait per timeslice at most
+    the bound): a task that runs in bursts of microseconds waits at every wake-up, which makes a
+    large share of its runnable time without anything holding it up. Unknown: not short."""
+    per_slice = num(e, M.RUNQUEUE_WAIT_PER_SLICE_US)
+    return per_slice is not None and per_slice <= min_wait_per_slice_us
+
+
+def slices_per_s(e: Entity) -> str:
+    """' over 4200 slices a second', or nothing where the rate is not known."""
+    rate = num(e, M.TIMESLICES_PER_S)
+    return f" over {ev.fmt(rate)} slices a second" if rate is not None else ""
+
+
 def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
     parts = cg.id.split(":", 3)
     return (parts[1], parts[2], parts[3]) if len(parts) == 4 else ("", "", cg.id)

@@ -184,3 +184,41 @@ def test_a_tcp_connection_to_a_slow_reader_is_an_ipc_backlog():
     assert f is not None, next(c.reason for c in d.coverage if c.pattern == "dataplane.ipc_backlog")
     assert f.subjects == [f"process:{host}:{reader.pid}"]
     assert any(e.ids == [edge.id] and e.metric == "queued_bytes_growth_per_s" for e in f.evidence)
+
+
+FSYNC_WRITER = ("import os, sys\n"
+                "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n"
+                "while True:\n"
+                "    os.pwrite(fd, b'x' * 512, 0); os.fsync(fd)\n")
+
+
+def _on_tmpfs(path) -> bool:
+    best, fstype = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            mount, kind = line.split()[1:3]
+            if str(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best):
+                best, fstype = mount, kind
+    return fstype in ("tmpfs", "ramfs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("competitors", [0, os.cpu_count() or 1], ids=["alone", "beside-busy-loops"])
+def test_a_synchronous_writer_in_short_bursts_is_neither_starved_nor_delayed(tmp_path, competitors):
+    """Thousands of fsyncs a second: the writer runs for microseconds and sleeps; it waits for a
+    CPU at each wake-up, many times a second but briefly each time."""
+    if _on_tmpfs(tmp_path):
+        pytest.skip("fsync returns at once on tmpfs: needs a disk-backed temporary directory")
+    writer = subprocess.Popen([sys.executable, "-c", FSYNC_WRITER, str(tmp_path / "log")])
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(competitors)]
+    try:
+        time.sleep(0.3)
+        g = collect(2.0, 0.5, pids=[writer.pid], collectors=COLLECTORS)
+    finally:
+        _stop(writer, *busy)
+    w = g.entity(f"process:{g.meta.hosts[0]}:{writer.pid}")
+    if w.metrics.get("timeslices_per_s", 0) < 500 or w.metrics.get("runqueue_wait_per_slice_us", 1e9) >= 1000:
+        pytest.skip(f"this disk or scheduler does not make short bursts: {w.metrics}")
+    d = diagnose(g, pids=[writer.pid])
+    for pattern in ("compute.cpu_starvation", "control.scheduling_latency"):
+        assert d.finding(pattern) is None, (pattern, d.finding(pattern).description, w.metrics)

@@ -76,6 +76,14 @@ def starvation_wait(v):
     return g
 
 
+def starvation_slice(v):
+    """Far under the CPU threshold and waiting 30 % of the window (>= 10 %), v us at a time."""
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_ms_per_s=300.0, runqueue_wait_per_slice_us=v,
+            timeslices_per_s=300e3 / max(v, 1.0))
+    return g
+
+
 def compute_bound_llc(v):
     """Busy (99 % > 90 %) with a good IPC: only the LLC miss share can make it stalled."""
     g = new_graph()
@@ -176,6 +184,14 @@ def scheduling_runnable(v):
     return g
 
 
+def scheduling_slice(v):
+    """A task that waits 90 % of its runnable time (> 50 %), v us at a time (far under 10 ms)."""
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=10.0, runqueue_wait_ms_per_s=90.0, runqueue_wait_pct=90.0,
+            runqueue_wait_per_slice_us=v)
+    return g
+
+
 def futex_wakeups(v):
     """A workload thread waiting on futexes 80 % of the window (> 60 %), woken v times a second."""
     g = new_graph(collectors={"process": "ok", "ebpf": "ok"})
@@ -239,6 +255,8 @@ def backlog_queued(v):
 SPECS = [
     # "must also wait for a CPU at least this share": inclusive
     Spec("compute.cpu_starvation", "min_cpu_wait_pct", starvation_wait, None, "critical", "critical"),
+    # "and wait longer than this each time": strict
+    Spec("compute.cpu_starvation", "min_wait_per_slice_us", starvation_slice, None, None, "critical"),
     # "above which ... counts as stalled": strict
     Spec("compute.compute_bound", "llc_miss_pct", compute_bound_llc, None, None, "warning"),
     # "below which ... counts as stalled": strict
@@ -261,6 +279,8 @@ SPECS = [
     Spec("network.retransmission", "min_segments_per_s", retrans_segments, None, "critical", "critical"),
     # "ignore tasks runnable less than this share": at it, judged
     Spec("control.scheduling_latency", "min_runnable_pct", scheduling_runnable, None, "critical", "critical"),
+    # "a task's wait share counts only where its waits last longer than this": strict
+    Spec("control.scheduling_latency", "min_wait_per_slice_us", scheduling_slice, None, None, "critical"),
     # "a thread must be woken ... at least this often": inclusive
     Spec("control.lock_contention", "min_futex_wakeups_per_s", futex_wakeups, None, "critical", "critical"),
     # "ignore groups whose busiest member is below this": at it, judged

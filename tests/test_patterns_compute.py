@@ -189,3 +189,25 @@ def test_cpu_time_stolen_by_the_hypervisor_counts_as_taken():
     g.entity("host:h1").metrics["cpu_steal_pct"] = 2.0  # 87 %: clear, and the clear line says what was stolen
     row = next(c for c in diagnose(g).coverage if c.pattern == "compute.cpu_saturation")
     assert row.status == "clear" and "85 % + 2 % stolen" in row.reason
+
+
+def bursty(per_slice_us):
+    """A process that runs in short bursts (3,000 slices a second) and spends 30 % of the window
+    waiting for a CPU, per_slice_us at a time."""
+    g = new_graph()
+    process(g, 10, "writer", cpu_util_pct=8.0, runqueue_wait_ms_per_s=300.0, runqueue_wait_pct=79.0,
+            runqueue_wait_per_slice_us=per_slice_us, timeslices_per_s=3000.0)
+    return g
+
+
+def test_many_short_waits_are_not_starvation():
+    for value in (999.0, 1000.0):  # a wait under a millisecond per slice: waking up, not queued behind others
+        row = next(c for c in diagnose(bursty(value)).coverage if c.pattern == "compute.cpu_starvation")
+        assert row.status == "clear", row
+        assert "per slice" in row.reason and "short bursts" in row.reason, row.reason
+    f = diagnose(bursty(1001.0)).finding("compute.cpu_starvation")
+    assert f.severity == "critical"
+    assert any(e.metric == "runqueue_wait_per_slice_us" and e.threshold == "> 1000" for e in f.evidence), f.evidence
+    # the bound is a parameter of the pattern
+    lowered = {"compute.cpu_starvation": {"min_wait_per_slice_us": 100}}
+    assert diagnose(bursty(250.0), thresholds=lowered).finding("compute.cpu_starvation") is not None

@@ -186,3 +186,21 @@ def test_contended_threads_waiting_on_one_lock_are_grouped():
     [group] = [e for e in f.evidence if e.metric == "threads_on_one_lock"]
     assert group.ids == ["thread:h1:10:11", "thread:h1:10:12"] and group.value == 2
     assert group.note == "wait mostly on one lock: the futex at 0x55d0c0de0 in [heap]"  # as 12 saw it
+
+
+def bursty(per_slice_us):
+    g = new_graph()
+    process(g, 10, "writer", cpu_util_pct=10.0, runqueue_wait_pct=90.0, runqueue_wait_ms_per_s=300.0,
+            runqueue_wait_per_slice_us=per_slice_us, timeslices_per_s=3000.0)
+    return g
+
+
+def test_a_large_wait_share_made_of_short_waits_is_not_scheduling_latency():
+    for value in (25.0, 999.0, 1000.0):
+        row = next(c for c in diagnose(bursty(value)).coverage if c.pattern == "control.scheduling_latency")
+        assert row.status == "clear", row
+        assert "short waits" in row.reason, row.reason
+    f = diagnose(bursty(1001.0)).finding("control.scheduling_latency")
+    assert f.severity == "critical"  # 90 % of its runnable time, over 1 ms at a time
+    lowered = {"control.scheduling_latency": {"min_wait_per_slice_us": 10}}
+    assert diagnose(bursty(25.0), thresholds=lowered).finding("control.scheduling_latency").severity == "critical"

@@ -7,7 +7,7 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
-                             needs_workload, workload_devices)
+                             needs_workload, short_waits, slices_per_s, workload_devices)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -42,11 +42,22 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     # Low CPU use is starvation only when the process wanted more: it waited for a CPU. A process
     # that sleeps or blocks by itself is idle (or waits for input: the data-plane layer says so).
     judged = [(e, v, s) for e, v, s in a.hits if cpu_wait_pct(e) is not None]
-    hits = [(e, v, s) for e, v, s in judged if (cpu_wait_pct(e) or 0.0) >= t["min_cpu_wait_pct"]]
+    waiting = [(e, v, s) for e, v, s in judged if (cpu_wait_pct(e) or 0.0) >= t["min_cpu_wait_pct"]]
+    # and waited long each time: one that runs in bursts of microseconds (a synchronous writer,
+    # a request loop) waits at every wake-up, thousands of times a second, briefly
+    hits = [(e, v, s) for e, v, s in waiting if not short_waits(e, t["min_wait_per_slice_us"])]
+    bursts = [e for e, _, _ in waiting if short_waits(e, t["min_wait_per_slice_us"])]
     if a.hits and not judged:
         return not_evaluated(scope.missing(f"{ev.counted(len(a.hits), 'processes', 'use')} little CPU, but without run-queue wait "
                                            "times (schedstat) idle cannot be told from starved", "process"))
     if not hits:
+        if bursts:
+            top = max(bursts, key=lambda e: (num(e, M.RUNQUEUE_WAIT_PER_SLICE_US) or 0.0, e.id))
+            return clear(f"{ev.counted(len(bursts), 'processes', 'use')} little CPU and {ev.agree(len(bursts), 'wait')} for "
+                         f"one often but briefly: {ev.name_of(top)} waits {ev.fmt(cpu_wait_pct(top), '%')} of the window, "
+                         f"{ev.fmt(num(top, M.RUNQUEUE_WAIT_PER_SLICE_US), 'us')} per slice (<= "
+                         f"{number(t['min_wait_per_slice_us'])} us){slices_per_s(top)}: it runs in short bursts and waits "
+                         "at each wake-up, not starved")
         if judged:
             return clear(f"{ev.counted(len(judged), 'processes', 'use')} little CPU but hardly {ev.agree(len(judged), 'wait')} for one (< "
                          f"{number(t['min_cpu_wait_pct'])} % of the window in the run queue): idle or blocked by "
@@ -60,6 +71,10 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.statistic([e.id], "cpu_wait_pct", cpu_wait_pct(e), unit="%",
                                   note="share of the window spent waiting for a CPU",
                                   bound=(">=", t["min_cpu_wait_pct"])))
+        if num(e, M.RUNQUEUE_WAIT_PER_SLICE_US) is not None:
+            items.append(ev.entity(e.id, M.RUNQUEUE_WAIT_PER_SLICE_US, num(e, M.RUNQUEUE_WAIT_PER_SLICE_US), unit="us",
+                                   note="mean wait each time it was ready to run",
+                                   bound=(">", t["min_wait_per_slice_us"])))
         if num(e, M.VOLUNTARY_CTXT_SWITCHES_PER_S) is not None:
             items.append(ev.entity(e.id, M.VOLUNTARY_CTXT_SWITCHES_PER_S, num(e, M.VOLUNTARY_CTXT_SWITCHES_PER_S),
                                    unit="1/s"))
@@ -81,14 +96,19 @@ CPU_STARVATION = Pattern(
     id="compute.cpu_starvation", layer=1, title="CPU starvation of the workload",
     why="A trainer or inference engine that gets little CPU although it is ready to run cannot feed its "
         "accelerator or answer requests; the time goes to waiting for a CPU, not computing.",
-    metrics=("process.cpu_util_pct", "process.runqueue_wait_ms_per_s", "process.voluntary_ctxt_switches_per_s"),
+    metrics=("process.cpu_util_pct", "process.runqueue_wait_ms_per_s", "process.runqueue_wait_per_slice_us",
+             "process.timeslices_per_s", "process.voluntary_ctxt_switches_per_s"),
     thresholds=(Threshold("cpu_util_pct", "%", "below", "CPU use of a busy workload process, % of one core",
                           critical=20, warning=30),),
     params=(Param("min_cpu_wait_pct", 10, "%", "the process must also wait for a CPU at least this share of the "
-                  "window; one that sleeps or blocks by itself is idle, not starved"),),
+                  "window; one that sleeps or blocks by itself is idle, not starved"),
+            Param("min_wait_per_slice_us", 1000, "us", "and wait longer than this each time, on average (run-queue "
+                  "wait per timeslice, where measured): a process that runs in bursts of microseconds, thousands of "
+                  "times a second, waits briefly at every wake-up (tens to hundreds of us, more on a VM's idle CPU), "
+                  "which adds up to a large share without any queue behind other tasks")),
     evidence="Each trainer, inference, accelerator-using or named process of the workload under the threshold that "
-             "waited for a CPU, with its wait share and voluntary context switches. When a data-plane finding "
-             "covers it too, the finding is lowered to a notice and points to it.",
+             "waited for a CPU, and long each time, with its wait share, wait per slice and voluntary context "
+             "switches. When a data-plane finding covers it too, the finding is lowered to a notice and points to it.",
     recommendations=(
         "Give the process CPUs of its own (taskset/cpuset) away from other busy work, or stop what competes.",
         "Check thread binding (OMP_NUM_THREADS, torch.set_num_threads) against the CPUs it is allowed on.",

@@ -8,7 +8,8 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups
+from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups, short_waits,
+                                           slices_per_s)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -29,18 +30,30 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     if not measured and not hosts:
         return not_evaluated(scope.missing("no run-queue wait (schedstat) of tasks and no PSI cpu", "process",
                                            "sched", "pressure"))
-    hits = []
+    hits, brief = [], []
     for task in active:
         sev_w = wait.severity(num(task, M.RUNQUEUE_WAIT_PCT))
+        if sev_w and short_waits(task, t["min_wait_per_slice_us"]):
+            # a large share made of short waits: a task that runs in bursts and waits at each wake-up
+            sev_w = None
+            brief.append(task)
         sev_s = per_slice.severity(num(task, M.RUNQUEUE_WAIT_PER_SLICE_US))
         if sev_w or sev_s:
             hits.append((task, worst(sev_w, sev_s)))
     host_hits = [] if scope.has_workload else [(h, psi.severity(num(h, M.PSI_CPU_SOME_PCT))) for h in hosts]
     host_hits = [(h, s) for h, s in host_hits if s]
     if not hits and not host_hits:
-        top = max((num(p, M.RUNQUEUE_WAIT_PCT) or 0.0 for p in active), default=None)
+        long_waits = [p for p in active if p not in brief]
+        top = max((num(p, M.RUNQUEUE_WAIT_PCT) or 0.0 for p in long_waits), default=None)
         parts = [f"{ev.counted(len(active), 'active tasks')} measured" + (f", highest run-queue wait {ev.fmt(top, '%')} of their "
                                                              f"runnable time" if top is not None else "")]
+        if brief:
+            first = max(brief, key=lambda p: (num(p, M.RUNQUEUE_WAIT_PCT) or 0.0, p.id))
+            parts.append(f"{ev.counted(len(brief), 'tasks', 'wait')} longer in all but in short waits: {ev.name_of(first)} "
+                         f"{ev.fmt(num(first, M.RUNQUEUE_WAIT_PCT), '%')} of its runnable time, "
+                         f"{ev.fmt(num(first, M.RUNQUEUE_WAIT_PER_SLICE_US), 'us')} per slice (<= "
+                         f"{number(t['min_wait_per_slice_us'])} us){slices_per_s(first)}: it wakes up often, nothing "
+                         "holds it up")
         parts += [f"PSI cpu {ev.fmt(num(h, M.PSI_CPU_SOME_PCT), '%')}" for h in hosts]
         return clear("; ".join(parts) + f"; none over {number(wait.limit())} % / {number(per_slice.limit())} us per slice")
     hits.sort(key=lambda h: (h[1] != "critical", -(num(h[0], M.RUNQUEUE_WAIT_PCT) or 0.0), h[0].id))
@@ -78,7 +91,8 @@ SCHEDULING_LATENCY = Pattern(
     why="A thread that is ready but waits for a CPU delays whatever depends on it: the next kernel launch, "
         "the next batch, the reply to a collective. It shows as wait in the run queue, not as CPU use.",
     metrics=("process.runqueue_wait_pct", "process.runqueue_wait_per_slice_us", "process.runqueue_wait_ms_per_s",
-             "thread.runqueue_wait_pct", "host.psi_cpu_some_pct"),
+             "process.timeslices_per_s", "thread.runqueue_wait_pct", "thread.runqueue_wait_per_slice_us",
+             "host.psi_cpu_some_pct"),
     thresholds=(Threshold("runqueue_wait_pct", "%", "above", "share of runnable time spent waiting for a CPU",
                           critical=50, warning=20),
                 Threshold("runqueue_wait_per_slice_us", "us", "above", "mean run-queue wait per timeslice",
@@ -86,9 +100,14 @@ SCHEDULING_LATENCY = Pattern(
                 Threshold("psi_cpu_some_pct", "%", "above", "host-wide PSI cpu stall share (judged on the whole host "
                           "only; evidence otherwise)", critical=50, warning=20)),
     params=(Param("min_runnable_pct", 5, "%", "ignore tasks runnable (running + waiting) less than this share of "
-                  "the window"),),
+                  "the window"),
+            Param("min_wait_per_slice_us", 1000, "us", "a task's wait share counts only where its waits last longer "
+                  "than this on average (run-queue wait per timeslice, where measured): a task that runs in bursts "
+                  "of microseconds waits briefly at every wake-up (tens to hundreds of us, more on a VM's idle CPU), "
+                  "a large share of its runnable time without any queue behind other tasks")),
     evidence="The workload's active tasks (all active processes on the whole host) over a threshold with their "
-             "wait share, wait per slice and CPU use, and the host's PSI cpu.",
+             "wait share, wait per slice and CPU use, and the host's PSI cpu. A wait share made of short waits (see "
+             "min_wait_per_slice_us) is not counted.",
     recommendations=(
         "Give the workload CPUs of its own (cpuset/isolcpus) or move other busy processes away.",
         "Reduce runnable threads: OMP_NUM_THREADS / torch.set_num_threads to the CPUs available, fewer loader workers.",
