@@ -101,6 +101,9 @@ class Verdict:
     evidence: list[Evidence] = field(default_factory=list)
     subjects: list[str] = field(default_factory=list)
     related: list[str] = field(default_factory=list)
+    # where the evidence shows a cause the pattern's own advice does not fit (a CPU quota rather
+    # than competing processes): the finding's recommendations instead of the pattern's
+    recommendations: list[str] = field(default_factory=list)
 
 
 def clear(reason: str) -> Verdict:
@@ -112,9 +115,10 @@ def not_evaluated(reason: str) -> Verdict:
 
 
 def finding(severity: str, description: str, evidence: list[Evidence], subjects: list[str] | None = None,
-            related: list[str] | None = None) -> Verdict:
+            related: list[str] | None = None, recommendations: list[str] | None = None) -> Verdict:
     return Verdict("finding", reason=description, severity=severity, description=description, evidence=evidence,
-                   subjects=sorted(set(subjects or [])), related=sorted(set(related or [])))
+                   subjects=sorted(set(subjects or [])), related=sorted(set(related or [])),
+                   recommendations=list(recommendations or []))
 
 
 def worst(*severities: str | None) -> str | None:

@@ -105,7 +105,8 @@ def _diagnose(graph: Graph, pids: Iterable[int] | None, only: int | None, overri
             findings.append(Finding(
                 pattern=pattern.id, layer=pattern.layer, layer_name=pattern.layer_name, severity=severity,
                 priority=PRIORITY[severity], title=pattern.title, description=v.description, evidence=v.evidence,
-                recommendations=list(pattern.recommendations), subjects=v.subjects, related=v.related))
+                recommendations=list(v.recommendations or pattern.recommendations), subjects=v.subjects,
+                related=v.related))
             reason = f"{PRIORITY[severity]} ({severity}): {_first_sentence(v.description)}"
         else:
             reason = v.reason

@@ -12,6 +12,7 @@ from witty_profiler.diagnosis.catalog import LEVELS, Levels, Verdict, clear, fin
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T
 
 Value = Callable[[Entity], float | None]
@@ -223,6 +224,34 @@ def _cgroup_path(cg: Entity) -> tuple[str, str, str]:
     return (parts[1], parts[2], parts[3]) if len(parts) == 4 else ("", "", cg.id)
 
 
+def _under(path: str, ancestor: str) -> bool:
+    return path == ancestor or ancestor == "/" or path.startswith(ancestor.rstrip("/") + "/")
+
+
+def throttled_by_quota(scope: Scope, tasks: Iterable[Entity]) -> dict[str, list[Entity]]:
+    """task id -> the cgroups that control.cpu_throttling found throttled and that hold the task
+    (its process's cgroup or one above it), for the tasks held back by a CPU quota. Time a
+    throttled group's tasks spend stopped counts as run-queue wait in schedstat: it is the quota,
+    not other tasks, that keeps them from a CPU."""
+    verdict = scope.verdict("control.cpu_throttling")
+    if verdict is None or verdict.status != "finding":
+        return {}
+    throttled = [cg for cg in (scope.graph.entity(i) for i in verdict.subjects) if cg is not None and cg.type == T.CGROUP]
+    found: dict[str, list[Entity]] = {}
+    for task in tasks:
+        process = process_of_thread(task.id) if task.type == T.THREAD else task.id
+        homes = [_cgroup_path(cg) for cg in (scope.graph.entity(e.target)
+                                             for e in scope.query.out_edges(process, E.IN_CGROUP)) if cg is not None]
+        held = []
+        for cg in throttled:
+            host, version, path = _cgroup_path(cg)
+            if any(h == host and v == version and _under(own, path) for h, v, own in homes):
+                held.append(cg)
+        if held:
+            found[task.id] = held
+    return found
+
+
 def scope_cgroups(scope: Scope) -> list[Entity]:
     """The workload's cgroups and their ancestors (a limit on an ancestor applies just the same);
     every cgroup on the whole host."""
@@ -239,3 +268,52 @@ def scope_cgroups(scope: Scope) -> list[Entity]:
                                   for h, v, p in paths):
             chosen.append(cg)
     return chosen
+
+
+@dataclass
+class QuotaCause:
+    """What a finding about tasks waiting for a CPU says when CPU quotas hold some of them back."""
+
+    held: dict[str, list[Entity]]  # task id -> throttled cgroups that hold it
+    text: str  # a sentence to add to the description
+    evidence: list[Evidence]
+
+    @property
+    def related(self) -> list[str]:
+        return ["control.cpu_throttling"] if self.held else []
+
+    def recommendations(self, subjects: Iterable[str], quota: tuple[str, ...], own: tuple[str, ...]) -> list[str]:
+        """`quota` alone when the quota holds back every subject; its first item then `own` when
+        only some; none (the pattern's own) when it holds back none."""
+        subjects = set(subjects)
+        if not self.held:
+            return []
+        if subjects <= set(self.held):
+            return list(quota)
+        return [quota[0], *own]
+
+
+def quota_cause(scope: Scope, tasks: list[Entity]) -> QuotaCause:
+    held = throttled_by_quota(scope, tasks)
+    if not held:
+        return QuotaCause({}, "", [])
+    groups = sorted({cg.id: cg for cgs in held.values() for cg in cgs}.values(), key=lambda cg: cg.id)
+    first = groups[0]
+    quota, stalled = num(first, M.CPU_QUOTA_CORES), num(first, M.THROTTLED_MS_PER_S)
+    n, total = len(held), len(tasks)
+    who = ("It is" if total == 1 else f"All {total} are" if n == total else f"{n} of them are")
+    them = "it" if n == 1 else "them"
+    names = ", ".join(ev.short(cg.id) for cg in groups[:3]) + (" ..." if len(groups) > 3 else "")
+    text = (f" {who} in {names}, throttled by {'its' if len(groups) == 1 else 'their'} CPU quota"
+            + (f" of {ev.fmt(quota, 'cores')}" if quota is not None else "")
+            + (f" ({ev.fmt(stalled, 'ms/s')} stalled)" if stalled is not None else "")
+            + f": the quota holds {them} back, not other processes; raise or remove it (see control.cpu_throttling).")
+    items = []
+    for cg in groups[:ev.MAX_SUBJECTS]:
+        inside = [ev.short(t) for t, cgs in sorted(held.items()) if cg in cgs]
+        for metric, unit in ((M.THROTTLED_MS_PER_S, "ms/s"), (M.THROTTLED_PERIODS_PCT, "%"), (M.CPU_QUOTA_CORES, "cores")):
+            if num(cg, metric) is not None:
+                items.append(ev.entity(cg.id, metric, num(cg, metric), unit=unit,
+                                       note=f"CPU quota of {ev.short(cg.id)}, holding {', '.join(inside[:4])}"
+                                            + (" ..." if len(inside) > 4 else "")))
+    return QuotaCause(held, text, items)

@@ -102,6 +102,12 @@ def test_busy_process_in_a_cgroup_with_a_small_quota(quota_cgroup):
     assert f.severity == "critical"  # a 0.1-core quota on a busy loop throttles nearly every period
     assert any(e.metric == "cpu_quota_cores" and e.value == 0.1 for e in f.evidence)
     assert any(e.kind == "edge" and e.ids[0].startswith(f"in_cgroup|process:{host}:{busy.pid}|") for e in f.evidence)
+    # the loop waits for a CPU nearly all the window: the quota's doing, not other processes'
+    for pattern in ("compute.cpu_starvation", "control.scheduling_latency"):
+        waiting = d.finding(pattern)
+        assert waiting is not None, next(c.reason for c in d.coverage if c.pattern == pattern)
+        assert "control.cpu_throttling" in waiting.related and "quota" in waiting.recommendations[0], waiting
+        assert not any("competes" in r or "other busy processes" in r for r in waiting.recommendations)
 
 
 def test_a_reader_under_a_small_memory_limit_is_memory_pressure(tmp_path):

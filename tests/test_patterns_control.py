@@ -204,3 +204,54 @@ def test_a_large_wait_share_made_of_short_waits_is_not_scheduling_latency():
     assert f.severity == "critical"  # 90 % of its runnable time, over 1 ms at a time
     lowered = {"control.scheduling_latency": {"min_wait_per_slice_us": 10}}
     assert diagnose(bursty(25.0), thresholds=lowered).finding("control.scheduling_latency").severity == "critical"
+
+
+def quota_bound(throttled_pct=100.0, path="/jobs/train", member_path=None):
+    """A process held back by its cgroup's CPU quota: it runs 10 % of a core, waits 80 % of the
+    window (24 ms a slice), and the quota stalls its cgroup 800 ms a second."""
+    g = new_graph()
+    process(g, 10, "train", cpu_util_pct=10.0, runqueue_wait_pct=89.0, runqueue_wait_ms_per_s=800.0,
+            runqueue_wait_per_slice_us=24000.0, timeslices_per_s=33.0)
+    cgroup(g, path, members=() if member_path else (10,), cpu_quota_cores=0.1, throttled_periods_pct=throttled_pct,
+           throttled_ms_per_s=800.0 * throttled_pct / 100)
+    if member_path:
+        cgroup(g, member_path, members=(10,), throttled_periods_pct=0.0)
+    return g
+
+
+COMPETE = ("stop what competes", "move other busy processes away")
+
+
+@pytest.mark.parametrize("pattern", ["compute.cpu_starvation", "control.scheduling_latency"])
+def test_waiting_for_a_cpu_quota_names_the_throttling_not_the_competition(pattern):
+    d = diagnose(quota_bound())
+    assert d.finding("control.cpu_throttling") is not None
+    f = d.finding(pattern)
+    assert f is not None and "control.cpu_throttling" in f.related, f
+    assert "quota" in f.description and "cgroup v1:/jobs/train" in f.description, f.description
+    assert not any(c in r for r in f.recommendations for c in COMPETE), f.recommendations
+    assert "quota" in f.recommendations[0], f.recommendations
+    assert any(e.ids == ["cgroup:h1:v1:/jobs/train"] and e.metric == "throttled_ms_per_s" for e in f.evidence)
+
+
+@pytest.mark.parametrize("pattern", ["compute.cpu_starvation", "control.scheduling_latency"])
+def test_a_quota_on_an_ancestor_cgroup_is_the_cause_too(pattern):
+    f = diagnose(quota_bound(path="/kubepods/pod1", member_path="/kubepods/pod1/ctr")).finding(pattern)
+    assert "control.cpu_throttling" in f.related and "cgroup v1:/kubepods/pod1" in f.description, f.description
+
+
+@pytest.mark.parametrize("pattern", ["compute.cpu_starvation", "control.scheduling_latency"])
+def test_waiting_without_throttling_keeps_the_competition_advice(pattern):
+    f = diagnose(quota_bound(throttled_pct=1.0)).finding(pattern)  # a quota that hardly bites
+    assert "control.cpu_throttling" not in f.related and "quota" not in f.description
+    assert any(c in r for r in f.recommendations for c in COMPETE), f.recommendations
+
+
+@pytest.mark.parametrize("pattern", ["compute.cpu_starvation", "control.scheduling_latency"])
+def test_a_quota_behind_one_of_two_waiting_processes_adds_its_advice_first(pattern):
+    g = quota_bound()
+    process(g, 20, "train2", cpu_util_pct=10.0, runqueue_wait_pct=89.0, runqueue_wait_ms_per_s=800.0,
+            runqueue_wait_per_slice_us=24000.0)  # waits too, in no throttled cgroup
+    f = diagnose(g).finding(pattern)
+    assert "control.cpu_throttling" in f.related
+    assert "quota" in f.recommendations[0] and any(c in r for r in f.recommendations for c in COMPETE)

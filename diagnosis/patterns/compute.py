@@ -7,7 +7,7 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
-                             needs_workload, short_waits, slices_per_s, workload_devices)
+                             needs_workload, quota_cause, short_waits, slices_per_s, workload_devices)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -85,11 +85,24 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
             f"{ev.fmt(first[1], '%')} of one core (threshold < {number(levels.limit(first[2]))} %) and waits for a "
             f"CPU {ev.fmt(cpu_wait_pct(first[0]), '%')} of the window.")
     severity = worst(*(s for _, _, s in hits)) or "warning"
+    # a CPU quota stops a throttled group's tasks, and schedstat counts that as run-queue wait
+    quota = quota_cause(scope, [e for e, _, _ in hits])
+    text += quota.text
+    items += quota.evidence
     if explained:
         # it also waits for its input: the producer is the first thing to fix
         severity = "notice"
         text += f" It also waits for its input producers: see {', '.join(explained)}."
-    return finding(severity, text, items, subjects=sorted(subjects), related=explained)
+    return finding(severity, text, items, subjects=sorted(subjects), related=explained + quota.related,
+                   recommendations=quota.recommendations(subjects, QUOTA_RECOMMENDATIONS, CPU_STARVATION.recommendations))
+
+
+QUOTA_RECOMMENDATIONS = (
+    "Raise or remove the CPU quota of the process's cgroup (docker --cpus, Kubernetes limits.cpu), or give it a "
+    "cpuset instead: it waits for its quota, not for other processes (see control.cpu_throttling).",
+    "Match thread counts to the quota: OMP_NUM_THREADS, torch.set_num_threads and loader workers <= quota cores.",
+    "If it also waits for input (see the data-plane findings), fix the producer first.",
+)
 
 
 CPU_STARVATION = Pattern(
@@ -108,7 +121,10 @@ CPU_STARVATION = Pattern(
                   "which adds up to a large share without any queue behind other tasks")),
     evidence="Each trainer, inference, accelerator-using or named process of the workload under the threshold that "
              "waited for a CPU, and long each time, with its wait share, wait per slice and voluntary context "
-             "switches. When a data-plane finding covers it too, the finding is lowered to a notice and points to it.",
+             "switches. When a data-plane finding covers it too, the finding is lowered to a notice and points to it. "
+             "When control.cpu_throttling finds the cgroup of a waiting process (or one above it) throttled, the "
+             "finding names it with its throttled time and quota and recommends raising or removing the quota "
+             "instead of moving competing work away.",
     recommendations=(
         "Give the process CPUs of its own (taskset/cpuset) away from other busy work, or stop what competes.",
         "Check thread binding (OMP_NUM_THREADS, torch.set_num_threads) against the CPUs it is allowed on.",

@@ -8,8 +8,8 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, runnable_pct, scope_cgroups, short_waits,
-                                           slices_per_s)
+from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, quota_cause, runnable_pct, scope_cgroups,
+                                           short_waits, slices_per_s)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -82,8 +82,21 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
     for host, _ in host_hits:
         text.append(f"some task stalled on CPU {ev.fmt(num(host, M.PSI_CPU_SOME_PCT), '%')} of the window on "
                     f"{host_of(host.id)} (PSI)")
-    return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + ".", items,
-                   subjects=[h.id for h, _ in hits + host_hits])
+    # a CPU quota stops a throttled group's tasks, and schedstat counts that as run-queue wait
+    quota = quota_cause(scope, [task for task, _ in hits])
+    subjects = [h.id for h, _ in hits + host_hits]
+    return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + "." + quota.text,
+                   items + quota.evidence, subjects=subjects, related=quota.related,
+                   recommendations=quota.recommendations(subjects, QUOTA_RECOMMENDATIONS,
+                                                         SCHEDULING_LATENCY.recommendations))
+
+
+QUOTA_RECOMMENDATIONS = (
+    "Raise or remove the CPU quota of the workload's cgroup (docker --cpus, Kubernetes limits.cpu), or give it a "
+    "cpuset instead: its tasks wait for the quota, not for other processes (see control.cpu_throttling).",
+    "Reduce runnable threads to the quota: OMP_NUM_THREADS / torch.set_num_threads and loader workers <= quota cores.",
+    "Lengthen the period (cpu.cfs_period_us) if bursts must fit within one period.",
+)
 
 
 SCHEDULING_LATENCY = Pattern(
@@ -107,7 +120,9 @@ SCHEDULING_LATENCY = Pattern(
                   "a large share of its runnable time without any queue behind other tasks")),
     evidence="The workload's active tasks (all active processes on the whole host) over a threshold with their "
              "wait share, wait per slice and CPU use, and the host's PSI cpu. A wait share made of short waits (see "
-             "min_wait_per_slice_us) is not counted.",
+             "min_wait_per_slice_us) is not counted. When control.cpu_throttling finds the cgroup of a waiting task "
+             "(or one above it) throttled, the finding names it with its throttled time and quota and recommends "
+             "raising or removing the quota instead of moving competing work away.",
     recommendations=(
         "Give the workload CPUs of its own (cpuset/isolcpus) or move other busy processes away.",
         "Reduce runnable threads: OMP_NUM_THREADS / torch.set_num_threads to the CPUs available, fewer loader workers.",
