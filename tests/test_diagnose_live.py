@@ -228,3 +228,30 @@ def test_a_synchronous_writer_in_short_bursts_is_neither_starved_nor_delayed(tmp
     d = diagnose(g, pids=[writer.pid])
     for pattern in ("compute.cpu_starvation", "control.scheduling_latency"):
         assert d.finding(pattern) is None, (pattern, d.finding(pattern).description, w.metrics)
+
+
+DUTY = ("import os, time\n"  # busy for the share of each 10 ms given in WORK, asleep for the rest
+        "work = float(os.environ['WORK'])\n"
+        "while True:\n"
+        "    t = time.perf_counter()\n"
+        "    while time.perf_counter() - t < 0.01 * work: pass\n"
+        "    time.sleep(0.01 * (1 - work))\n")
+
+
+def test_load_imbalance_compares_copies_of_one_program_not_any_two_children():
+    """Two copies of one command line, one busy 90 % and one 10 %, are one job out of balance; a
+    busy loop beside a sleeper, both python children of this test, are not one job."""
+    copies = [subprocess.Popen([sys.executable, "-c", DUTY], env={**os.environ, "WORK": w}) for w in ("0.9", "0.1")]
+    others = [subprocess.Popen([sys.executable, "-c", BUSY]), subprocess.Popen([sys.executable, "-c", SLEEPER])]
+    try:
+        time.sleep(0.3)
+        pids = [p.pid for p in copies + others]
+        g = collect(2.0, 0.5, pids=pids, collectors=COLLECTORS)
+    finally:
+        _stop(*copies, *others)
+    host = g.meta.hosts[0]
+    d = diagnose(g, pids=pids)
+    f = d.finding("control.load_imbalance")
+    assert f is not None, next(c.reason for c in d.coverage if c.pattern == "control.load_imbalance")
+    assert f.subjects == sorted(f"process:{host}:{p.pid}" for p in copies), (f.subjects, f.description)
+    assert "2 workers running one command line" in f.description

@@ -201,11 +201,14 @@ def futex_wakeups(v):
 
 
 def imbalance_work(v):
-    """Two sibling workers, one idle and the busiest at v % (100 % imbalance > 60 %)."""
+    """Two workers of one job, the busiest at v % and the other 60.05 % less busy (> 60 %): under
+    min_work_pct the gap counts against min_work_pct, in proportion, and drops under 60 % just
+    below it (no sudden flip from critical to nothing)."""
     g = new_graph()
+    worker = {"cmdline": "python worker.py"}
     process(g, 10, "torchrun", role="launcher", cpu_util_pct=0.5)
-    process(g, 11, "worker", ppid=10, cpu_util_pct=v)
-    process(g, 12, "worker", ppid=10, cpu_util_pct=0.0)
+    process(g, 11, "worker", ppid=10, cpu_util_pct=v, attrs=worker)
+    process(g, 12, "worker", ppid=10, cpu_util_pct=v * (1 - 0.6005), attrs=worker)
     return g
 
 
@@ -283,8 +286,8 @@ SPECS = [
     Spec("control.scheduling_latency", "min_wait_per_slice_us", scheduling_slice, None, None, "critical"),
     # "a thread must be woken ... at least this often": inclusive
     Spec("control.lock_contention", "min_futex_wakeups_per_s", futex_wakeups, None, "critical", "critical"),
-    # "ignore groups whose busiest member is below this": at it, judged
-    Spec("control.load_imbalance", "min_work_pct", imbalance_work, None, "critical", "critical"),
+    # "the least work the gap is measured against": at it and above, the busiest member's work
+    Spec("control.load_imbalance", "min_work_pct", imbalance_work, "warning", "critical", "critical"),
     # "a producer running or waiting ... more than this share counts as busy": strict
     Spec("dataplane.data_loading_bottleneck", "producer_busy_pct", loading_producer, None, None, "critical"),
     # "a consumer waiting for a CPU more than this share is starved for CPU, not for input": strict

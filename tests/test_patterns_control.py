@@ -42,11 +42,14 @@ def futex(v):
     return g
 
 
+WORKER = {"cmdline": "python worker.py --shard-size 64"}
+
+
 def imbalance(v):
     g = new_graph()
     process(g, 1, "launcher", role="launcher")
-    process(g, 10, "worker", ppid=1, cpu_util_pct=100.0)
-    process(g, 11, "worker", ppid=1, cpu_util_pct=100.0 - v)
+    process(g, 10, "worker", ppid=1, cpu_util_pct=100.0, attrs=WORKER)
+    process(g, 11, "worker", ppid=1, cpu_util_pct=100.0 - v, attrs=WORKER)
     return g
 
 
@@ -147,8 +150,8 @@ def test_a_traced_host_without_a_workload_and_without_waiting_threads_is_clear()
 def test_idle_worker_groups_are_clear_not_unevaluated():
     g = new_graph()
     process(g, 10, "torchrun", role="launcher", cpu_util_pct=0.5)
-    process(g, 11, "worker", ppid=10, cpu_util_pct=4.0)
-    process(g, 12, "worker", ppid=10, cpu_util_pct=0.0)
+    process(g, 11, "worker", ppid=10, cpu_util_pct=4.0, attrs=WORKER)
+    process(g, 12, "worker", ppid=10, cpu_util_pct=0.0, attrs=WORKER)
     row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
     assert row.status == "clear" and "all idle" in row.reason, row
 
@@ -255,3 +258,70 @@ def test_a_quota_behind_one_of_two_waiting_processes_adds_its_advice_first(patte
     f = diagnose(g).finding(pattern)
     assert "control.cpu_throttling" in f.related
     assert "quota" in f.recommendations[0] and any(c in r for r in f.recommendations for c in COMPETE)
+
+
+def test_siblings_with_one_name_but_different_command_lines_are_not_one_job():
+    g = new_graph()
+    process(g, 1, "bash", role="launcher")
+    process(g, 10, "python3", ppid=1, cpu_util_pct=100.0, attrs={"cmdline": "python3 train.py"})
+    process(g, 11, "python3", ppid=1, cpu_util_pct=3.0, attrs={"cmdline": "python3 watch_gpus.py"})
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
+    assert row.status == "clear", row
+    g.entity("process:h1:11").attrs["cmdline"] = "python3 train.py"  # two copies of one program: one job
+    assert diagnose(g).finding("control.load_imbalance").severity == "critical"
+
+
+def test_siblings_without_command_lines_cannot_be_grouped():
+    g = new_graph()
+    process(g, 1, "bash", role="launcher")
+    process(g, 10, "python3", ppid=1, cpu_util_pct=100.0)
+    process(g, 11, "python3", ppid=1, cpu_util_pct=3.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
+    assert row.status == "not_evaluated" and "command line" in row.reason, row
+
+
+def rank(g, pid, r, cpu, ppid=None, port="29500", world=2, name="python3", cmdline=None):
+    env = {"RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    attrs = {"rank": r, "world_size": world, "env": env, "cmdline": cmdline or f"python3 train.py --port {port}"}
+    return process(g, pid, name, ppid=ppid, cpu_util_pct=cpu, attrs=attrs)
+
+
+def test_ranks_of_one_world_are_compared_whatever_their_parents():
+    g = new_graph()
+    rank(g, 10, 0, 95.0, ppid=1, cmdline="python3 train.py --node 0")
+    rank(g, 20, 1, 30.0, ppid=2, cmdline="python3 train.py --node 1")
+    f = diagnose(g).finding("control.load_imbalance")
+    assert f is not None and f.subjects == ["process:h1:10", "process:h1:20"]
+    assert "2 ranks of one job" in f.description, f.description
+
+
+def test_ranks_of_two_worlds_are_not_compared():
+    g = new_graph()
+    rank(g, 10, 0, 95.0, ppid=1, port="29500", world=1)
+    rank(g, 20, 0, 20.0, ppid=2, port="29600", world=1)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
+    assert row.status == "clear", row
+
+
+def test_a_child_that_inherited_its_parents_rank_is_not_another_rank():
+    g = new_graph()
+    process(g, 1, "torchrun", role="launcher")
+    rank(g, 10, 0, 90.0, ppid=1)
+    rank(g, 11, 1, 88.0, ppid=1)
+    rank(g, 12, 0, 1.0, ppid=10, name="sh", cmdline="sh -c nvidia-smi")  # spawned by rank 0, same environment
+    row = next(c for c in diagnose(g).coverage if c.pattern == "control.load_imbalance")
+    assert row.status == "clear", row
+
+
+def test_a_value_crossing_the_min_work_bound_does_not_flip_the_verdict():
+    bound = next(p.value for p in catalog()["control.load_imbalance"].params if p.name == "min_work_pct")
+    verdicts = []
+    for busiest in (bound * 1.002, bound * 0.998):
+        g = new_graph()
+        process(g, 1, "launcher", role="launcher")
+        process(g, 10, "worker", ppid=1, cpu_util_pct=busiest, attrs=WORKER)
+        process(g, 11, "worker", ppid=1, cpu_util_pct=bound * 0.1, attrs=WORKER)
+        d = diagnose(g)
+        f = d.finding("control.load_imbalance")
+        verdicts.append((d.status("control.load_imbalance"), f.severity if f else None))
+    assert verdicts[0] == verdicts[1], verdicts

@@ -310,21 +310,58 @@ LOCK_CONTENTION = Pattern(
 
 
 # -- control.load_imbalance ---------------------------------------------------------------
-def _groups(scope: Scope) -> list[list[Entity]]:
+Group = tuple[str, list[Entity]]  # what makes them one job ("ranks" or "workers"), the members
+
+
+def _world(p: Entity) -> tuple[str, ...] | None:
+    """The distributed job a ranked process belongs to: its world size and rendezvous address
+    (MASTER_ADDR/MASTER_PORT where the environment was kept, else its host: ranks on one host
+    with the same world size)."""
+    if p.attrs.get("rank") is None:
+        return None
+    env = p.attrs.get("env") if isinstance(p.attrs.get("env"), dict) else {}
+    master = (str(env.get("MASTER_ADDR", "")), str(env.get("MASTER_PORT", "")))
+    where = ("master", *master) if any(master) else ("host", host_of(p.id))
+    return (str(p.attrs.get("world_size")), *where)
+
+
+def _inherited_rank(scope: Scope, p: Entity) -> bool:
+    """A process started by a rank (a shell, a tool) keeps its environment, RANK included: it is
+    not another rank."""
+    parent = scope.query.parent_of(p)
+    return parent is not None and _world(parent) == _world(p) and parent.attrs.get("rank") == p.attrs.get("rank")
+
+
+def _groups(scope: Scope) -> tuple[list[Group], int]:
+    """Workers of one job: the ranks of one world (distinct ranks), and processes of one parent
+    and role running the same command line. Also how many processes share a parent and a name
+    but have no command line to tell whether they run the same program."""
     groups: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
+    unknown: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
     for p in scope.processes:
         parent = scope.query.parent_of(p)
-        groups[("siblings", parent.id if parent else "", str(p.attrs.get("role")), str(p.attrs.get("name")))].append(p)
-        if p.attrs.get("rank") is not None:
-            groups[("ranks", host_of(p.id), str(p.attrs.get("framework")))].append(p)
-    seen, found = set(), []
+        cmdline = str(p.attrs.get("cmdline") or "")
+        key = (parent.id if parent else "", str(p.attrs.get("role")))
+        if cmdline:
+            groups[("workers", *key, cmdline)].append(p)
+        else:
+            unknown[(*key, str(p.attrs.get("name")))].append(p)
+        world = _world(p)
+        if world is not None and p.attrs.get("role") not in ("loader", "launcher") and not _inherited_rank(scope, p):
+            groups[("ranks", *world)].append(p)
+    found: list[Group] = []
+    seen: set[tuple[str, ...]] = set()
     for key in sorted(groups):
         members = sorted(groups[key], key=lambda e: e.id)
+        ranks = [m.attrs.get("rank") for m in members]
+        if key[0] == "ranks" and len(set(map(str, ranks))) < len(ranks):
+            continue  # one rank twice: two jobs alike, which cannot be told apart
         ids = tuple(m.id for m in members)
         if len(members) >= 2 and ids not in seen:
             seen.add(ids)
-            found.append(members)
-    return found
+            found.append((key[0], members))
+    ungrouped = sum(len(ms) for ms in unknown.values() if len(ms) >= 2)
+    return found, ungrouped
 
 
 def _work(scope: Scope, group: list[Entity]) -> tuple[str, dict[str, float]] | None:
@@ -346,60 +383,76 @@ def _work(scope: Scope, group: list[Entity]) -> tuple[str, dict[str, float]] | N
 def _load_imbalance(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
-    levels = t["imbalance_pct"]
-    groups = _groups(scope)
+    levels, floor = t["imbalance_pct"], t["min_work_pct"]
+    groups, ungrouped = _groups(scope)
     if not groups:
-        return clear(f"no group of sibling workers or ranks in {scope.describe()}")
+        if ungrouped:
+            return not_evaluated(f"{ev.counted(ungrouped, 'processes', 'share')} a parent and a name but have no command "
+                                 "line (nor ranks) to tell whether they are workers of one job")
+        return clear(f"no workers of one job (ranks of one world, or siblings running one command line) in "
+                     f"{scope.describe()}")
     measured, idle, hits = 0, 0, []
-    for group in groups:
+    for kind, group in groups:
         work = _work(scope, group)
         if work is None:
             continue
         metric, values = work
         top, low = max(values.values()), min(values.values())
-        if top < t["min_work_pct"]:
-            idle += 1  # measured, and idle: nothing to balance
-            continue
         measured += 1
-        imbalance = (top - low) * 100 / top
+        idle += top < floor
+        # the gap against the busiest member's work, and against min_work_pct at least: a near-idle
+        # group counts as less imbalanced in proportion, so no value flips the verdict at a bound
+        imbalance = (top - low) * 100 / max(top, floor) if top > 0 else 0.0
         sev = levels.severity(imbalance)
         if sev:
-            hits.append((group, metric, values, imbalance, sev))
-    if not measured and idle:
-        return clear(f"{ev.counted(idle, 'worker groups')} measured, all idle (busiest member under "
-                     f"{number(t['min_work_pct'])} %): nothing to balance")
+            hits.append((kind, group, metric, values, imbalance, sev))
     if not measured:
         return not_evaluated(scope.missing(f"{ev.counted(len(groups), 'worker groups')}, but no comparable work measure (CPU or "
                                            f"device utilisation over the window) for all members", "process", "gpu"))
     if not hits:
+        if idle == measured:
+            return clear(f"{ev.counted(measured, 'worker groups')} measured, all idle or nearly (busiest member under "
+                         f"{number(floor)} %, against which their gaps are measured): nothing to balance")
         return clear(f"{ev.counted(measured, 'worker groups')} compared; none differs by more than {number(levels.limit())} %")
-    hits.sort(key=lambda h: (h[4] != "critical", -h[3], h[0][0].id))
+    hits.sort(key=lambda h: (h[5] != "critical", -h[4], h[1][0].id))
     items: list[Evidence] = []
-    for group, metric, values, imbalance, sev in hits[:ev.MAX_SUBJECTS]:
+    for kind, group, metric, values, imbalance, sev in hits[:ev.MAX_SUBJECTS]:
+        top = max(values.values())
+        against = "max" if top >= floor else f"{number(floor)} (min_work_pct, above the busiest member's work)"
         items.append(ev.statistic(list(values), "imbalance_pct", imbalance, levels=levels, severity=sev,
-                                  note=f"(max - min) / max of {metric} over {len(group)} siblings"))
+                                  note=f"(max - min) / {against} of {metric} over {_members(kind, len(group))}"))
         for pid, value in sorted(values.items(), key=lambda kv: (kv[1], kv[0]))[:1] + \
                 sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:1]:
             items.append(ev.entity(pid, metric, value, unit="%", note="least busy" if value == min(values.values())
                                    else "busiest"))
-    group, metric, values, imbalance, _ = hits[0]
-    return finding(worst(*(h[4] for h in hits)) or "warning",
-                   f"Sibling workers do unequal work: {len(group)} workers differ by {ev.fmt(imbalance, '%')} in "
-                   f"{metric} ({ev.fmt(min(values.values()), '%')} to {ev.fmt(max(values.values()), '%')}); the "
+    kind, group, metric, values, imbalance, _ = hits[0]
+    return finding(worst(*(h[5] for h in hits)) or "warning",
+                   f"Workers of one job do unequal work: {_members(kind, len(group))} differ by {ev.fmt(imbalance, '%')} "
+                   f"in {metric} ({ev.fmt(min(values.values()), '%')} to {ev.fmt(max(values.values()), '%')}); the "
                    f"fastest wait for the slowest at every synchronisation.",
-                   items, subjects=[pid for h in hits for pid in h[2]])
+                   items, subjects=[pid for h in hits for pid in h[3]])
+
+
+def _members(kind: str, n: int) -> str:
+    return f"{n} ranks of one job" if kind == "ranks" else f"{n} workers running one command line"
 
 
 LOAD_IMBALANCE = Pattern(
     id="control.load_imbalance", layer=6, title="Load imbalance between workers",
     why="Data-parallel ranks and tensor-parallel workers synchronise every step; the step takes as long as "
         "the slowest member, so the others idle for the difference.",
-    metrics=("process.cpu_util_pct", "gpu.util_pct", "npu.util_pct", E.PARENT_OF, "process.rank"),
-    thresholds=(Threshold("imbalance_pct", "%", "above", "(max - min) / max of the work done by sibling workers",
+    metrics=("process.cpu_util_pct", "gpu.util_pct", "npu.util_pct", E.PARENT_OF, "process.rank",
+             "process.world_size", "process.cmdline"),
+    thresholds=(Threshold("imbalance_pct", "%", "above", "(max - min) / max of the work done by workers of one job "
+                          "(max: the busiest member's work, or min_work_pct if that is more)",
                           critical=60, warning=30),),
-    params=(Param("min_work_pct", 10, "%", "ignore groups whose busiest member is below this (idle groups)"),),
-    evidence="Each group of siblings (same parent and role, or ranks of one job) over the threshold, with the "
-             "least and the most busy member.",
+    params=(Param("min_work_pct", 20, "%", "the least work the gap between members is measured against: in a group "
+                  "whose busiest member does less, the gap counts in proportion, so a near-idle group fades out "
+                  "instead of its verdict flipping when one member crosses a bound"),),
+    evidence="Each group of workers of one job (the ranks of one world: same world size and rendezvous address, "
+             "distinct ranks, leaving out processes that inherited a parent's rank; or processes of one parent and "
+             "role running the same command line) over the threshold, with the least and the most busy member. "
+             "Processes that share a parent and a name without a known command line are not grouped.",
     recommendations=(
         "Balance the input: bucket sequences by length, equal shard sizes per rank.",
         "Check that the slow member is not placed worse (NUMA, shared CPUs, a throttled device).",
