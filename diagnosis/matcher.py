@@ -90,11 +90,30 @@ def diagnose(graph: Graph, pids: Iterable[int] | None = None, layer: str | int |
         return _diagnose(graph, pids, only, overrides)
 
 
+def _related_both_ways(verdicts: dict[str, Verdict]) -> dict[str, list[str]]:
+    """pattern id -> its related patterns, with the patterns that name it as related added: a
+    finding that explains another is named by it, and names it."""
+    related = {pid: set(v.related) for pid, v in verdicts.items() if v.status == "finding"}
+    for pid, v in verdicts.items():
+        if v.status != "finding":
+            continue
+        for other in v.related:
+            if other in related:
+                related[other].add(pid)
+    return {pid: sorted(ids) for pid, ids in related.items()}
+
+
 def _diagnose(graph: Graph, pids: Iterable[int] | None, only: int | None, overrides: Overrides | None) -> Diagnosis:
     scope = Scope(graph, [int(p) for p in pids] if pids else None)
     evaluator = _Evaluator(scope, overrides)
     findings: list[Finding] = []
     coverage: list[CoverageRow] = []
+    # every pattern, even for one layer: a finding of this layer may explain one of another layer,
+    # which names it (patterns ask only the verdicts they need, so the other way round is not known
+    # before all are in; the whole catalog costs milliseconds once the graph is indexed)
+    for pattern in catalog().values():
+        evaluator.verdict(pattern.id)
+    related = _related_both_ways(evaluator.verdicts)
     for pattern in catalog().values():
         if only is not None and pattern.layer != only:
             continue
@@ -106,7 +125,7 @@ def _diagnose(graph: Graph, pids: Iterable[int] | None, only: int | None, overri
                 pattern=pattern.id, layer=pattern.layer, layer_name=pattern.layer_name, severity=severity,
                 priority=PRIORITY[severity], title=pattern.title, description=v.description, evidence=v.evidence,
                 recommendations=list(v.recommendations or pattern.recommendations), subjects=v.subjects,
-                related=v.related))
+                related=related.get(pattern.id, v.related)))
             reason = f"{PRIORITY[severity]} ({severity}): {_first_sentence(v.description)}"
         else:
             reason = v.reason

@@ -29,6 +29,9 @@ while True:
     for offset in range(0, len(m), 4096):
         total += m[offset]
 """
+# the same, one byte of every page in one C loop: the reader is I/O-bound, waiting on each fault
+FAST_READER = READER.replace("""    for offset in range(0, len(m), 4096):
+        total += m[offset]""", "    total += sum(m[::4096])")
 
 
 @contextmanager
@@ -53,8 +56,10 @@ def busy_in_quota_cgroup(prefix: str) -> Iterator[tuple[Path, subprocess.Popen]]
 
 
 @contextmanager
-def reader_in_memory_cgroup(prefix: str, data: Path) -> Iterator[tuple[Path, subprocess.Popen]]:
-    """(the cgroup's folder, a process re-reading `data`, 64 MiB, under a 16 MiB memory limit)."""
+def reader_in_memory_cgroup(prefix: str, data: Path, others: int = 0,
+                            code: str = READER) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """(the cgroup's folder, a process re-reading `data`, 64 MiB, under a 16 MiB memory limit);
+    `others` more readers of the same file in the same cgroup; `code` the reader's program."""
     if os.geteuid() != 0:
         pytest.skip("creating a cgroup needs root")
     if not (MEMORY_V1 / "memory.limit_in_bytes").exists():
@@ -68,15 +73,21 @@ def reader_in_memory_cgroup(prefix: str, data: Path) -> Iterator[tuple[Path, sub
         os.close(fd)
     group = MEMORY_V1 / f"{prefix}-{os.getpid()}"
     group.mkdir()
-    reader = None
+    reader, more = None, []
     try:
         (group / "memory.limit_in_bytes").write_text(str(16 << 20))
         procs = str(group / "cgroup.procs")
-        reader = subprocess.Popen([sys.executable, "-c", READER, str(data)],
+        reader = subprocess.Popen([sys.executable, "-c", code, str(data)],
                                   preexec_fn=lambda: Path(procs).write_text(str(os.getpid())))
+        for _ in range(others):
+            more.append(subprocess.Popen([sys.executable, "-c", code, str(data)],
+                                         preexec_fn=lambda: Path(procs).write_text(str(os.getpid()))))
         time.sleep(0.5)
         yield group, reader
     finally:
+        for p in more:
+            p.kill()
+            p.wait()
         _remove(group, reader)
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
+from cgroup_v1 import FAST_READER, busy_in_quota_cgroup, reader_in_memory_cgroup
 from witty_profiler import collect, diagnose
 
 pytestmark = pytest.mark.live
@@ -255,3 +255,21 @@ def test_load_imbalance_compares_copies_of_one_program_not_any_two_children():
     assert f is not None, next(c.reason for c in d.coverage if c.pattern == "control.load_imbalance")
     assert f.subjects == sorted(f"process:{host}:{p.pid}" for p in copies), (f.subjects, f.description)
     assert "2 workers running one command line" in f.description
+
+
+def test_io_wait_of_readers_thrashing_under_a_memory_limit_is_paging(tmp_path):
+    """Two readers of a 64 MiB file under a 16 MiB limit, touching its pages as fast as they come:
+    every page was evicted since their last pass and is read back from disk. The I/O wait and the
+    memory pressure are one cause."""
+    with reader_in_memory_cgroup("witty-test-diagnose-thrash", tmp_path / "data", others=1,
+                                 code=FAST_READER) as (group, reader):
+        g = collect(2.0, 0.5, pids=[reader.pid], collectors=COLLECTORS)
+    d = diagnose(g, pids=[reader.pid])
+    pressure, io = d.finding("memory.pressure"), d.finding("storage.io_wait")
+    assert pressure is not None, next(c.reason for c in d.coverage if c.pattern == "memory.pressure")
+    if io is None:
+        host = g.entity(f"host:{g.meta.hosts[0]}")
+        pytest.skip(f"this disk answered fast enough that no I/O wait built up: {host.metrics.get('psi_io_some_pct')} "
+                    f"% PSI io, {host.metrics.get('cpu_iowait_pct')} % iowait")
+    assert "memory.pressure" in io.related and "storage.io_wait" in pressure.related, (io.related, pressure.related)
+    assert "paging" in io.description and "memory.pressure" in io.recommendations[0], io.description

@@ -10,17 +10,63 @@ from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import host_or_scope_processes, levels_check, metric_check, metric_of
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
+from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.vocabulary import M, T
 
 
 # -- storage.io_wait ----------------------------------------------------------------------
+PAGING = ("swap_pages_per_s", M.MAJOR_FAULTS_PER_S)  # memory.pressure's readings that are disk reads and writes
+
+
 def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
     names = (M.CPU_IOWAIT_PCT, M.PSI_IO_SOME_PCT)
     hosts = [h for h in scope.hosts() if any(num(h, m) is not None for m in names)]
     if not hosts:
         return not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host", "pressure"))
-    return levels_check(hosts, tuple((m, metric_of(m), "%") for m in names), t, "The CPUs wait for I/O: ",
-                        context=_io_full, after=lambda: _busiest_disks(scope))
+    verdict = levels_check(hosts, tuple((m, metric_of(m), "%") for m in names), t, "The CPUs wait for I/O: ",
+                           context=_io_full, after=lambda: _busiest_disks(scope))
+    if verdict.status == "finding":
+        _explain(scope, verdict)
+    return verdict
+
+
+def _explain(scope: Scope, verdict: Verdict) -> None:
+    """What the I/O is, where another finding shows it: pages of memory under pressure (swapped, or
+    evicted and read again: major faults), or a saturated disk."""
+    hosts = {host_of(s) for s in verdict.subjects}
+    pressure = scope.verdict("memory.pressure")
+    paging = [e for e in (pressure.evidence if pressure is not None and pressure.status == "finding" else [])
+              if e.metric in PAGING and e.threshold is not None and any(host_of(i) in hosts for i in e.ids)]
+    if paging:
+        verdict.related.append("memory.pressure")
+        verdict.evidence.extend(paging)
+        what = " and ".join(sorted({"swapping" if e.metric == "swap_pages_per_s" else "major page faults"
+                                    for e in paging}))
+        first = paging[0].ids[0]
+        where = f"on host {host_of(first)}" if first.startswith("host:") else f"in {ev.short(first)}"
+        verdict.description += (f" The I/O is paging: memory is under pressure ({what}, "
+                                f"{ev.fmt(paging[0].value, paging[0].unit or '')} {where}), and the pages it "
+                                "evicted or swapped out are read back from disk; relieve the memory first (see "
+                                "memory.pressure).")
+        verdict.recommendations = list(PAGING_RECOMMENDATIONS)
+    disks = scope.verdict("storage.disk_saturation")
+    saturated = [d for d in (disks.subjects if disks is not None and disks.status == "finding" else [])
+                 if host_of(d) in hosts]
+    if saturated:
+        verdict.related.append("storage.disk_saturation")
+        verdict.description += (f" {ev.counted(len(saturated), 'disks', 'are')} busy nearly all the window "
+                                f"({', '.join(ev.short(d) for d in saturated[:3])}; see storage.disk_saturation).")
+    verdict.related.sort()
+    verdict.reason = verdict.description
+
+
+PAGING_RECOMMENDATIONS = (
+    "Relieve the memory pressure first (see memory.pressure): the I/O is pages swapped out and in, or the page "
+    "cache evicted and read again, and goes away with the memory it lacks (a higher cgroup limit, fewer copies of "
+    "the data, smaller caches).",
+    "Disable or limit swap on training hosts, and set container memory limits above the peak.",
+    "Only then look at the storage itself (local NVMe, read-ahead, record formats).",
+)
 
 
 def _io_full(host: Entity) -> list[Evidence]:
@@ -44,7 +90,11 @@ IO_WAIT = Pattern(
                           critical=40, warning=20),
                 Threshold("psi_io_some_pct", "%", "above", "share of the window some task stalled on I/O",
                           critical=50, warning=20)),
-    evidence="The host's iowait share and PSI io stall over their thresholds, and the busiest disks.",
+    evidence="The host's iowait share and PSI io stall over their thresholds, and the busiest disks. When "
+             "memory.pressure finds swapping or major faults over its thresholds on the same host (or in a cgroup "
+             "of the workload), the I/O is paging: the finding cites them, relates to memory.pressure and "
+             "recommends relieving the memory first; when storage.disk_saturation finds a disk of the host "
+             "saturated, it relates to that too.",
     recommendations=(
         "Cache or stage the dataset on local NVMe (or in memory) instead of reading from network storage each epoch.",
         "Read ahead: more loader workers with prefetch_factor, larger sequential reads, a record format "
