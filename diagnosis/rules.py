@@ -12,7 +12,8 @@ from witty_profiler.diagnosis.catalog import LEVELS, Levels, Verdict, clear, fin
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
-from witty_profiler.topology.ids import process_of_thread
+from witty_profiler.topology.cpulist import cpu_set
+from witty_profiler.topology.ids import host_of, process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T
 
 Value = Callable[[Entity], float | None]
@@ -317,3 +318,37 @@ def quota_cause(scope: Scope, tasks: list[Entity]) -> QuotaCause:
                                        note=f"CPU quota of {ev.short(cg.id)}, holding {', '.join(inside[:4])}"
                                             + (" ..." if len(inside) > 4 else "")))
     return QuotaCause(held, text, items)
+
+
+def _process_of(scope: Scope, task: Entity) -> Entity | None:
+    return scope.graph.entity(process_of_thread(task.id)) if task.type == T.THREAD else task
+
+
+def on_saturated_cpus(scope: Scope, tasks: list[Entity]) -> list[str]:
+    """The tasks that run where compute.cpu_saturation found the CPUs saturated: on a saturated
+    host, or allowed on CPUs of the saturated set the workload may use."""
+    verdict = scope.verdict("compute.cpu_saturation")
+    if verdict is None or verdict.status != "finding":
+        return []
+    hosts = {host_of(s) for s in verdict.subjects if s.startswith(T.HOST + ":")}
+    cpus: dict[str, set[int]] = {}
+    for s in verdict.subjects:
+        if s.startswith(T.CPU + ":") and s.rsplit(":", 1)[1].isdigit():
+            cpus.setdefault(host_of(s), set()).add(int(s.rsplit(":", 1)[1]))
+    found = []
+    for task in tasks:
+        process = _process_of(scope, task)
+        allowed = cpu_set((task.attrs.get("cpus_allowed") or (process.attrs.get("cpus_allowed") if process else None)))
+        if host_of(task.id) in hosts or allowed & cpus.get(host_of(task.id), set()):
+            found.append(task.id)
+    return found
+
+
+def oversubscribed(scope: Scope, tasks: list[Entity]) -> list[str]:
+    """The tasks of processes that control.thread_oversubscription names: the workload keeps more
+    threads runnable than the CPUs it may use."""
+    verdict = scope.verdict("control.thread_oversubscription")
+    if verdict is None or verdict.status != "finding":
+        return []
+    subjects = set(verdict.subjects)
+    return [t.id for t in tasks if (p := _process_of(scope, t)) is not None and p.id in subjects]

@@ -7,7 +7,8 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
-                             needs_workload, quota_cause, short_waits, slices_per_s, workload_devices)
+                             needs_workload, on_saturated_cpus, quota_cause, short_waits, slices_per_s,
+                                           workload_devices)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -89,11 +90,17 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
     quota = quota_cause(scope, [e for e, _, _ in hits])
     text += quota.text
     items += quota.evidence
+    # the others wait because other work keeps the CPUs they may use busy
+    crowded = on_saturated_cpus(scope, [e for e, _, _ in hits if e.id not in quota.held])
+    if crowded:
+        text += (f" {'It runs' if len(hits) == 1 else ev.counted(len(crowded), 'of them', 'run')} on saturated CPUs "
+                 "(see compute.cpu_saturation).")
     if explained:
         # it also waits for its input: the producer is the first thing to fix
         severity = "notice"
         text += f" It also waits for its input producers: see {', '.join(explained)}."
-    return finding(severity, text, items, subjects=sorted(subjects), related=explained + quota.related,
+    return finding(severity, text, items, subjects=sorted(subjects),
+                   related=explained + quota.related + (["compute.cpu_saturation"] if crowded else []),
                    recommendations=quota.recommendations(subjects, QUOTA_RECOMMENDATIONS, CPU_STARVATION.recommendations))
 
 
@@ -124,7 +131,8 @@ CPU_STARVATION = Pattern(
              "switches. When a data-plane finding covers it too, the finding is lowered to a notice and points to it. "
              "When control.cpu_throttling finds the cgroup of a waiting process (or one above it) throttled, the "
              "finding names it with its throttled time and quota and recommends raising or removing the quota "
-             "instead of moving competing work away.",
+             "instead of moving competing work away; when compute.cpu_saturation finds the CPUs another waiting "
+             "process may use saturated, it relates to that.",
     recommendations=(
         "Give the process CPUs of its own (taskset/cpuset) away from other busy work, or stop what competes.",
         "Check thread binding (OMP_NUM_THREADS, torch.set_num_threads) against the CPUs it is allowed on.",

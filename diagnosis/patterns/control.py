@@ -8,8 +8,8 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, quota_cause, runnable_pct, scope_cgroups,
-                                           short_waits, slices_per_s)
+from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, on_saturated_cpus, oversubscribed,
+                                           quota_cause, runnable_pct, scope_cgroups, short_waits, slices_per_s)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
@@ -84,9 +84,21 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
                     f"{host_of(host.id)} (PSI)")
     # a CPU quota stops a throttled group's tasks, and schedstat counts that as run-queue wait
     quota = quota_cause(scope, [task for task, _ in hits])
+    # the others wait because other work keeps the CPUs busy, or the workload's own threads do
+    free = [task for task, _ in hits if task.id not in quota.held]
+    crowded, own = on_saturated_cpus(scope, free), oversubscribed(scope, free)
+    causes = quota.text
+    if crowded:
+        causes += (f" {'It runs' if len(hits) == 1 else ev.counted(len(crowded), 'of them', 'run')} on saturated CPUs "
+                   "(see compute.cpu_saturation).")
+    if own:
+        causes += (" The workload keeps more threads runnable than the CPUs it may use "
+                   "(see control.thread_oversubscription).")
+    related = quota.related + (["compute.cpu_saturation"] if crowded else []) + \
+        (["control.thread_oversubscription"] if own else [])
     subjects = [h.id for h, _ in hits + host_hits]
-    return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + "." + quota.text,
-                   items + quota.evidence, subjects=subjects, related=quota.related,
+    return finding(worst(*(s for _, s in hits + host_hits)) or "warning", "; ".join(text) + "." + causes,
+                   items + quota.evidence, subjects=subjects, related=related,
                    recommendations=quota.recommendations(subjects, QUOTA_RECOMMENDATIONS,
                                                          SCHEDULING_LATENCY.recommendations))
 
@@ -122,7 +134,10 @@ SCHEDULING_LATENCY = Pattern(
              "wait share, wait per slice and CPU use, and the host's PSI cpu. A wait share made of short waits (see "
              "min_wait_per_slice_us) is not counted. When control.cpu_throttling finds the cgroup of a waiting task "
              "(or one above it) throttled, the finding names it with its throttled time and quota and recommends "
-             "raising or removing the quota instead of moving competing work away.",
+             "raising or removing the quota instead of moving competing work away. A task not held back by a "
+             "quota relates the finding to compute.cpu_saturation when the CPUs it may use are saturated, and to "
+             "control.thread_oversubscription when its process is one of those keeping too many threads "
+             "runnable.",
     recommendations=(
         "Give the workload CPUs of its own (cpuset/isolcpus) or move other busy processes away.",
         "Reduce runnable threads: OMP_NUM_THREADS / torch.set_num_threads to the CPUs available, fewer loader workers.",

@@ -221,10 +221,43 @@ DEVICE_NUMA_MISMATCH = Pattern(
 
 
 # -- interconnect.pcie_bottleneck ---------------------------------------------------------
+def _pci_address(scope: Scope, eid: str) -> tuple[str, str] | None:
+    """(host, PCI address) of a device, a NIC or a PCI function: one device seen as a GPU and as the
+    pci_device that implements it has one address."""
+    entity = scope.graph.entity(eid)
+    if entity is None:
+        return None
+    address = entity.attrs.get("pci_address")
+    if not address and entity.type in (T.GPU, T.NPU, T.PCI_DEVICE):
+        address = eid.split(":", 2)[2]
+    return (host_of(eid), str(address)) if address else None
+
+
+def _on_degraded_links(scope: Scope, verdict: Verdict, what: str, links: bool = False) -> Verdict:
+    """Relate a bottleneck to interconnect.pcie_link_degraded where that finding is about the same
+    devices: a link running below its capacity fills sooner. `links`: only NVLink/HCCS links lost
+    (fewer links up than its peers) count, not a PCIe link's width or speed."""
+    degraded = scope.verdict("interconnect.pcie_link_degraded")
+    if verdict.status != "finding" or degraded is None or degraded.status != "finding":
+        return verdict
+    lost = {i for e in degraded.evidence if e.metric == "link_capacity_pct" and e.threshold is not None
+            and (not links or "links up" in (e.note or "")) for i in e.ids}
+    lost_at = {a for a in (_pci_address(scope, i) for i in lost) if a is not None}
+    same = [s for s in verdict.subjects if _pci_address(scope, s) in lost_at]
+    if same:
+        verdict.related = sorted({*verdict.related, "interconnect.pcie_link_degraded"})
+        who = f"Its {what} is" if len(verdict.subjects) == 1 else f"{ev.counted(len(same), 'of them', 'have')} a"
+        verdict.description += (f" {who} degraded{'' if len(verdict.subjects) == 1 else ' ' + what} (see "
+                                "interconnect.pcie_link_degraded): it is full sooner.")
+        verdict.reason = verdict.description
+    return verdict
+
+
 def _pcie_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
     devices = workload_devices(scope) + (scope.graph.entities(T.NIC) if not scope.has_workload else [])
-    return metric_check(scope, devices, t["pcie_util_pct"], M.PCIE_UTIL_PCT, "devices", ("gpu", "npu", "nvml", "pci"),
-                        "PCIe is near its capacity on {n:devices}: {names} at {worst} (threshold > {limit}).")
+    return _on_degraded_links(scope, metric_check(
+        scope, devices, t["pcie_util_pct"], M.PCIE_UTIL_PCT, "devices", ("gpu", "npu", "nvml", "pci"),
+        "PCIe is near its capacity on {n:devices}: {names} at {worst} (threshold > {limit})."), "PCIe link")
 
 
 PCIE_BOTTLENECK = Pattern(
@@ -235,7 +268,8 @@ PCIE_BOTTLENECK = Pattern(
     thresholds=(Threshold("pcie_util_pct", "%", "above", "PCIe throughput, share of the link's capacity",
                           critical=95, warning=90),),
     needs="a GPU (NVML) or NPU collector with PCIe throughput",
-    evidence="Each device of the workload over the threshold.",
+    evidence="Each device of the workload over the threshold. When interconnect.pcie_link_degraded finds the "
+             "link of the same device below its capacity, the finding relates to it.",
     recommendations=(
         "Keep data on the device between steps; avoid per-step host round trips (.cpu(), .item()).",
         "Use pinned memory and non_blocking copies so transfers overlap compute.",
@@ -410,10 +444,10 @@ def _nvlink_contention(scope: Scope, t: dict[str, Any]) -> Verdict:
             # what scope.missing appends from the collectors' statuses
             "no HCCS utilisation of the NPUs: npu-smi info -t hccs (link speeds) and -t hccs-bw (throughput) "
             "give it, and not every NPU model or driver answers them", "npu"))
-    return metric_check(scope, devices, t["nvlink_util_pct"], M.NVLINK_UTIL_PCT,
-                        "accelerators of the workload", ("gpu", "npu", "nvml", "nvlink"),
-                        "NVLink/HCCS is contended on {n:devices}: {names} at {worst} (threshold > {limit}).",
-                        extra=_fewer_links)
+    return _on_degraded_links(scope, metric_check(
+        scope, devices, t["nvlink_util_pct"], M.NVLINK_UTIL_PCT, "accelerators of the workload",
+        ("gpu", "npu", "nvml", "nvlink"), "NVLink/HCCS is contended on {n:devices}: {names} at {worst} (threshold > "
+        "{limit}).", extra=_fewer_links), "set of NVLink/HCCS links", links=True)
 
 
 NVLINK_CONTENTION = Pattern(
@@ -425,7 +459,9 @@ NVLINK_CONTENTION = Pattern(
     thresholds=(Threshold("nvlink_util_pct", "%", "above", "NVLink/HCCS throughput, share of the links' capacity",
                           critical=80, warning=40),),
     needs="a GPU (NVML NVLink counters) or NPU (npu-smi -t hccs and -t hccs-bw) collector",
-    evidence="Each device of the workload over the threshold, with its links down if it lost some.",
+    evidence="Each device of the workload over the threshold, with its links down if it lost some; when "
+             "interconnect.pcie_link_degraded finds that device with fewer links up than its peers, the finding "
+             "relates to it.",
     recommendations=(
         "Overlap communication with compute (bucketed all-reduce, async tensor-parallel collectives).",
         "Reduce tensor-parallel degree or place TP groups on fully connected device sets.",
