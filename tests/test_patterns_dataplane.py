@@ -186,3 +186,14 @@ def test_ipc_backlog_clear_line_names_the_queues_it_could_not_judge():
     assert row.status == "clear", row
     assert row.reason.startswith("1 IPC queue measured (unix_socket)") and "1 tcp edge without queue depths" in row.reason, \
         row.reason
+
+
+def test_consumers_without_any_ipc_data_are_not_evaluated_for_data_loading():
+    g = new_graph()  # the process collector only: who feeds the consumer through pipes or sockets is unknown
+    process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_pct=1.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.data_loading_bottleneck")
+    assert row.status == "not_evaluated" and "no ipc collector ran" in row.reason, row
+    g = new_graph(collectors={"process": "ok", "ipc": "ok"})  # looked, and found no producer
+    process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_pct=1.0)
+    row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.data_loading_bottleneck")
+    assert row.status == "clear" and "none is fed by IPC" in row.reason, row

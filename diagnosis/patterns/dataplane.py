@@ -38,6 +38,14 @@ def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | No
     return [found[k] for k in sorted(found)]
 
 
+def _ipc_known(scope: Scope) -> bool:
+    """Whether the graph says who talks to whom: an IPC collector ran, or IPC edges are there (a
+    legacy file, a merged graph)."""
+    ran = any(name.split("@")[0] == "ipc" and status.status in ("ok", "partial")
+              for name, status in scope.meta.collectors.items())
+    return ran or any(scope.graph.edges(kind) for kind in IPC_EDGES)
+
+
 def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
     return [(d, num(d, M.UTIL_PCT)) for _, d in scope.query.devices_of(consumer) if num(d, M.UTIL_PCT) is not None]
 
@@ -71,6 +79,9 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
             sev = "critical"  # an accelerator starves for this input
         hits.append((consumer, value, busy, devices, sev))
     if not linked:
+        if not _ipc_known(scope):
+            return not_evaluated(scope.missing(f"{ev.counted(len(consumers), 'consumers')} in scope without loader workers, "
+                                               "and no IPC in this graph to find who else feeds them", "ipc"))
         return clear(f"{ev.counted(len(consumers), 'consumers')} in scope; none is fed by IPC or loader workers in this graph")
     if not hits:
         return clear(f"{ev.counted(linked, 'consumers')} with producers; none waits (CPU < {number(levels.limit())} %) while a producer "
