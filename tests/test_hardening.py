@@ -184,6 +184,7 @@ def _special_files(tmp_path: Path) -> dict[str, str]:
             str(tmp_path): "is a directory"}
 
 
+@pytest.mark.slow  # a 2 GiB sparse file on each command
 @pytest.mark.parametrize("command", [["info"], ["convert"], ["diagnose"], ["query", "--type", "process"]])
 def test_a_device_a_fifo_or_a_huge_file_is_one_clear_error(tmp_path, capsys, command):
     for path, problem in _special_files(tmp_path).items():
@@ -244,6 +245,7 @@ def test_wrong_types_and_extreme_values_are_exit_2_naming_the_field(tmp_path, ca
         assert len(err) == 1 and "Traceback" not in err[0]
 
 
+@pytest.mark.slow
 def test_every_known_attribute_with_a_wrong_type_is_refused_or_read(vllm_sample_path):
     """Each attribute of the real sample, given each wrong type: the file is refused naming the field, or
     read, diagnosed and shown without an internal error."""
