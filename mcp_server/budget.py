@@ -14,8 +14,18 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from witty_profiler import count_tokens as _count_tokens
+from witty_profiler.mcp_server.wire import valid_text
 from witty_profiler.topology.errors import InputError
-from witty_profiler import count_tokens
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of `text`, counted as it goes on the wire (a lone surrogate as U+FFFD)."""
+    try:
+        return _count_tokens(text)
+    except UnicodeEncodeError:
+        return _count_tokens(valid_text(text))
+
 
 def compact_json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False, sort_keys=True)

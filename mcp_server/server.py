@@ -4,7 +4,8 @@ Each tool is registered from its input model (whose fields become the tool's par
 schema) and its output model (the output schema of its `structuredContent`); tools/list publishes
 both schemas as `schemas.published_schema` writes them. Graph work runs on a worker thread, so
 progress notifications and other requests are served while it runs. Bad input of any kind becomes
-an ``isError`` result with one sentence and no stack trace.
+an ``isError`` result with one sentence and no stack trace. Answers are valid UTF-8 whatever a graph
+holds (a lone surrogate shows as U+FFFD, `mcp_server.wire`), so no answer can fail to be written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
 from mcp.types import Tool as MCPTool
@@ -28,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from witty_profiler.mcp_server import guide, schemas as s
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools, suggest
+from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text
 from witty_profiler.topology.errors import InputError
 
 log = logging.getLogger("witty-mcp")
@@ -58,6 +61,13 @@ class WittyServer(MCPServer):
     inputs: dict[str, type[BaseModel]]
     schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]]
     witty: WittyTools
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio as the SDK does, through a write stream that cannot fail on a string that is
+        not valid UTF-8: a failed write would end the server."""
+        async with stdio_server() as (read_stream, write_stream):
+            lowlevel = self._lowlevel_server
+            await lowlevel.run(read_stream, SafeWriteStream(write_stream), lowlevel.create_initialization_options())
 
     async def list_tools(self) -> list[MCPTool]:
         """The tools with the schemas of their input and output models as `schemas.published_schema`
@@ -99,7 +109,7 @@ class WittyServer(MCPServer):
 
 def _error(name: str, message: str) -> CallToolResult:
     log.info("tool %s: %s", name, message)
-    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=valid_text(message))], is_error=True)
 
 
 def _parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
@@ -128,8 +138,8 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
             out, text = await run(inp, ctx)
         except InputError as exc:
             raise ToolError(str(exc)) from None
-        return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=out.model_dump(mode="json"))
+        return CallToolResult(content=[TextContent(type="text", text=valid_text(text))],
+                              structured_content=valid_text(out.model_dump(mode="json")))
 
     tool.__name__ = name
     tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -224,7 +234,7 @@ def _add_resources(server: MCPServer, w: WittyTools) -> None:
     def graph_summary(graph_id: str) -> str:
         graph_or_404(graph_id)
         out, _ = w.graph_summary(s.GraphSummaryInput(graph_id=graph_id))
-        return guide.summary_text(out)
+        return valid_text(guide.summary_text(out))
 
     @server.resource("witty://graphs/{graph_id}/views/{layer}", name="layer-view", mime_type="text/plain",
                      description="the compact view of one layer of a graph (summary, compute, memory, "
@@ -234,7 +244,7 @@ def _add_resources(server: MCPServer, w: WittyTools) -> None:
         if layer not in s.LAYER_NAMES:
             raise ResourceNotFoundError(f"unknown layer {layer!r}: use one of {', '.join(s.LAYER_NAMES)}")
         out, text = w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer))  # type: ignore[arg-type]
-        return text
+        return valid_text(text)
 
     @server.resource("witty://patterns", name="pattern-catalog", mime_type="text/markdown",
                      description="every bottleneck pattern: id, layer, what it detects, thresholds, evidence")

@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from witty_profiler.mcp_server.wire import valid_text
 from witty_profiler.topology import Graph, dump_graph, load_graph, loads_graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import read_bytes
@@ -112,10 +113,11 @@ class GraphStore:
     def add(self, graph: Graph, origin: Literal["collect", "load"], graph_id: str,
             loaded_from: str | None = None, raw: bytes | None = None) -> GraphRecord:
         meta = graph.meta
-        record = GraphRecord(graph_id=graph_id, origin=origin, loaded_from=loaded_from, created_at=_now(),
-                             source=meta.source, hosts=list(meta.hosts), started_at=meta.started_at,
-                             duration_s=meta.duration_s, entity_count=graph.entity_count(),
-                             edge_count=graph.edge_count())
+        # as JSON, on disk and in answers: strings the file or the host gave us, made valid UTF-8
+        record = GraphRecord(graph_id=graph_id, origin=origin, loaded_from=valid_text(loaded_from), created_at=_now(),
+                             source=valid_text(meta.source), hosts=valid_text(list(meta.hosts)),
+                             started_at=valid_text(meta.started_at), duration_s=meta.duration_s,
+                             entity_count=graph.entity_count(), edge_count=graph.edge_count())
         with self._lock:
             self._records[graph_id] = record
             self._remember(graph_id, graph)

@@ -428,3 +428,11 @@ async def test_a_crash_inside_the_library_is_one_line_and_the_server_goes_on(sta
         assert "KeyError" in message and "log on stderr" in message and "no such key" not in message
         assert (await call(client, "list_graphs"))["total"] == 0
     assert any(r.exc_info and r.exc_info[0] is KeyError for r in caplog.records), "the traceback is logged"
+
+
+def test_a_lone_surrogate_in_a_graph_file_is_saved_and_listed_as_u_fffd(state: Path, workdir: Path) -> None:
+    (workdir / "odd.json").write_text('{"format":"witty-graph","schema_version":1,"meta":{"hosts":["h\\udc80"],'
+                                      '"source":"snapshot"},"entities":[],"edges":[]}', encoding="ascii")
+    record, _ = GraphStore(state).load_file(workdir / "odd.json")
+    assert record.hosts == ["h\ufffd"]
+    assert [r.hosts for r in GraphStore(state).records()] == [["h\ufffd"]]  # its record was saved

@@ -357,3 +357,38 @@ async def test_cancelling_collect_ends_the_window_early(tmp_path: Path, monkeypa
         # the engine stops at its next tick instead of running out its 60 s window
         assert await anyio.to_thread.run_sync(ended.wait, 30), "the window went on after the client cancelled"
         assert (await call(client, "list_graphs"))["total"] == 0  # a cancelled window is not saved
+
+
+SURROGATE_GRAPH = ('{"format":"witty-graph","schema_version":1,"meta":{"hosts":["h"],"source":"snapshot"},'
+                   '"entities":[{"id":"process:h:1","type":"process","attrs":{"pid":1,"name":"bad\\ud800name"},'
+                   '"metrics":{"rss_bytes":5,"cpu_util_pct":90}},{"id":"process:h:2","type":"process",'
+                   '"attrs":{"pid":2,"name":"ok","cmdline":"' + "x" * 300 + '"},"metrics":{"rss_bytes":6}}],'
+                   '"edges":[]}')
+
+
+@pytest.mark.slow
+async def test_stdio_a_lone_surrogate_in_a_graph_is_answered_and_the_server_goes_on(tmp_path: Path) -> None:
+    """A name with a lone surrogate ("\\ud800" in the JSON) cannot be encoded as UTF-8. Every answer that
+    carries it shows U+FFFD instead, and the server answers the next request. The 300-letter word makes
+    the server count tokens with tiktoken, as a server does once it has counted enough text; tiktoken
+    lets the surrogate through into the answers."""
+    exe = _witty_mcp()
+    (tmp_path / "odd.json").write_text(SURROGATE_GRAPH, encoding="ascii")
+    params = StdioServerParameters(command=exe, args=["--state-dir", str(tmp_path / "state")], cwd=str(tmp_path))
+    async with mcp.Client(params) as client:
+        with anyio.fail_after(30):  # a server that died leaves the client waiting
+            gid = (await call(client, "load_graph", path="odd.json"))["graph_id"]
+            word = await call(client, "query_graph", graph_id=gid, where=["pid=2"])
+            assert word["entities"][0]["attrs"]["cmdline"] == "x" * 300
+            answers = [await client.call_tool(tool, {"graph_id": gid, **arguments}) for tool, arguments in
+                       [("graph_summary", {}), ("convert_layer", {"layer": "compute"}),
+                        ("convert_layer", {"layer": "all"}), ("match_patterns", {}),
+                        ("query_graph", {"type": "process"}), ("generate_report", {"format": "json"})]]
+            for result in answers:
+                assert not result.is_error, result.content[0].text
+                wire = json.dumps(result.structured_content, ensure_ascii=False) + result.content[0].text
+                wire.encode("utf-8")  # no lone surrogate left
+            names = [e["attrs"]["name"] for e in answers[4].structured_content["entities"]]
+            assert "bad\ufffdname" in names
+            assert "bad\ufffdname" in answers[1].content[0].text
+            assert (await call(client, "list_graphs"))["total"] == 1  # the server goes on
