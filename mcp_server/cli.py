@@ -28,8 +28,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", metavar="FILE", help="TOML file of pattern thresholds to use by default")
     p.add_argument("--state-dir", metavar="DIR", help="where graphs are kept between sessions "
                    "(default $WITTY_STATE_DIR, else $XDG_STATE_HOME/witty-profiler, else ~/.local/state/witty-profiler)")
+    p.add_argument("--tool-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="a tool call still running after this long is answered with an error (default 120; "
+                   "collect gets its window on top)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def serve_http(server: Any, host: str, port: int, log_level: str) -> None:
@@ -55,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None)
-    server = build_server(tools)
+    server = build_server(tools, tool_timeout=args.tool_timeout)
     logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
     try:
         if args.transport == "stdio":

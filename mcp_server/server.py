@@ -2,25 +2,33 @@
 
 Each tool is registered from its input model (whose fields become the tool's parameters and input
 schema) and its output model (the output schema of its `structuredContent`); tools/list publishes
-both schemas as `schemas.published_schema` writes them. Graph work runs on a worker thread, so
-progress notifications and other requests are served while it runs. Bad input of any kind becomes
-an ``isError`` result with one sentence and no stack trace. Answers are valid UTF-8 whatever a graph
-holds (a lone surrogate shows as U+FFFD, `mcp_server.wire`), so no answer can fail to be written.
+both schemas as `schemas.published_schema` writes them. Bad input of any kind becomes an ``isError``
+result with one sentence and no stack trace. Answers are valid UTF-8 whatever a graph holds (a lone
+surrogate shows as U+FFFD, `mcp_server.wire`), so no answer can fail to be written.
+
+Graph work (every tool but list_graphs, and the graph resources) runs on worker threads, so progress
+notifications and other requests are served while it runs. `Workers` runs at most 8 of them at once;
+a call waits for a free one. Each call has a deadline, waiting included: ``--tool-timeout`` (120 s by
+default), or for collect its window plus that. Past it the call answers ``isError`` saying it timed
+out, and is abandoned: its thread cannot be stopped (collect's window is told to end), and it keeps
+its place among the 8 until the library call returns, so hung calls never add threads. tools/list,
+list_graphs and the static resources need none of these threads and answer while they are all busy.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.from_thread
-import anyio.to_thread
+import anyio.lowlevel
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
@@ -34,6 +42,10 @@ from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text
 from witty_profiler.topology.errors import InputError
 
 log = logging.getLogger("witty-mcp")
+T = TypeVar("T")
+
+TOOL_TIMEOUT_S = 120.0  # --tool-timeout
+WORK_THREADS = 8
 
 INSTRUCTIONS = """\
 witty-profiler finds why an AI training or inference host is slow. Work in small steps: collect \
@@ -54,6 +66,75 @@ def _one_line(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(parts) + "; fix them as the tool's input schema says"
 
 
+class TimedOut(Exception):
+    """A call that did not finish within its deadline; the message says so in one sentence."""
+
+
+class Workers:
+    """Graph work on its own threads, at most `threads` at once, each call within a deadline.
+
+    A call waits on the event loop for a free thread, then runs on it. Past its deadline the call is
+    abandoned: it answers `TimedOut`, and its thread, which cannot be stopped, keeps its place until the
+    library call returns. So calls that hang can fill these threads but never add to them, and nothing
+    else needs them: tools/list and list_graphs run on the event loop, the SDK's own sync handlers on
+    its thread pool. The threads are daemons: one that hangs does not keep the server from exiting."""
+
+    def __init__(self, threads: int = WORK_THREADS, timeout: float = TOOL_TIMEOUT_S) -> None:
+        self.threads, self.timeout = threads, timeout
+        self._free = anyio.CapacityLimiter(threads)
+
+    async def run(self, what: str, fn: Callable[[], T], timeout: float | None = None,
+                  on_abandon: Callable[[], None] | None = None) -> T:
+        """`fn()` on a worker thread, its result or its exception; `TimedOut` after `timeout` seconds
+        (default: the server's), waiting for a thread included. `on_abandon` is called when the call is
+        given up (deadline or cancellation) while `fn` may still run: e.g. to tell it to stop."""
+        limit = self.timeout if timeout is None else timeout
+        slot, done, outcome = object(), anyio.Event(), []
+        token, context = anyio.lowlevel.current_token(), contextvars.copy_context()
+
+        def finished() -> None:  # on the event loop
+            self._free.release_on_behalf_of(slot)
+            done.set()
+
+        def work() -> None:
+            try:
+                outcome.append((True, context.run(fn)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                outcome.append((False, exc))
+            finally:
+                try:
+                    anyio.from_thread.run_sync(finished, token=token)
+                except RuntimeError:  # the event loop has ended: nobody waits for this thread
+                    pass
+
+        started = False
+        try:
+            with anyio.move_on_after(limit):
+                await self._free.acquire_on_behalf_of(slot)
+                try:
+                    threading.Thread(target=work, name=f"witty-mcp {what}", daemon=True).start()
+                except BaseException:
+                    self._free.release_on_behalf_of(slot)
+                    raise
+                started = True
+                await done.wait()
+        finally:
+            if not done.is_set() and started and on_abandon is not None:
+                on_abandon()
+        if not done.is_set():
+            if started:
+                raise TimedOut(f"{what} did not finish within {limit:g} s and was abandoned (the server's "
+                               f"--tool-timeout is {self.timeout:g} s): ask for less, e.g. one layer or a "
+                               f"narrower query, or start witty-mcp with a longer --tool-timeout")
+            raise TimedOut(f"{what} did not start within {limit:g} s: all {self.threads} graph workers are busy "
+                           f"with earlier calls that have not returned (the server's --tool-timeout is "
+                           f"{self.timeout:g} s); try again later")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+
 class WittyServer(MCPServer):
     """MCPServer whose tool errors are one sentence (argument validation included), and which refuses
     arguments a tool does not have instead of ignoring them: a misspelt option must not go unnoticed."""
@@ -61,6 +142,7 @@ class WittyServer(MCPServer):
     inputs: dict[str, type[BaseModel]]
     schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]]
     witty: WittyTools
+    workers: Workers
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio as the SDK does, through a write stream that cannot fail on a string that is
@@ -136,7 +218,7 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
             raise ToolError(_one_line(exc)) from None
         try:
             out, text = await run(inp, ctx)
-        except InputError as exc:
+        except (InputError, TimedOut) as exc:
             raise ToolError(str(exc)) from None
         return CallToolResult(content=[TextContent(type="text", text=valid_text(text))],
                               structured_content=valid_text(out.model_dump(mode="json")))
@@ -152,32 +234,40 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
         server.schemas[name] = (s.published_schema(input_model), s.published_schema(output_model, output=True))
 
 
-def build_server(tools: WittyTools | None = None) -> WittyServer:
+def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIMEOUT_S,
+                 work_threads: int = WORK_THREADS) -> WittyServer:
     from witty_profiler import __version__
     w = tools or WittyTools(GraphStore())
     server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
     server.inputs, server.schemas, server.witty = {}, {}, w
+    server.workers = workers = Workers(work_threads, tool_timeout)
 
     def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
+        what = getattr(method, "__name__", "the call")  # the tool's name
+
         async def run(inp: Any, ctx: Context) -> Any:
-            return await anyio.to_thread.run_sync(method, inp)
+            return await workers.run(what, lambda: method(inp))
+        return run
+
+    def inline(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
+        async def run(inp: Any, ctx: Context) -> Any:  # in memory and quick: on the event loop, no thread
+            return method(inp)
         return run
 
     async def collect(inp: s.CollectInput, ctx: Context) -> Any:
         stop = threading.Event()
+        token = anyio.lowlevel.current_token()
 
         def progress(elapsed: float, total: float, message: str) -> None:
             try:
-                anyio.from_thread.run(ctx.report_progress, elapsed, total, message)
+                anyio.from_thread.run(ctx.report_progress, elapsed, total, message, token=token)
             except Exception:  # noqa: BLE001 - a client that went away must not stop the capture
                 log.debug("progress notification not delivered", exc_info=True)
 
-        try:
-            return await anyio.to_thread.run_sync(lambda: w.collect(inp, progress, stop), abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            stop.set()  # the client cancelled: end the window early
-            raise
+        # the window, then the tool timeout for the rest; given up (cancelled, too late): end the window early
+        return await workers.run("collect", lambda: w.collect(inp, progress, stop),
+                                 timeout=inp.duration_s + tool_timeout, on_abandon=stop.set)
 
     add_tool(server, "collect", "Collect a live window",
              "Capture this host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, network, storage and IPC "
@@ -192,7 +282,7 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
                              open_world_hint=False), in_thread(w.load_graph))
     add_tool(server, "list_graphs", "List graphs",
              "Known graphs, newest first, from earlier sessions too.",
-             s.ListGraphsInput, s.GraphList, READ_ONLY, in_thread(w.list_graphs))
+             s.ListGraphsInput, s.GraphList, READ_ONLY, inline(w.list_graphs))
     add_tool(server, "graph_summary", "Summarise a graph",
              "Counts, collector statuses (why unavailable) and the summary view pointing at unhealthy layers.",
              s.GraphSummaryInput, s.GraphSummary, READ_ONLY, in_thread(w.graph_summary))
@@ -217,34 +307,43 @@ def build_server(tools: WittyTools | None = None) -> WittyServer:
              "metrics moved.",
              s.CompareGraphsInput, s.Comparison, READ_ONLY, in_thread(w.compare_graphs))
 
-    _add_resources(server, w)
+    _add_resources(server, w, workers)
     _add_prompt(server)
     return server
 
 
-def _add_resources(server: MCPServer, w: WittyTools) -> None:
+def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
     def graph_or_404(graph_id: str) -> Any:
         try:
             return w.store.get(graph_id)
         except InputError as exc:
             raise ResourceNotFoundError(str(exc)) from None
 
+    async def on_worker(what: str, fn: Callable[[], str]) -> str:
+        try:
+            return valid_text(await workers.run(what, fn))
+        except TimedOut as exc:
+            raise ResourceError(str(exc)) from None
+
     @server.resource("witty://graphs/{graph_id}/summary", name="graph-summary", mime_type="text/plain",
                      description="counts, collector statuses and the compact summary view of a graph")
-    def graph_summary(graph_id: str) -> str:
-        graph_or_404(graph_id)
-        out, _ = w.graph_summary(s.GraphSummaryInput(graph_id=graph_id))
-        return valid_text(guide.summary_text(out))
+    async def graph_summary(graph_id: str) -> str:
+        def text() -> str:
+            graph_or_404(graph_id)
+            return guide.summary_text(w.graph_summary(s.GraphSummaryInput(graph_id=graph_id))[0])
+        return await on_worker("reading the graph summary", text)
 
     @server.resource("witty://graphs/{graph_id}/views/{layer}", name="layer-view", mime_type="text/plain",
                      description="the compact view of one layer of a graph (summary, compute, memory, "
                                  "interconnect, network, storage, control, dataplane, all), 8000 tokens at most")
-    def layer_view(graph_id: str, layer: str) -> str:
-        graph_or_404(graph_id)
+    async def layer_view(graph_id: str, layer: str) -> str:
         if layer not in s.LAYER_NAMES:
             raise ResourceNotFoundError(f"unknown layer {layer!r}: use one of {', '.join(s.LAYER_NAMES)}")
-        out, text = w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer))  # type: ignore[arg-type]
-        return valid_text(text)
+
+        def text() -> str:
+            graph_or_404(graph_id)
+            return w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer))[1]  # type: ignore[arg-type]
+        return await on_worker("reading the layer view", text)
 
     @server.resource("witty://patterns", name="pattern-catalog", mime_type="text/markdown",
                      description="every bottleneck pattern: id, layer, what it detects, thresholds, evidence")

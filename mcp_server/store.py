@@ -104,24 +104,32 @@ class GraphStore:
         stamp = (graph.meta.started_at or _now()).replace("-", "").replace(":", "")
         base = f"live-{slug(host, 30)}-{slug(stamp, 20)}"
         graph_id, n = base, 1
-        with self._lock:
+        with self._lock:  # the id is taken at once; the file is written after, without the lock
             while graph_id in self._records:
                 n += 1
                 graph_id = f"{base}-{n}"
-            return self.add(graph, "collect", graph_id)
+            record = self._register(graph, "collect", graph_id, None)
+        self._save(record, graph, None)
+        return record
 
     def add(self, graph: Graph, origin: Literal["collect", "load"], graph_id: str,
             loaded_from: str | None = None, raw: bytes | None = None) -> GraphRecord:
+        with self._lock:
+            record = self._register(graph, origin, graph_id, loaded_from)
+        self._save(record, graph, raw)  # not under the lock: a slow disk must not hold up list_graphs
+        return record
+
+    def _register(self, graph: Graph, origin: Literal["collect", "load"], graph_id: str,
+                  loaded_from: str | None) -> GraphRecord:
+        """Record and keep the graph; the caller holds the lock."""
         meta = graph.meta
         # as JSON, on disk and in answers: strings the file or the host gave us, made valid UTF-8
         record = GraphRecord(graph_id=graph_id, origin=origin, loaded_from=valid_text(loaded_from), created_at=_now(),
                              source=valid_text(meta.source), hosts=valid_text(list(meta.hosts)),
                              started_at=valid_text(meta.started_at), duration_s=meta.duration_s,
                              entity_count=graph.entity_count(), edge_count=graph.edge_count())
-        with self._lock:
-            self._records[graph_id] = record
-            self._remember(graph_id, graph)
-        self._save(record, graph, raw)
+        self._records[graph_id] = record
+        self._remember(graph_id, graph)
         return record
 
     def _save(self, record: GraphRecord, graph: Graph, raw: bytes | None) -> None:

@@ -5,11 +5,13 @@ the prompt."""
 from __future__ import annotations
 
 import json
+import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import jsonschema
 import mcp
 import pytest
@@ -20,13 +22,14 @@ from benchmarks.mcp_definitions import definition_tokens, tools_list
 from benchmarks.synthetic import synthetic_graph
 
 from witty_profiler.diagnosis.thresholds import validate
-from witty_profiler.mcp_server import schemas
+from witty_profiler.mcp_server import cli, schemas
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from mcp_support import call, call_error, host_process_graph
 from witty_profiler.topology import dump_graph, load_graph
+from witty_profiler.topology.errors import InputError
 
 pytestmark = pytest.mark.anyio
 
@@ -428,6 +431,96 @@ async def test_a_crash_inside_the_library_is_one_line_and_the_server_goes_on(sta
         assert "KeyError" in message and "log on stderr" in message and "no such key" not in message
         assert (await call(client, "list_graphs"))["total"] == 0
     assert any(r.exc_info and r.exc_info[0] is KeyError for r in caplog.records), "the traceback is logged"
+
+
+class Hang:
+    """Stands in for a tool method whose library call blocks until released, and counts how many of
+    its calls run at once."""
+
+    def __init__(self) -> None:
+        self.release, self.lock = threading.Event(), threading.Lock()
+        self.running = self.most = self.started = 0
+
+    def __call__(self, *args: Any) -> Any:
+        with self.lock:
+            self.running += 1
+            self.started += 1
+            self.most = max(self.most, self.running)
+        try:
+            self.release.wait(60)
+        finally:
+            with self.lock:
+                self.running -= 1
+        raise InputError("released")
+
+
+async def test_hung_calls_leave_tools_list_and_cheap_tools_answering(state: Path, workdir: Path) -> None:
+    tools, hang = WittyTools(GraphStore(state), workdir=workdir), Hang()
+    tools.graph_summary = hang
+    try:
+        async with mcp.Client(build_server(tools)) as client:
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(client.call_tool, "graph_summary", {"graph_id": "g"})
+                with anyio.fail_after(10):
+                    while hang.started < 8:
+                        await anyio.sleep(0.01)
+                await anyio.sleep(0.2)  # the other calls reach the server and wait
+                with anyio.fail_after(2):
+                    assert len((await client.list_tools()).tools) == len(ALL_TOOLS)
+                    assert (await call(client, "list_graphs"))["total"] == 0
+                    assert "graph-summary" in {t.name for t in (await client.list_resource_templates())
+                                               .resource_templates}
+                assert hang.most <= 8, "graph work runs on a bounded number of threads"
+                hang.release.set()
+    finally:
+        hang.release.set()
+
+
+@pytest.mark.slow
+async def test_a_call_past_its_deadline_is_an_error_and_the_server_goes_on(state: Path, workdir: Path) -> None:
+    tools, hang = WittyTools(GraphStore(state), workdir=workdir), Hang()
+    tools.graph_summary = hang
+    stopped = threading.Event()
+
+    def window(inp: Any, progress: Any, stop: threading.Event) -> Any:
+        if stop.wait(30):
+            stopped.set()
+        raise InputError("collect was cancelled")
+
+    tools.collect = window
+    try:
+        async with mcp.Client(build_server(tools, tool_timeout=0.3)) as client:
+            with anyio.fail_after(5):
+                message = await call_error(client, "graph_summary", graph_id="g")
+            assert "did not finish within 0.3 s" in message and "--tool-timeout" in message, message
+            assert (await call(client, "list_graphs"))["total"] == 0
+            # collect's deadline is its window and the tool timeout; past it the window is told to end
+            started = anyio.current_time()
+            message = await call_error(client, "collect", duration_s=0.5, interval_s=0.1)
+            assert "did not finish within 0.8 s" in message, message
+            assert 0.7 < anyio.current_time() - started < 5
+            assert await anyio.to_thread.run_sync(stopped.wait, 5)
+    finally:
+        hang.release.set()
+
+
+def test_cli_passes_its_limits_and_warns_about_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    served: list[tuple[Any, str]] = []
+    monkeypatch.setattr(cli, "serve_http", lambda server, host, port, level: served.append((server, host)))
+    base = ["--transport", "streamable-http", "--state-dir", str(tmp_path / "state")]
+    assert cli.main([*base, "--host", "0.0.0.0", "--tool-timeout", "7"]) == 0
+    server, host = served[-1]
+    assert host == "0.0.0.0" and "listening on 0.0.0.0" in caplog.text
+    assert server.workers.timeout == 7
+    caplog.clear()
+    assert cli.main(base) == 0
+    server, host = served[-1]
+    assert host == "127.0.0.1" and "listening on" not in caplog.text
+    assert server.workers.timeout == 120
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--tool-timeout", "0"])
 
 
 def test_a_lone_surrogate_in_a_graph_file_is_saved_and_listed_as_u_fffd(state: Path, workdir: Path) -> None:
