@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", metavar="FILE", help="TOML file of pattern thresholds to use by default")
     p.add_argument("--state-dir", metavar="DIR", help="where graphs are kept between sessions "
                    "(default $WITTY_STATE_DIR, else $XDG_STATE_HOME/witty-profiler, else ~/.local/state/witty-profiler)")
+    p.add_argument("--report-dir", metavar="DIR", help="the only folder generate_report writes files to "
+                   "(default: reports/ in the state directory)")
     p.add_argument("--tool-timeout", type=_seconds, default=120.0, metavar="SECONDS",
                    help="a tool call still running after this long is answered with an error (default 120; "
                    "collect gets its window on top)")
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from witty_profiler.mcp_server.store import GraphStore
     from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
-                       thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None)
+                       thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None,
+                       report_dir=Path(args.report_dir) if args.report_dir else None)
     server = build_server(tools, tool_timeout=args.tool_timeout)
     logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
     try:

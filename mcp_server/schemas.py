@@ -100,8 +100,8 @@ class GenerateReportInput(_In):
     format: Literal["md", "json"] = Field(default="md", description="md for people, json for programs")
     pids: list[int] | None = Field(default=None, description=_AS_MATCH)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
-    output_path: str | None = Field(default=None, description="also write the whole report here, inside the "
-                                    "server's working directory")
+    output_path: str | None = Field(default=None, description="file for the whole report, relative to the "
+                                    "report directory or inside it")
     overwrite: bool = Field(default=False, description="replace an existing output_path")
     max_tokens: int = _max_tokens()
 

@@ -298,7 +298,8 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
              "pattern's coverage (finding, clear, or not_evaluated and why).",
              s.MatchPatternsInput, s.PatternMatches, READ_ONLY, in_thread(w.match_patterns))
     add_tool(server, "generate_report", "Write the report",
-             "The diagnosis report; output_path also writes it to a file, overwrite=true to replace one.",
+             "The diagnosis report; output_path also writes it to a file in the server's report directory, "
+             "overwrite=true to replace one.",
              s.GenerateReportInput, s.Report,
              ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                              open_world_hint=False), in_thread(w.generate_report))

@@ -67,7 +67,8 @@ class GraphStore:
     """Thread-safe: tools run graph work on worker threads."""
 
     def __init__(self, root: Path | None = None, keep_in_memory: int = 8) -> None:
-        self.dir = (root or state_dir()) / "graphs"
+        self.root = root or state_dir()
+        self.dir = self.root / "graphs"
         self.keep = keep_in_memory
         self._graphs: OrderedDict[str, Graph] = OrderedDict()  # least recently used first
         self._records: dict[str, GraphRecord] = {}

@@ -24,6 +24,7 @@ import witty_profiler as wp
 from witty_profiler.converters import McpHints
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
+from witty_profiler.mcp_server.reports import ReportDir
 from witty_profiler.mcp_server.store import GraphRecord, GraphStore
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.errors import InputError
@@ -61,13 +62,16 @@ def cut_text(text: str, max_tokens: int) -> tuple[str, int, bool]:
 
 
 class WittyTools:
-    """The server's state (graphs, default thresholds, working directory) and one method per tool."""
+    """The server's state (graphs, default thresholds, the working directory that relative graph and
+    thresholds files are read from, the report directory) and one method per tool."""
 
     def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
-                 workdir: Path | None = None) -> None:
+                 workdir: Path | None = None, report_dir: Path | None = None) -> None:
         self.store = store or GraphStore()
         self.thresholds_path = thresholds_path
         self.workdir = (workdir or Path.cwd()).resolve()
+        self.reports = ReportDir(report_dir or self.store.root / "reports")
+        self.report_dir = self.reports.path
         self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._queries: OrderedDict[str, Rows] = OrderedDict()  # last queries' rows, for their next pages
         self._lock = threading.Lock()
@@ -272,11 +276,11 @@ class WittyTools:
         return _fit_matches(out, inp.max_tokens)
 
     def generate_report(self, inp: s.GenerateReportInput) -> tuple[s.Report, str]:
-        target = self._report_target(inp.output_path, inp.overwrite) if inp.output_path else None
+        path = inp.output_path
+        names = self.reports.check(path, inp.overwrite) if path else None  # a bad path fails before the work
         result = self.diagnosis(inp.graph_id, inp.pids, None, inp.thresholds)
         full = wp.report(result, self.store.get(inp.graph_id), format=inp.format)
-        if target is not None:
-            target.write_text(full, encoding="utf-8")
+        target = self.reports.write(path, names, full, inp.overwrite) if path and names else None
         text, tokens, truncated = cut_text(full, inp.max_tokens - 100)
         out = s.Report(graph_id=inp.graph_id, format=inp.format, text=text, tokens=tokens, truncated=truncated,
                        written_to=str(target) if target else None)
@@ -284,21 +288,6 @@ class WittyTools:
             where = f"the whole report is in {target}" if target else "pass output_path to write the whole report"
             out.note = (f"report cut to {tokens} of {count_tokens(full)} tokens; {where}, or raise max_tokens")
         return out, text + (f"\n[{out.note}]" if out.note else "")
-
-    def _report_target(self, output_path: str, overwrite: bool) -> Path:
-        path = Path(output_path).expanduser()
-        path = (path if path.is_absolute() else self.workdir / path).resolve()
-        if not path.is_relative_to(self.workdir):
-            raise InputError(f"output_path {output_path!r} is outside the server's working directory "
-                             f"{self.workdir}: give a path inside it, e.g. 'witty-report.md'")
-        if path.is_dir():
-            raise InputError(f"output_path {output_path!r} is a directory: give a file name")
-        if not path.parent.is_dir():
-            raise InputError(f"output_path {output_path!r}: directory {path.parent} does not exist")
-        if path.exists() and not overwrite:
-            raise InputError(f"output_path {output_path!r} exists: choose another name, or pass overwrite=true "
-                             f"to replace it")
-        return path
 
     def compare_graphs(self, inp: s.CompareGraphsInput) -> tuple[s.Comparison, str]:
         before, after = self.store.get(inp.before_id), self.store.get(inp.after_id)

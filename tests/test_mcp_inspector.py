@@ -106,8 +106,9 @@ def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
     assert matched["summary"]["counts"] == counts
 
     report = content(answers, "generate_report")  # format=md output_path=report.md
-    written = (answers / "report.md").read_text(encoding="utf-8")
-    assert report["written_to"] == str(answers / "report.md") and report["text"] in written
+    target = answers / "state" / "reports" / "report.md"  # reports/ in WITTY_STATE_DIR, not the server's cwd
+    written = target.read_text(encoding="utf-8")
+    assert report["written_to"] == str(target) and report["text"] in written
     assert f"**P0: {counts['P0']} · P1: {counts['P1']} · P2: {counts['P2']}**" in written
     assert all(f"## Layer {n}: {title}" in written for n, _, title in LAYERS)
 

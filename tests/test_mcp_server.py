@@ -5,6 +5,7 @@ the prompt."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from benchmarks.mcp_definitions import definition_tokens, tools_list
 from benchmarks.synthetic import synthetic_graph
 
 from witty_profiler.diagnosis.thresholds import validate
+import witty_profiler
 from witty_profiler.mcp_server import cli, schemas
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
@@ -196,7 +198,7 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         await checked("match_patterns", graph_id=before, layer="interconnect", max_tokens=1500)
         for fmt in ("md", "json"):
             report = await checked("generate_report", graph_id=before, format=fmt, output_path=f"report.{fmt}")
-            assert report["written_to"] == str(workdir / f"report.{fmt}")
+            assert report["written_to"] == str(state / "reports" / f"report.{fmt}")
         assert (await checked("generate_report", graph_id=before, max_tokens=300))["written_to"] is None
         assert (await checked("compare_graphs", before_id=before, after_id=after))["comparison"]
         assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
@@ -308,8 +310,7 @@ async def test_failures_are_one_sentence_and_the_server_goes_on(state: Path, wor
             ("query_graph", "say what to query"): {"graph_id": gid},
             ("convert_layer", "no argument 'layr' (did you mean layer?)"): {"graph_id": gid, "layr": "memory"},
             ("query_graph", "limit"): {"graph_id": gid, "type": "process", "limit": 0},
-            ("generate_report", "outside the server's working directory"): {"graph_id": gid,
-                                                                             "output_path": "/tmp/r.md"},
+            ("generate_report", "outside the report directory"): {"graph_id": gid, "output_path": "/tmp/r.md"},
             ("match_patterns", "unknown graph id"): {"graph_id": "nope"},
             ("match_patterns", "unknown pattern id"): {"graph_id": gid, "thresholds": "[nope.x]\nlimit = 1"},
             ("match_patterns", "not valid TOML"): {"graph_id": gid, "thresholds": "[compute.cpu_saturation\nx = 1"},
@@ -510,15 +511,15 @@ def test_cli_passes_its_limits_and_warns_about_a_non_loopback_host(monkeypatch: 
     served: list[tuple[Any, str]] = []
     monkeypatch.setattr(cli, "serve_http", lambda server, host, port, level: served.append((server, host)))
     base = ["--transport", "streamable-http", "--state-dir", str(tmp_path / "state")]
-    assert cli.main([*base, "--host", "0.0.0.0", "--tool-timeout", "7"]) == 0
+    assert cli.main([*base, "--host", "0.0.0.0", "--tool-timeout", "7", "--report-dir", str(tmp_path / "r")]) == 0
     server, host = served[-1]
     assert host == "0.0.0.0" and "listening on 0.0.0.0" in caplog.text
-    assert server.workers.timeout == 7
+    assert server.workers.timeout == 7 and server.witty.report_dir == tmp_path / "r"
     caplog.clear()
     assert cli.main(base) == 0
     server, host = served[-1]
     assert host == "127.0.0.1" and "listening on" not in caplog.text
-    assert server.workers.timeout == 120
+    assert server.workers.timeout == 120 and server.witty.report_dir == tmp_path / "state" / "reports"
     with pytest.raises(SystemExit):
         cli.main([*base, "--tool-timeout", "0"])
 
@@ -529,3 +530,79 @@ def test_a_lone_surrogate_in_a_graph_file_is_saved_and_listed_as_u_fffd(state: P
     record, _ = GraphStore(state).load_file(workdir / "odd.json")
     assert record.hosts == ["h\ufffd"]
     assert [r.hosts for r in GraphStore(state).records()] == [["h\ufffd"]]  # its record was saved
+
+
+def report_input(gid: str, path: str, overwrite: bool = False) -> schemas.GenerateReportInput:
+    return schemas.GenerateReportInput(graph_id=gid, output_path=path, overwrite=overwrite, max_tokens=500)
+
+
+async def test_reports_are_written_only_under_the_report_directory(state: Path, tmp_path: Path, graph_file: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(graph_file.parent)  # the working directory is not where reports go
+    reports = state / "reports"
+    async with mcp.Client(build_server(WittyTools(GraphStore(state)))) as client:
+        gid = (await call(client, "load_graph", path="host.json"))["graph_id"]
+        report = await call(client, "generate_report", graph_id=gid, output_path="r.md")
+        assert report["written_to"] == str(reports / "r.md") and not (graph_file.parent / "r.md").exists()
+        assert report["text"] in (reports / "r.md").read_text(encoding="utf-8")
+        (reports / "sub").mkdir()
+        inside = await call(client, "generate_report", graph_id=gid, output_path=str(reports / "sub" / "r.md"))
+        assert inside["written_to"] == str(reports / "sub" / "r.md") and (reports / "sub" / "r.md").is_file()
+        for path, expected in [("../r.md", "outside the report directory"),
+                               (str(tmp_path / "r.md"), "outside the report directory"),
+                               ("~/witty-r.md", "outside the report directory"),
+                               ("missing/r.md", "does not exist"), ("sub", "is a directory"),
+                               ("r.md", "overwrite=true")]:
+            message = await call_error(client, "generate_report", graph_id=gid, output_path=path)
+            assert expected in message and str(reports) in message, (path, message)
+    assert not (tmp_path / "r.md").exists() and not (state / "r.md").exists()
+
+
+def test_links_in_the_report_directory_cannot_redirect_a_report(state: Path, workdir: Path, tmp_path: Path,
+                                                                graph_file: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.md"
+    victim.write_text("keep", encoding="utf-8")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    tools = WittyTools(GraphStore(state), workdir=workdir, report_dir=reports)
+    gid = tools.load_graph(schemas.LoadGraphInput(path=str(graph_file)))[0].graph_id
+
+    (reports / "link.md").symlink_to(victim)
+    (reports / "dir").symlink_to(outside)
+    for path, overwrite in [("link.md", False), ("link.md", True), ("dir/new.md", False), ("dir/victim.md", True)]:
+        with pytest.raises(InputError, match="symbolic link|exists"):
+            tools.generate_report(report_input(gid, path, overwrite))
+    # a hard link to a file outside: overwriting replaces the name, never the linked file
+    os.link(victim, reports / "hard.md")
+    out, _ = tools.generate_report(report_input(gid, "hard.md", overwrite=True))
+    assert out.written_to == str(reports / "hard.md") and (reports / "hard.md").read_text(encoding="utf-8") != "keep"
+
+    # links planted while the diagnosis runs, after the path was checked
+    real = witty_profiler.report
+    plant: list[Any] = []
+
+    def planting(*args: Any, **kwargs: Any) -> Any:
+        plant.pop()()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(witty_profiler, "report", planting)
+    (reports / "sub").mkdir()
+
+    def swap_sub() -> None:
+        (reports / "sub").rmdir()
+        (reports / "sub").symlink_to(outside)
+
+    for name, overwrite, act in [("late.md", False, lambda: (reports / "late.md").symlink_to(victim)),
+                                 ("late2.md", True, lambda: (reports / "late2.md").symlink_to(victim)),
+                                 ("sub/victim.md", True, swap_sub)]:
+        plant.append(act)
+        with pytest.raises(InputError, match="symbolic link|exists"):
+            tools.generate_report(report_input(gid, name, overwrite))
+    plant.append(lambda: os.link(victim, reports / "late3.md"))
+    out, _ = tools.generate_report(report_input(gid, "late3.md", overwrite=True))
+    assert out.written_to == str(reports / "late3.md")
+    assert victim.read_text(encoding="utf-8") == "keep" and sorted(p.name for p in outside.iterdir()) == ["victim.md"]
+

@@ -86,13 +86,14 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
         assert all(f["priority"] in ("P0", "P1", "P2") for f in matched["findings"])
 
         report = await call(client, "generate_report", graph_id=gid, format="md", output_path="report.md")
-        written = (tmp_path / "report.md").read_text(encoding="utf-8")
-        assert report["written_to"] == str(tmp_path / "report.md") and report["text"] in written
+        target = tmp_path / "state" / "reports" / "report.md"  # the report directory: reports/ in the state's
+        written = target.read_text(encoding="utf-8")
+        assert report["written_to"] == str(target) and report["text"] in written
         message = await call_error(client, "generate_report", graph_id=gid, output_path="report.md")
         assert "overwrite=true" in message
         again = await call(client, "generate_report", graph_id=gid, format="json", output_path="report.md",
                            overwrite=True)
-        assert again["format"] == "json" and (tmp_path / "report.md").read_text(encoding="utf-8") != written
+        assert again["format"] == "json" and target.read_text(encoding="utf-8") != written
 
 
 @pytest.mark.slow
@@ -214,8 +215,8 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         assert matched["summary"]["counts"] == counts
 
         report = await checked("generate_report", graph_id=gid, format="md", pids=[pid], output_path="report.md")
-        written = (tmp_path / "report.md").read_text(encoding="utf-8")
-        assert report["written_to"] == str(tmp_path / "report.md") and report["text"] in written
+        written = (tmp_path / "state" / "reports" / "report.md").read_text(encoding="utf-8")  # under --state-dir
+        assert report["written_to"] == str(tmp_path / "state" / "reports" / "report.md") and report["text"] in written
         assert f"- Scope: pid {pid} and descendants" in written
         assert f"**P0: {counts['P0']} · P1: {counts['P1']} · P2: {counts['P2']}**" in written
         assert f"(of {len(catalog())})" in written
