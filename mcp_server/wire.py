@@ -17,6 +17,12 @@ from typing import Any
 log = logging.getLogger("witty-mcp")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR_OR_LONE = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+
+
+def _replace(match: re.Match[str]) -> str:
+    found = match.group()
+    return found.encode("utf-16", "surrogatepass").decode("utf-16") if len(found) == 2 else "\ufffd"
 
 
 def valid_text(value: Any) -> Any:
@@ -24,9 +30,7 @@ def valid_text(value: Any) -> Any:
     U+FFFD; a surrogate pair becomes the character it stands for. Unchanged values are returned as they
     are, not copied."""
     if isinstance(value, str):
-        if _SURROGATE.search(value) is None:
-            return value
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value if _SURROGATE.search(value) is None else _PAIR_OR_LONE.sub(_replace, value)
     if isinstance(value, dict):
         items = [(valid_text(k), valid_text(v)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
@@ -53,7 +57,7 @@ class SafeWriteStream:
         except ValueError:  # pydantic's serialisation error, from the UnicodeEncodeError of a lone surrogate
             from mcp.shared.message import SessionMessage
             from mcp.types import jsonrpc_message_adapter
-            data = item.message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            data = item.message.model_dump(by_alias=True, exclude_unset=True)
             message = jsonrpc_message_adapter.validate_python(valid_text(data), by_name=False)
             log.warning("a message held characters that are not valid UTF-8; they were sent as U+FFFD")
             item = SessionMessage(message=message, metadata=item.metadata)

@@ -606,3 +606,21 @@ def test_links_in_the_report_directory_cannot_redirect_a_report(state: Path, wor
     assert out.written_to == str(reports / "late3.md")
     assert victim.read_text(encoding="utf-8") == "keep" and sorted(p.name for p in outside.iterdir()) == ["victim.md"]
 
+
+
+async def test_a_message_that_cannot_be_encoded_is_sent_with_u_fffd() -> None:
+    """The last guard on stdio: whatever message reaches the transport is written, lone surrogates as
+    U+FFFD, and one that was valid goes through as it was."""
+    from mcp.shared.message import SessionMessage
+    from mcp.types import JSONRPCResponse
+
+    from witty_profiler.mcp_server.wire import SafeWriteStream
+    send, receive = anyio.create_memory_object_stream[Any](2)
+    good = SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=1, result={"text": "fine \U0001F600"}))
+    bad = SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=2, result={"bad\ud800key": ["x\udfff"]}))
+    async with SafeWriteStream(send) as stream:
+        await stream.send(good)
+        await stream.send(bad)
+    assert await receive.receive() is good
+    written = json.loads((await receive.receive()).message.model_dump_json(by_alias=True, exclude_unset=True))
+    assert written == {"jsonrpc": "2.0", "id": 2, "result": {"bad\ufffdkey": ["x\ufffd"]}}
