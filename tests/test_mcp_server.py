@@ -479,7 +479,8 @@ async def test_hung_calls_leave_tools_list_and_cheap_tools_answering(state: Path
 
 
 @pytest.mark.slow
-async def test_a_call_past_its_deadline_is_an_error_and_the_server_goes_on(state: Path, workdir: Path) -> None:
+async def test_a_call_past_its_deadline_is_an_error_and_the_server_goes_on(state: Path, workdir: Path,
+                                                                          graph_file: Path) -> None:
     tools, hang = WittyTools(GraphStore(state), workdir=workdir), Hang()
     tools.graph_summary = hang
     stopped = threading.Event()
@@ -496,6 +497,9 @@ async def test_a_call_past_its_deadline_is_an_error_and_the_server_goes_on(state
                 message = await call_error(client, "graph_summary", graph_id="g")
             assert "did not finish within 0.3 s" in message and "--tool-timeout" in message, message
             assert (await call(client, "list_graphs"))["total"] == 0
+            gid = (await call(client, "load_graph", path="host.json"))["graph_id"]
+            with pytest.raises(MCPError, match="did not finish within 0.3 s"):  # the graph resources too
+                await client.read_resource(f"witty://graphs/{gid}/summary")
             # collect's deadline is its window and the tool timeout; past it the window is told to end
             started = anyio.current_time()
             message = await call_error(client, "collect", duration_s=0.5, interval_s=0.1)
