@@ -36,6 +36,9 @@ class ReportDir:
     def parts(self, output_path: str) -> tuple[str, ...]:
         """The names below the report directory that `output_path` stands for; refuses a path that
         leaves it."""
+        if "\0" in output_path:
+            raise InputError(f"output_path {output_path!r} holds a NUL character: give a plain file name, which is "
+                             f"written in the report directory {self.path}, e.g. 'witty-report.md'")
         path = Path(os.path.normpath(Path(output_path).expanduser()))
         if path.is_absolute():
             inside = [path.relative_to(base) for base in self._names if path.is_relative_to(base)]

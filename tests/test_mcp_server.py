@@ -556,6 +556,7 @@ async def test_reports_are_written_only_under_the_report_directory(state: Path, 
                                (str(tmp_path / "r.md"), "outside the report directory"),
                                ("~/witty-r.md", "outside the report directory"),
                                ("missing/r.md", "does not exist"), ("sub", "is a directory"),
+                               ("r\0.md", "NUL character"),
                                ("r.md", "overwrite=true")]:
             message = await call_error(client, "generate_report", graph_id=gid, output_path=path)
             assert expected in message and str(reports) in message, (path, message)
