@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import binascii
 import os
+import re
 import threading
 from functools import lru_cache
 from typing import Any
@@ -95,8 +96,13 @@ def _piece_tokens(piece: str) -> int:
     return _merged_parts(data, ranks)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _python_count(text: str) -> int:
     pattern = _vocabulary()[0]
+    if not text.isascii() and _SURROGATE.search(text):  # not UTF-8: tiktoken decides how it counts
+        return len(encoder().encode(text, disallowed_special=()))
     return sum(map(_piece_tokens, pattern.findall(text)))
 
 

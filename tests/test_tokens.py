@@ -54,7 +54,8 @@ def test_the_python_count_of_odd_text_is_tiktokens():
     for _ in range(3000):
         text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 120)))
         assert tokens._python_count(text) == _tiktoken(text), repr(text)
-    for text in ("I'm", "DON'T", "x" * 450 + " " + "é" * 300, "1" * 1000, " " * 50 + "\n" * 3, "<|endoftext|>"):
+    for text in ("I'm", "DON'T", "x" * 450 + " " + "é" * 300, "1" * 1000, " " * 50 + "\n" * 3, "<|endoftext|>",
+                 "a\ud800b", "ok \ud83d\ude00 pair"):
         assert tokens._python_count(text) == _tiktoken(text), text
 
 
