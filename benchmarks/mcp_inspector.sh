@@ -5,7 +5,7 @@
 #
 # A whole session, one inspector call per step: list the tools, collect a 2 s live window, then
 # summarise it, rank its processes by CPU, view its compute layer, match patterns on it and write
-# the report (report.md under $OUT); ask for a graph that does not exist (an isError answer); load
+# the report (report.md in the server's report directory, reports/ under $WITTY_STATE_DIR); ask for a graph that does not exist (an isError answer); load
 # GRAPH and match its interconnect layer (skipped, saying so, when the default sample is absent);
 # list the graphs. Each answer is saved under $OUT (default: a temporary directory) as <step>.json
 # and one line per step is printed with its wall time. Needs node/npx; the first run downloads
@@ -41,7 +41,7 @@ step() {  # step NAME ARGS... : one inspector call; its answer in $out/NAME.json
     local name="$1"; shift
     local t0 rc=0
     t0=$(date +%s%N)
-    # in $out, so that generate_report's output_path (inside the server's working directory) lands there
+    # in $out, where relative graph paths are read from
     (cd "$out" && "${inspector[@]}" "$@") > "$out/$name.json" 2> "$out/$name.err" || rc=$?
     printf '%-19s rc=%d %6.2f s  %s\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000 ))e-3" \
         "$(python3 -c "$brief" "$out/$name.json" 2>/dev/null || head -c 100 "$out/$name.json")"
@@ -80,7 +80,7 @@ call list_graphs list_graphs
 
 echo "tools: $(field tools_list 'len(d["tools"])'); live graph: $live"
 echo "live findings: $(field match_patterns '[f["pattern"] for f in d["structuredContent"]["findings"]]')"
-echo "report: $out/report.md ($(field generate_report 'd["structuredContent"]["tokens"]') tokens)"
+echo "report: $WITTY_STATE_DIR/reports/report.md ($(field generate_report 'd["structuredContent"]["tokens"]') tokens)"
 if [ -n "$graph" ]; then
     echo "sample findings: $(field match_interconnect \
         '[f["pattern"] + " " + f["priority"] for f in d["structuredContent"]["findings"]]')"
