@@ -55,11 +55,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(cmd: list[str], repeat: int) -> tuple[float, float]:
-    """(median seconds, largest peak RSS in MiB) of running cmd `repeat` times."""
+    """(median seconds, largest peak RSS in MiB) of running cmd `repeat` times, away from any checkout
+    (python -m looks in the working directory first)."""
     walls, peaks = [], []
     for _ in range(repeat):
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+                                cwd=tempfile.gettempdir())
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest child's so far
         walls.append(time.perf_counter() - start)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -76,7 +78,7 @@ def initialize(command: str, args: list[str], repeat: int) -> float:
 
     async def once() -> float:
         start = time.perf_counter()
-        async with mcp.Client(StdioServerParameters(command=command, args=args, env=ENV)):
+        async with mcp.Client(StdioServerParameters(command=command, args=args, env=ENV, cwd=tempfile.gettempdir())):
             return time.perf_counter() - start
     return statistics.median(asyncio.run(once()) for _ in range(repeat))
 

@@ -37,7 +37,9 @@ class _Stream:
         self.buf, self.pos, self.done = "", 0, False
         self.base = 0  # characters of the file before buf
         self.spelt = False  # the last value held NaN or Infinity
-        self._scan = json.JSONDecoder(parse_constant=self._constant).scan_once  # the C scanner, one value
+        decoder = json.JSONDecoder(parse_constant=self._constant)
+        self._scan = decoder.scan_once  # the C scanner: one value
+        self._loads = decoder.decode
 
     def _constant(self, word: str) -> float:
         self.spelt = True
@@ -94,14 +96,28 @@ class _Stream:
             self.pos = end
             return value
 
-    def items(self) -> Iterator[Any]:
-        """The values of the array at the front, one by one."""
+    def batches(self) -> Iterator[list[Any]]:
+        """The values of the array at the front, a batch at a time: the whole items the buffer holds when
+        they stand one per line as this tool writes them (decoded in one call), else one by one. A
+        batch's `spelt` is set when it held NaN or Infinity."""
         self.expect("[")
         if self.peek() == "]":
             self.pos += 1
             return
+        failed = -1  # the end of a run that did not decode: one value at a time until past it
         while True:
-            yield self.value()
+            end = self.buf.rfind("},\n", self.pos) if self.base + self.pos > failed else -1
+            if end > self.pos:  # a run of lines, each an item and its comma
+                self.spelt = False
+                try:
+                    batch = self._loads("[" + self.buf[self.pos:end + 1] + "]")
+                except (ValueError, RecursionError):
+                    batch, failed = None, self.base + end  # another layout, or past the array's end
+                if batch is not None:
+                    self.pos = end + 2
+                    yield batch
+                    continue
+            yield [self.value()]
             if self.peek() == ",":
                 self.pos += 1
                 continue
@@ -139,9 +155,11 @@ def scan_native(handle: IO[str], name: str = "<input>") -> Scan | None:
         if key in ("entities", "edges"):
             if header.get("format") != FORMAT_NAME:
                 return None  # the format must come first: not a file this tool wrote
-            counts, check = (found.entities, checks.entity) if key == "entities" else (found.edges, checks.edge)
-            for i, item in enumerate(stream.items()):
-                counts[check(item, i, stream.spelt)] += 1
+            counts, check = (found.entities, checks.entities) if key == "entities" else (found.edges, checks.edges)
+            done = 0
+            for batch in stream.batches():
+                counts.update(check(batch, done, stream.spelt))
+                done += len(batch)
         else:
             header[key] = stream.value()
             if key == "schema_version" and header.get("format") == FORMAT_NAME and header[key] != SCHEMA_VERSION:

@@ -289,52 +289,60 @@ _NUMBER_TYPES = frozenset((int, float, type(None)))
 
 
 class StreamCheck:
-    """The same checks on items met one at a time (topology.scan reads a file as a stream): each item's
-    fields, ids given once, edges between entities met before. Keeps the ids only."""
+    """The same checks on a document read as a stream (topology.scan), a batch of items at a time: each
+    item's fields, ids given once, edges between entities met before. Keeps the ids only."""
 
     def __init__(self, name: str = "<input>") -> None:
         self.name = name
         self._entities: set[str] = set()
         self._edges: set[str] = set()
 
-    def entity(self, item: Any, i: int, spelt: bool = False) -> str:
-        """The type of a valid entity (`spelt`: the item may hold NaN or Infinity, check every number)."""
-        if spelt or type(item) is not dict or type(item.get("id")) is not str \
-                or type(item.get("type")) is not str or not _plain_parts(item):
-            self._checked(_entity, item, f"entities[{i}]")
-        if item["id"] in self._entities:
-            self._fail(f"entities[{i}]", f"id {item['id']!r} is given twice")
-        self._entities.add(item["id"])
-        return item["type"]
+    def entities(self, batch: list[Any], start: int, spelt: bool = False) -> list[str]:
+        """The types of a batch of valid entities, the first of them entities[start] (`spelt`: the batch
+        may hold NaN or Infinity: every number is checked)."""
+        ids = self._fields(batch, start, "entities", _entity, ("id", "type"), spelt)
+        self._once(ids, self._entities, start, "entities")
+        return [item["type"] for item in batch]
 
-    def edge(self, item: Any, i: int, spelt: bool = False) -> str:
-        """The type of a valid edge (`spelt` as for entity)."""
-        if spelt or type(item) is not dict or type(item.get("id")) is not str or type(item.get("type")) is not str \
-                or type(item.get("source")) is not str or type(item.get("target")) is not str \
-                or not _plain_parts(item):
-            self._checked(_edge, item, f"edges[{i}]")
-        eid = item["id"]
-        if eid in self._edges:
-            self._fail(f"edges[{i}]", f"id {eid!r} is given twice")
-        for end in (item["source"], item["target"]):
-            if end not in self._entities:
-                self._fail(f"edges[{i}] ({eid})", f"{end!r} is not an entity of the file")
-        self._edges.add(eid)
-        return item["type"]
+    def edges(self, batch: list[Any], start: int, spelt: bool = False) -> list[str]:
+        """The types of a batch of valid edges (as for entities)."""
+        ids = self._fields(batch, start, "edges", _edge, ("id", "type", "source", "target"), spelt)
+        self._once(ids, self._edges, start, "edges")
+        ends = {item["source"] for item in batch} | {item["target"] for item in batch}
+        if not ends <= self._entities:
+            for i, item in enumerate(batch, start):
+                for end in (item["source"], item["target"]):
+                    if end not in self._entities:
+                        self._fail(f"edges[{i}] ({item['id']})", f"{end!r} is not an entity of the file")
+        return [item["type"] for item in batch]
 
-    def _checked(self, check: Any, item: Any, where: str) -> Any:
-        try:
-            return check(item, where)
-        except _Invalid as exc:
-            raise GraphFormatError(f"{self.name}: invalid witty graph: {exc}") from None
+    def _fields(self, batch: list[Any], start: int, key: str, check: Any, names: tuple[str, ...],
+                spelt: bool) -> list[Any]:
+        """The ids of the batch, once every item's fields are known to be right (see _Types)."""
+        met = _Types()
+        plain = all(type(item) is dict for item in batch)
+        if plain:
+            for name in names:
+                met.ids.update(map(type, (item.get(name) for item in batch)))
+            for item in batch:
+                met.note(item.get("attrs"), item.get("metrics"))
+        if spelt or not plain or not met.plain() or not met.in_range():
+            for i, item in enumerate(batch, start):
+                try:
+                    check(item, f"{key}[{i}]")
+                except _Invalid as exc:
+                    raise GraphFormatError(f"{self.name}: invalid witty graph: {exc}") from None
+        return [item["id"] for item in batch]
+
+    def _once(self, ids: list[str], seen: set[str], start: int, key: str) -> None:
+        fresh = set(ids)
+        if len(fresh) == len(ids) and seen.isdisjoint(fresh):
+            seen |= fresh
+            return
+        for i, eid in enumerate(ids, start):
+            if eid in seen:
+                self._fail(f"{key}[{i}]", f"id {eid!r} is given twice")
+            seen.add(eid)
 
     def _fail(self, where: str, message: str) -> None:
         raise GraphFormatError(f"{self.name}: invalid witty graph: {where}: {message}")
-
-
-def _plain_parts(item: dict[str, Any]) -> bool:
-    """An item of a stream whose attrs and metrics need no closer look (see _Types)."""
-    met = _Types()
-    met.ids.add(str)
-    met.note(item.get("attrs"), item.get("metrics"))
-    return met.plain() and met.in_range()
