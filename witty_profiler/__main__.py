@@ -1,5 +1,3 @@
-import sys
+from witty_profiler.cli import entry
 
-from witty_profiler.cli import main
-
-sys.exit(main())
+entry()

@@ -68,5 +68,18 @@ def _visible(exc: BaseException) -> str:
     return visible(str(exc))
 
 
+def entry() -> None:
+    """The `witty-profiler` command: main(), then an exit that leaves the freeing of memory to the system.
+    A graph of 100,000 entities takes Python 0.3 s to tear down object by object; nothing is left to do
+    by then (the output is flushed here, and every command closes what it opened before returning)."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can reach it
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
