@@ -477,7 +477,7 @@ def metric_info(name: str) -> Metric | None:
 
 # The types of the attributes that readers of a graph rely on (any entity type; null is always
 # allowed: a value that is not known). A file whose attribute has another type is refused, naming it.
-CPU_LIST = (str, list)  # '0-3,8' as the kernel writes it, or a list of numbers
+CPU_LIST = (str, list, int)  # '0-3,8' as the kernel writes it, a list of numbers, or one number
 ATTR_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
                      "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version"), (str,)),

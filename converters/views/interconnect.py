@@ -13,6 +13,7 @@ from witty_profiler.converters.views.common import (ALLOWED, ID, compact_list, c
                                                     findings_block, legend, neg, rank)
 from witty_profiler.converters.views.folds import edge_query, fold_query, per_type_query
 from witty_profiler.converters.views.memory import pages_by_node, pages_cell
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import node_number
 from witty_profiler.topology.vocabulary import E, M, T
@@ -57,7 +58,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     numbers = [n for n in map(node_number, nodes) if n is not None][:32]
     ranked_nodes, pinned = rank(nodes, lambda n: 0, cited, ctx, workload=lambda n: True)
     out.append(Table("numa nodes", [ID, Column("cpus", lambda n: n.attrs.get("cpus") if isinstance(
-        n.attrs.get("cpus"), str) else compact_list(n.attrs.get("cpus") or []), left=True),
+        n.attrs.get("cpus"), str) else compact_list(cpu_set(n.attrs.get("cpus"))), left=True),
         Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(ctx, n, numbers), left=True)],
         ranked_nodes, "numa nodes", fold_query(ctx, T.NUMA_NODE, ranked_nodes), pinned, weight=3.0))
     values = ctx.cited_values(LAYER)
