@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from witty_profiler import collectors
+from witty_profiler import __version__, collectors
 from witty_profiler.collectors.base import REGISTRY, Collector, Context
 from witty_profiler.collectors.numa import numa_topology
 from witty_profiler.collectors.procfs import parse_stat, read_text
@@ -146,7 +146,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
         for module, reason in broken.items():
             statuses.setdefault(module, CollectorStatus(status="error", reason=reason))
     started = started_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    graph.meta = Meta(hosts=[ctx.host], tool_version=_version(), started_at=started, duration_s=round(actual, 3),
+    graph.meta = Meta(hosts=[ctx.host], tool_version=__version__, started_at=started, duration_s=round(actual, 3),
                       interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
                       collectors=dict(sorted(statuses.items())), source="live")
     graph.make_visible()  # names, command lines and paths are the host's words: data, never controls
@@ -201,14 +201,6 @@ def _report(progress: Progress | None, elapsed: float, total: float, message: st
             progress(round(elapsed, 3), total, message)
         except Exception:  # noqa: BLE001 - a broken progress callback must not lose the window
             pass
-
-
-def _version() -> str | None:
-    try:
-        from importlib.metadata import version
-        return version("witty-profiler")
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _one_line(text: str, limit: int = 300) -> str:
