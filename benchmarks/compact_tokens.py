@@ -20,10 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.synthetic import synthetic_graph  # noqa: E402
 from witty_profiler.converters import LAYER_VIEWS, count_tokens, render_view  # noqa: E402
 from witty_profiler.diagnosis import diagnose  # noqa: E402
 from witty_profiler.topology import dumps_graph, load_graph  # noqa: E402
+
+from benchmarks.synthetic import synthetic_graph  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "witty-profiler-vllm-8npu.json"
 

@@ -24,11 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import cpu_ms  # noqa: E402
+
 from witty_profiler.collectors import fdscan, ipc, sockdiag  # noqa: E402
 from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.network import NetworkCollector  # noqa: E402
 from witty_profiler.collectors.storage import StorageCollector  # noqa: E402
-from timing import cpu_ms  # noqa: E402
 
 PIPELINES = int(sys.argv[1]) if len(sys.argv) > 1 else 150
 SOCKETPAIRS, TCP_PAIRS, RUNS = 200, 100, 7

@@ -35,8 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from converter_graphs import hand_graph  # noqa: E402
 from witty_profiler.topology import dump_graph  # noqa: E402
+
+from converter_graphs import hand_graph  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "witty-profiler-vllm-8npu.json"
 PY = sys.executable

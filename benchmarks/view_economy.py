@@ -20,11 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks.synthetic import synthetic_graph  # noqa: E402
-from converter_graphs import hand_graph  # noqa: E402
 from witty_profiler.api import convert  # noqa: E402
 from witty_profiler.converters import count_tokens  # noqa: E402
 from witty_profiler.topology import load_graph  # noqa: E402
+
+from benchmarks.synthetic import synthetic_graph  # noqa: E402
+from converter_graphs import hand_graph  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "witty-profiler-vllm-8npu.json"
 _ID = re.compile(r"^([a-z_]+:[^ ]+:[^ ]+)\s")

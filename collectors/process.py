@@ -26,19 +26,40 @@ from functools import lru_cache
 
 from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.numa import cpu_to_node
-from witty_profiler.collectors.procfs import (CLK_TCK, PAGE_SIZE, container_from_cgroup, format_cpulist, parse_cgroup,
-                               parse_cmdline, parse_cpulist, parse_environ, parse_maps_libraries, parse_numa_maps,
-                               parse_stat, read_bytes, read_small, read_text)
+from witty_profiler.collectors.procfs import (
+    CLK_TCK,
+    PAGE_SIZE,
+    container_from_cgroup,
+    format_cpulist,
+    parse_cgroup,
+    parse_cmdline,
+    parse_cpulist,
+    parse_environ,
+    parse_maps_libraries,
+    parse_numa_maps,
+    parse_stat,
+    read_bytes,
+    read_small,
+    read_text,
+)
 from witty_profiler.collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
-from witty_profiler.collectors.tasks import (ProcState, ThreadState, list_pids, list_tids, read_io, read_schedstat, read_stat,
-                             read_status)
+from witty_profiler.collectors.tasks import (
+    ProcState,
+    ThreadState,
+    list_pids,
+    list_tids,
+    read_io,
+    read_schedstat,
+    read_stat,
+    read_status,
+)
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
 from witty_profiler.topology.privacy import filter_env, redact_cmdline
 from witty_profiler.topology.vocabulary import E, M, T
-from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
 from witty_profiler.topology.wording import counted
+from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers

@@ -12,7 +12,14 @@ from __future__ import annotations
 import os
 from array import array
 
-from witty_profiler.collectors.procfs import Stat, parse_kv_numbers, parse_schedstat, parse_stat, parse_status, read_text
+from witty_profiler.collectors.procfs import (
+    Stat,
+    parse_kv_numbers,
+    parse_schedstat,
+    parse_stat,
+    parse_status,
+    read_text,
+)
 from witty_profiler.collectors.sampling import Series
 
 

@@ -22,6 +22,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from witty_profiler.converters.hints import CliHints, McpHints
+    from witty_profiler.converters.layers import LAYER_VIEWS
     from witty_profiler.converters.tokens import count_tokens
     from witty_profiler.converters.view import View, render_view
-    from witty_profiler.converters.layers import LAYER_VIEWS

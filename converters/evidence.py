@@ -8,7 +8,6 @@ from typing import Any
 from witty_profiler.converters.render import num, size
 from witty_profiler.topology.ids import process_of_thread
 
-
 LIST_MAX = 12  # values of one metric named one by one; a longer run reads as its range
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
-
 from dataclasses import dataclass, field
+from typing import Any
 
 from witty_profiler.diagnosis.catalog import with_unit
 from witty_profiler.diagnosis.matcher import diagnose

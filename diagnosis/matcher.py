@@ -14,8 +14,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from witty_profiler.diagnosis.catalog import Verdict, catalog, not_evaluated
-from witty_profiler.diagnosis.models import (LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, PRIORITY, SEVERITY_RANK, CoverageRow,
-                              Diagnosis, Finding)
+from witty_profiler.diagnosis.models import (
+    LAYER_NAMES,
+    LAYER_NUMBERS,
+    LAYER_TITLES,
+    PRIORITY,
+    SEVERITY_RANK,
+    CoverageRow,
+    Diagnosis,
+    Finding,
+)
 from witty_profiler.diagnosis.scope import Scope
 from witty_profiler.diagnosis.thresholds import Overrides, coerce, effective
 from witty_profiler.topology import Graph

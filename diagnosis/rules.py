@@ -8,7 +8,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import LEVELS, Levels, Verdict, clear, finding, not_evaluated, number, with_unit, worst
+from witty_profiler.diagnosis.catalog import (
+    LEVELS,
+    Levels,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    with_unit,
+    worst,
+)
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity

@@ -35,7 +35,8 @@ from mcp.types import Resource as MCPResource
 from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, Field, ValidationError
 
-from witty_profiler.mcp_server import guide, schemas as s
+from witty_profiler.mcp_server import guide
+from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools, suggest
 from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text

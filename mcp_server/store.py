@@ -28,6 +28,7 @@ from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.models import FORMAT_NAME
 
+
 def state_dir() -> Path:
     if os.environ.get("WITTY_STATE_DIR"):
         return Path(os.environ["WITTY_STATE_DIR"])

@@ -9,8 +9,8 @@ Bad input raises `topology.errors.InputError` with one sentence that says what t
 from __future__ import annotations
 
 import difflib
-import json
 import heapq
+import json
 import threading
 import tomllib
 from collections import OrderedDict

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis_graphs import host, new_graph, process
 from witty_profiler.topology import dump_graph
+
+from diagnosis_graphs import host, new_graph, process
 
 pytestmark = pytest.mark.slow
 

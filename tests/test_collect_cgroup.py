@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
 from witty_profiler.collectors.engine import run_window
+
+from cgroup_v1 import busy_in_quota_cgroup, reader_in_memory_cgroup
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from graph_checks import assert_known_names
 
 from witty_profiler.topology import load_graph
+
+from graph_checks import assert_known_names
 
 pytestmark = pytest.mark.live
 

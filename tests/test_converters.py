@@ -12,16 +12,17 @@ import threading
 
 import pytest
 
-from benchmarks.synthetic import synthetic_graph
-from converter_graphs import hand_graph
 from witty_profiler.api import convert
 from witty_profiler.converters import LAYER_VIEWS, View, count_tokens
+from witty_profiler.converters.evidence import evidence_value
 from witty_profiler.converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size
 from witty_profiler.converters.views import LAYERS
-from witty_profiler.converters.evidence import evidence_value
-from diagnosis_graphs import cgroup, device, host, new_graph, process, thread, two_numa_host, uses
 from witty_profiler.topology import load_graph
 from witty_profiler.topology.errors import InputError
+
+from benchmarks.synthetic import synthetic_graph
+from converter_graphs import hand_graph
+from diagnosis_graphs import cgroup, device, host, new_graph, process, thread, two_numa_host, uses
 
 BUDGETS = (1000, 4000, 16000)
 

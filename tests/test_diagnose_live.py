@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from cgroup_v1 import FAST_READER, busy_in_quota_cgroup, reader_in_memory_cgroup
 from witty_profiler import collect, diagnose
+
+from cgroup_v1 import FAST_READER, busy_in_quota_cgroup, reader_in_memory_cgroup
 
 pytestmark = pytest.mark.live
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from witty_profiler.cli import main
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.diagnosis.compare import compare
 from witty_profiler.diagnosis.docs import patterns_markdown, thresholds_markdown
 from witty_profiler.diagnosis.report import report
 from witty_profiler.diagnosis.thresholds import load_thresholds
+from witty_profiler.tools import view
 from witty_profiler.topology import dump_graph
 from witty_profiler.topology.errors import InputError
-from witty_profiler.cli import main
-from witty_profiler.tools import view
 
 from diagnosis_graphs import cgroup, host, new_graph, process
 

@@ -21,10 +21,28 @@ from unittest import mock
 import pytest
 
 from witty_profiler.collectors import bpfhost
-from witty_profiler.collectors.bpfhost import NotReady, debian_header_pairs, kernel_headers, load_bcc, merge_header_tree, tracefs
-from witty_profiler.collectors.ebpf import (HOST_PIDNS_INO, SYSCALLS, EbpfCollector, futex_wait_address, kernel_version, main_locks, nested_pid_namespace,
-                             program, started_rows, thread_metrics, wait_rows)
 from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.bpfhost import (
+    NotReady,
+    debian_header_pairs,
+    kernel_headers,
+    load_bcc,
+    merge_header_tree,
+    tracefs,
+)
+from witty_profiler.collectors.ebpf import (
+    HOST_PIDNS_INO,
+    SYSCALLS,
+    EbpfCollector,
+    futex_wait_address,
+    kernel_version,
+    main_locks,
+    nested_pid_namespace,
+    program,
+    started_rows,
+    thread_metrics,
+    wait_rows,
+)
 from witty_profiler.collectors.engine import run_window
 from witty_profiler.diagnosis import diagnose
 
@@ -403,7 +421,7 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
     by_name = {t.attrs.get("name"): t.metrics for t in _threads(graph, pids["blocked"]).values()}
     # blocked before the window opened and still blocked when it closed: the whole window
     held = by_name["held"]
-    assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, (held, later)
+    assert held["futex_wait_pct"] > 95 and held["futex_wakeups_per_s"] == 0, held
     # blocked before the window, woken 1.5 s into it: about half of the window (3 s, and what the
     # collectors before this one take to finish, more on a loaded host), woken by the release and by
     # a GIL hand-over or two as it takes the interpreter back

@@ -10,6 +10,7 @@ import pytest
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.gpu import MAX_NVLINKS, NVLINK_BYTES_PER_S, GpuCollector, gpu_link
 from witty_profiler.collectors.nvml import RecordedNvml
+
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 

@@ -37,7 +37,8 @@ time.sleep(60)
 def _everything(graph, diagnosis) -> list[str]:
     """What a user or an assistant can read of a graph: the file, every view, both reports."""
     out = [dumps_graph(graph), wp.report(diagnosis, graph, "md"), wp.report(diagnosis, graph, "json")]
-    out += [wp.convert(graph, layer, budget, diagnosis=diagnosis).text for layer in LAYER_VIEWS for budget in (None, 800)]
+    out += [wp.convert(graph, layer, budget, diagnosis=diagnosis).text
+            for layer in LAYER_VIEWS for budget in (None, 800)]
     return out
 
 

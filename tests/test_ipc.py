@@ -4,8 +4,8 @@ SysV message queue between children this test starts, plus its parsers on record
 from __future__ import annotations
 
 import ctypes
-import shutil
 import os
+import shutil
 import socket
 import subprocess
 import sys

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import VLLM_SAMPLE
+
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.diagnosis.models import LAYERS
 from witty_profiler.mcp_server.budget import count_tokens

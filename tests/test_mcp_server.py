@@ -19,19 +19,19 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from benchmarks.mcp_definitions import definition_tokens, tools_list
-from benchmarks.synthetic import synthetic_graph
-
-from witty_profiler.diagnosis.thresholds import validate
 import witty_profiler
+from witty_profiler.diagnosis.thresholds import validate
 from witty_profiler.mcp_server import cli, schemas
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
-from mcp_support import call, call_error, host_process_graph
 from witty_profiler.topology import dump_graph, load_graph
 from witty_profiler.topology.errors import InputError
+
+from benchmarks.mcp_definitions import definition_tokens, tools_list
+from benchmarks.synthetic import synthetic_graph
+from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio
 

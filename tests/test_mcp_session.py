@@ -28,6 +28,7 @@ from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
 from witty_profiler.mcp_server.store import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
+
 from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.npu import NpuCollector, parse_hccs, parse_hccs_bw, parse_info, parse_kv, parse_per_chip, parse_topo
+from witty_profiler.collectors.npu import (
+    NpuCollector,
+    parse_hccs,
+    parse_hccs_bw,
+    parse_info,
+    parse_kv,
+    parse_per_chip,
+    parse_topo,
+)
+
 from graph_checks import assert_known_names
 from sysfs_tree import add_pci, write
 

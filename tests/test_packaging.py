@@ -98,10 +98,12 @@ def test_an_install_from_the_wheel_works_without_the_checkout(built, tmp_path):
                              cwd=tmp_path, env=env, timeout=120)
         assert run.returncode == 0 and run.stdout.strip() == expected, run.stdout + run.stderr
     where = subprocess.run([sys.executable, "-c", "import witty_profiler.collectors as c, witty_profiler.mcp_server as m;"
-                            "print(c.__file__); print(m.__file__)"], capture_output=True, text=True, cwd=tmp_path,
-                           env=env, timeout=60)
-    assert where.stdout.split() == [str(site / "witty_profiler" / p / "__init__.py") for p in ("collectors", "mcp_server")]
-    assert skill.same_tree(src / "skills" / "bottleneck-identification", tmp_path / "skills" / "bottleneck-identification")
+                            "print(c.__file__); print(m.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    parts = [str(site / "witty_profiler" / p / "__init__.py") for p in ("collectors", "mcp_server")]
+    assert where.stdout.split() == parts
+    skills = "skills", "bottleneck-identification"
+    assert skill.same_tree(src.joinpath(*skills), tmp_path.joinpath(*skills))
     info = subprocess.run([sys.executable, "-m", "witty_profiler", "info", str(graph)], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=60)
     assert info.returncode == 0 and "cpu" in info.stdout, info.stdout + info.stderr

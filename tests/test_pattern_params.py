@@ -16,8 +16,19 @@ from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology import Graph
 
-from diagnosis_graphs import (allocates_on, device, host, ipc, new_graph, numa, process, runs_on, thread,
-                              two_numa_host, uses)
+from diagnosis_graphs import (
+    allocates_on,
+    device,
+    host,
+    ipc,
+    new_graph,
+    numa,
+    process,
+    runs_on,
+    thread,
+    two_numa_host,
+    uses,
+)
 
 SIDES = ("below", "at", "above")
 

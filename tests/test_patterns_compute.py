@@ -8,8 +8,7 @@ import pytest
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
-from diagnosis_graphs import (assert_threshold, device, host, ipc, new_graph, process, thread, threshold_cases,
-                              uses)
+from diagnosis_graphs import assert_threshold, device, host, ipc, new_graph, process, thread, threshold_cases, uses
 
 
 def starvation(v):

@@ -8,8 +8,20 @@ import pytest
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
-from diagnosis_graphs import (allocates_on, assert_threshold, device, linked_devices, new_graph, numa, process,
-                              runs_on, thread, threshold_cases, two_numa_host, uses)
+from diagnosis_graphs import (
+    allocates_on,
+    assert_threshold,
+    device,
+    linked_devices,
+    new_graph,
+    numa,
+    process,
+    runs_on,
+    thread,
+    threshold_cases,
+    two_numa_host,
+    uses,
+)
 
 
 def cross_numa(v):

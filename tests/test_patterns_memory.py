@@ -7,8 +7,7 @@ import pytest
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
-from diagnosis_graphs import (assert_threshold, cgroup, device, host, new_graph, numa, process, threshold_cases,
-                              uses)
+from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, numa, process, threshold_cases, uses
 
 
 def llc(v):

@@ -7,8 +7,17 @@ from pathlib import Path
 import pytest
 
 from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.pci import (PciCollector, link_degraded, parse_link_speed, parse_link_width, parse_numa_node,
-                            pcie_generation, pcie_link_type, read_device)
+from witty_profiler.collectors.pci import (
+    PciCollector,
+    link_degraded,
+    parse_link_speed,
+    parse_link_width,
+    parse_numa_node,
+    pcie_generation,
+    pcie_link_type,
+    read_device,
+)
+
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 import witty_profiler as wp
-from diagnosis_graphs import H, allocates_on, device, new_graph, numa, process, runs_on, thread, two_numa_host, uses
 from witty_profiler.cli import main
 from witty_profiler.topology import dump_graph
 from witty_profiler.topology.ids import numa_id
 from witty_profiler.topology.query import GraphQuery
 from witty_profiler.topology.workload import resolve_workload
+
+from diagnosis_graphs import H, allocates_on, device, new_graph, numa, process, runs_on, thread, two_numa_host, uses
 
 
 def _row(text: str, table: str, row_id: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ import pytest
 import witty_profiler.collectors.rdma as rdma
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.rdma import RdmaCollector, parse_rate, parse_state, port_rates
+
 from graph_checks import assert_known_names
 from sysfs_tree import add_netdev, add_pci, write
 

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest

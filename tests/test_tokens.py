@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
-from benchmarks.synthetic import synthetic_graph
-from converter_graphs import hand_graph
 from witty_profiler.api import convert
 from witty_profiler.converters import tokens
 from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.converters.tokens import count_tokens, encoder
 from witty_profiler.topology import load_graph
+
+from benchmarks.synthetic import synthetic_graph
+from converter_graphs import hand_graph
 
 
 def test_counts_are_cl100k_and_offline():

@@ -62,7 +62,9 @@ def _clean(value: Any) -> bool:
 
 # What can only appear in JSON text as an escape (control characters, lone surrogates) or outside
 # ASCII: a document without either holds nothing `visible` would change.
-_ESCAPES = re.compile(r"\\(?:[bfnrt]|u00[0-9a-fA-F][0-9a-fA-F]|u007[fF]|u[dD][89abAB][0-9a-fA-F]{2}|u20(?:2[89a-eA-E]|6[0-9a-fA-F])|u[fF][eE][fF][fF])")
+_ESCAPES = re.compile(r"\\(?:[bfnrt]|u00[0-9a-fA-F][0-9a-fA-F]|u007[fF]"  # C0 controls, DEL
+                      r"|u[dD][89abAB][0-9a-fA-F]{2}"  # a (lone?) surrogate
+                      r"|u20(?:2[89a-eA-E]|6[0-9a-fA-F])|u[fF][eE][fF][fF])")  # separators, bidi and other formats
 
 
 def json_may_hide(text: str) -> bool:

@@ -28,13 +28,14 @@ _API = {
 __all__ = ["__version__", *sorted(_API)]
 
 if TYPE_CHECKING:
-    from witty_profiler.collectors.engine import run_window as collect
     from witty_profiler.api import convert
+    from witty_profiler.collectors.engine import run_window as collect
     from witty_profiler.converters import View, count_tokens
     from witty_profiler.diagnosis import diagnose
     from witty_profiler.diagnosis.compare import compare
     from witty_profiler.diagnosis.report import report
-    from witty_profiler.topology import Graph, dump_graph, load_graph as load
+    from witty_profiler.topology import Graph, dump_graph
+    from witty_profiler.topology import load_graph as load
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _API)

@@ -13,9 +13,9 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from witty_profiler.topology.errors import InputError
 from witty_profiler import __version__
 from witty_profiler.commands import COMMANDS
+from witty_profiler.topology.errors import InputError
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.hints import Slot
-from witty_profiler.converters.tokens import count_tokens
 from witty_profiler.converters.render import may_fit_whole
+from witty_profiler.converters.tokens import count_tokens
 from witty_profiler.converters.views import LAYERS, module, view_blocks
 from witty_profiler.converters.views.common import legend_line
 

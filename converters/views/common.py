@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from witty_profiler.converters.context import GraphContext
-from witty_profiler.converters.layers import LAYER_NUMBERS
 from witty_profiler.converters.evidence import evidence_lines
+from witty_profiler.converters.layers import LAYER_NUMBERS
 from witty_profiler.converters.render import Column, Lines, Ranked, num, pct
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set, format_cpulist

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, duration_ns, num, pct
-from witty_profiler.converters.views.common import coverage, ALLOWED, CPU, ID, NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import (
+    ALLOWED,
+    CPU,
+    ID,
+    NAME,
+    ROLE,
+    coverage,
+    findings_block,
+    legend,
+    neg,
+    rank,
+)
 from witty_profiler.converters.views.folds import fold_query, per_type_query
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import cpu_number
@@ -66,7 +77,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("util%", lambda d: pct(d.metrics.get(M.UTIL_PCT))),
         Column("util_p95%", lambda d: pct(d.metrics.get("util_pct_p95"))),
         Column("clock", lambda d: _clock(d.metrics)),
-        Column("temp", lambda d: f"{num(d.metrics[M.TEMPERATURE_C])}C" if d.metrics.get(M.TEMPERATURE_C) is not None else ""),
+        Column("temp", lambda d: f"{num(d.metrics[M.TEMPERATURE_C])}C"
+               if d.metrics.get(M.TEMPERATURE_C) is not None else ""),
         Column("power", lambda d: _power(d.metrics)),
         Column("throttle", lambda d: _throttle(d.metrics), left=True),
         Column("users", lambda d: ",".join(e.source for e in ctx.query.in_edges(d.id, E.USES_DEVICE)), left=True),

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, duration_ms, duration_us, num, pct, rate
-from witty_profiler.converters.views.common import coverage, has_any, CPU, ID, SHORT_NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import (
+    CPU,
+    ID,
+    ROLE,
+    SHORT_NAME,
+    coverage,
+    findings_block,
+    has_any,
+    legend,
+    neg,
+    rank,
+)
 from witty_profiler.converters.views.folds import fold_query
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.vocabulary import E, M, T
@@ -77,7 +88,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
     groups = [c for c in ctx.graph.entities(T.CGROUP) if c.metrics.get(M.CPU_QUOTA_CORES) is not None
               or c.metrics.get(M.THROTTLED_PERIODS_PCT) or c.id in cited]
     groups, pinned = rank(groups, lambda c: neg(c.metrics.get(M.THROTTLED_PERIODS_PCT)), cited, ctx,
-                          workload=lambda c: any(e.source in ctx.workload_ids for e in ctx.query.in_edges(c.id, E.IN_CGROUP)))
+                          workload=lambda c: any(e.source in ctx.workload_ids
+                                                 for e in ctx.query.in_edges(c.id, E.IN_CGROUP)))
     out.append(Table("cgroups with a CPU quota or throttling", [
         ID, Column("quota", lambda c: f"{num(c.metrics[M.CPU_QUOTA_CORES])} cores"
                    if c.metrics.get(M.CPU_QUOTA_CORES) is not None else ""),

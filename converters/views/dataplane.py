@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, num, pct, size
-from witty_profiler.converters.views.common import coverage, edge_ends, edge_label, CPU, ID, NAME, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import (
+    CPU,
+    ID,
+    NAME,
+    coverage,
+    edge_ends,
+    edge_label,
+    findings_block,
+    legend,
+    neg,
+    rank,
+)
 from witty_profiler.converters.views.folds import edge_query, fold_query
 from witty_profiler.topology.ids import host_of, process_id
 from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from witty_profiler.converters.context import GraphContext
-from witty_profiler.converters.render import unordered
 from witty_profiler.converters.evidence import is_number
+from witty_profiler.converters.render import unordered
 from witty_profiler.topology.predicates import compile_where
 
 
@@ -98,7 +98,8 @@ def _centre(ctx: GraphContext, kind: str, group: list[Any]) -> tuple[str, int, i
         dist = _hops(ctx, kind, node, MAX_DEPTH + 1)
         depth = max(min(dist.get(e.source, MAX_DEPTH + 1), dist.get(e.target, MAX_DEPTH + 1)) for e in group) + 1
         reached = [n for n, d in dist.items() if d <= depth]
-        edges = {x.id for n, d in dist.items() if d < depth for x in ctx.query.out_edges(n, kind) + ctx.query.in_edges(n, kind)}
+        edges = {x.id for n, d in dist.items() if d < depth
+                 for x in ctx.query.out_edges(n, kind) + ctx.query.in_edges(n, kind)}
         key = (depth, max(len(reached), len(edges)), node)
         best = key if best is None or key < best else best
     return None if best is None else (best[2], best[0], best[1])

@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Lines, Table, num, pct
-from witty_profiler.converters.views.common import (ALLOWED, ID, compact_list, coverage, edge_ends, edge_label,
-                                                    findings_block, legend, neg, rank)
+from witty_profiler.converters.views.common import (
+    ALLOWED,
+    ID,
+    compact_list,
+    coverage,
+    edge_ends,
+    edge_label,
+    findings_block,
+    legend,
+    neg,
+    rank,
+)
 from witty_profiler.converters.views.folds import edge_query, fold_query, per_type_query
 from witty_profiler.converters.views.memory import pages_by_node, pages_cell
 from witty_profiler.topology.cpulist import cpu_set
@@ -62,8 +72,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column(f"distance_to_{compact_list(numbers)}", lambda n: _distances(ctx, n, numbers), left=True)],
         ranked_nodes, "numa nodes", fold_query(ctx, T.NUMA_NODE, ranked_nodes), pinned, weight=3.0))
     values = ctx.cited_values(LAYER)
-    users = [p for p in ctx.graph.entities(T.PROCESS) if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, E.USES_DEVICE)
-             or p.id in cited]
+    users = [p for p in ctx.graph.entities(T.PROCESS)
+             if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, E.USES_DEVICE) or p.id in cited]
     placed = {p.id for p in users}
     threads = [t for t in ctx.graph.entities(T.THREAD) if t.id in cited or (
         ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, E.RUNS_ON)))]
@@ -71,12 +81,13 @@ def blocks(ctx: GraphContext) -> list[Block]:
     for t in sorted(threads, key=lambda t: neg(_runtime(t))):
         groups.setdefault(ctx.query.process_of(t), []).append(t)
     ran = {pid: _some(ts, cited) for pid, ts in groups.items() if pid in placed}  # on the placement row
-    users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, E.USES_DEVICE), neg(p.metrics.get(M.CPU_UTIL_PCT))),
-                         cited, ctx)
+    users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, E.USES_DEVICE),
+                                           neg(p.metrics.get(M.CPU_UTIL_PCT))), cited, ctx)
     out.append(Table("workload placement: device, cpus, pages", [
         ID, Column("devices", lambda p: ",".join(d.id for d in ctx.devices(p)), left=True),
         Column("dev_node", lambda p: ",".join(map(str, _dev_nodes(ctx, p)))),
-        ALLOWED, Column("allowed_nodes", lambda p: compact_list(ctx.query.placement(p).allowed_nodes), left=True, optional=True),
+        ALLOWED, Column("allowed_nodes", lambda p: compact_list(ctx.query.placement(p).allowed_nodes), left=True,
+                        optional=True),
         Column("placement", lambda p: placement_flag(ctx, p), left=True, optional=True),
         *(Column(name, lambda p, name=name: values.get((p.id, name)), left=True) for name in PLACEMENT_VALUES),
         # a cited process shows all its nodes: the finding cites the whole distribution

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, duration_us, num, pct, rate, size
-from witty_profiler.converters.views.common import coverage, edge_ends, edge_label, ID, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import (
+    ID,
+    coverage,
+    edge_ends,
+    edge_label,
+    findings_block,
+    legend,
+    neg,
+    rank,
+)
 from witty_profiler.converters.views.folds import edge_query, fold_query
 from witty_profiler.topology.ids import host_of, process_id, process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T

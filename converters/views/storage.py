@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Table, duration_ms, num, pct, rate, size
-from witty_profiler.converters.views.common import coverage, ID, NAME, ROLE, findings_block, legend, neg, rank
+from witty_profiler.converters.views.common import ID, NAME, ROLE, coverage, findings_block, legend, neg, rank
 from witty_profiler.converters.views.folds import fold_query
 from witty_profiler.topology.vocabulary import M, T
 

@@ -5,13 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
-from witty_profiler.diagnosis.rules import (assess, busy_candidates, clear_text, cpu_wait_pct, hit_evidence, metric_check, metric_of,
-                             needs_workload, on_saturated_cpus, quota_cause, short_waits, slices_per_s,
-                                           workload_devices)
+from witty_profiler.diagnosis.catalog import (
+    Param,
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    worst,
+)
+from witty_profiler.diagnosis.rules import (
+    assess,
+    busy_candidates,
+    clear_text,
+    cpu_wait_pct,
+    hit_evidence,
+    metric_check,
+    metric_of,
+    needs_workload,
+    on_saturated_cpus,
+    quota_cause,
+    short_waits,
+    slices_per_s,
+    workload_devices,
+)
 from witty_profiler.diagnosis.scope import Scope, num
-from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.vocabulary import E, M, T
 

@@ -6,13 +6,32 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.catalog import (
+    Param,
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    worst,
+)
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import (host_or_scope_processes, needs_workload, on_saturated_cpus, oversubscribed,
-                                           quota_cause, runnable_pct, scope_cgroups, short_waits, slices_per_s)
+from witty_profiler.diagnosis.rules import (
+    host_or_scope_processes,
+    needs_workload,
+    on_saturated_cpus,
+    oversubscribed,
+    quota_cause,
+    runnable_pct,
+    scope_cgroups,
+    short_waits,
+    slices_per_s,
+)
 from witty_profiler.diagnosis.scope import Scope, num
-from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
+from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of, process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T
 

@@ -10,13 +10,30 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.catalog import (
+    Param,
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    worst,
+)
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import (busy_candidates, cpu_wait_pct, host_or_scope_processes, metric_check, needs_workload,
-                             runnable_pct, workload_devices)
+from witty_profiler.diagnosis.rules import (
+    busy_candidates,
+    cpu_wait_pct,
+    host_or_scope_processes,
+    metric_check,
+    needs_workload,
+    runnable_pct,
+    workload_devices,
+)
 from witty_profiler.diagnosis.scope import Scope, num
-from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 from witty_profiler.topology import Edge, Entity
+from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 
 
 def producers_of(scope: Scope, consumer: Entity) -> list[tuple[Entity, Edge | None]]:

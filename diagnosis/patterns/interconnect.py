@@ -5,15 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, number, worst
+from witty_profiler.diagnosis.catalog import (
+    Param,
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    worst,
+)
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.topology.placement import Placement, expected_remote_pct
 from witty_profiler.diagnosis.rules import host_or_scope_processes, metric_check, workload_devices
 from witty_profiler.diagnosis.scope import Scope, num
-from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology import Entity
-from witty_profiler.topology.cpulist import format_cpulist
+from witty_profiler.topology.cpulist import cpu_set, format_cpulist
 from witty_profiler.topology.ids import host_of
+from witty_profiler.topology.placement import Placement, expected_remote_pct
 from witty_profiler.topology.vocabulary import E, M, T
 
 

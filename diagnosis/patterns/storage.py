@@ -13,7 +13,6 @@ from witty_profiler.topology import Entity
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.vocabulary import M, T
 
-
 # -- storage.io_wait ----------------------------------------------------------------------
 PAGING = ("swap_pages_per_s", M.MAJOR_FAULTS_PER_S)  # memory.pressure's readings that are disk reads and writes
 

@@ -11,14 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from witty_profiler.diagnosis import diagnose, layer_number
-from witty_profiler.diagnosis.report import layer_detail, layer_section, report
-from witty_profiler.diagnosis.thresholds import load_thresholds
-from witty_profiler.topology.errors import InputError
 from witty_profiler.cli import OneLineErrorParser, guarded
 from witty_profiler.commands.collect import DEFAULT_FILE
 from witty_profiler.commands.diagnose import add_source_options, graph_from_args
+from witty_profiler.diagnosis import diagnose, layer_number
+from witty_profiler.diagnosis.report import layer_detail, layer_section, report
+from witty_profiler.diagnosis.thresholds import load_thresholds
 from witty_profiler.output import add_output_arguments, write_output
+from witty_profiler.topology.errors import InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
