@@ -271,6 +271,18 @@ def test_siblings_with_one_name_but_different_command_lines_are_not_one_job():
     assert diagnose(g).finding("control.load_imbalance").severity == "critical"
 
 
+def test_workers_whose_command_lines_differ_only_in_numbers_are_one_job():
+    """vLLM's tensor-parallel workers are multiprocessing spawns that differ in a pipe handle: one job."""
+    g = new_graph()
+    process(g, 1, "python3", role="inference")
+    spawn = "python3 -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=25, pipe_handle={}) " \
+            "--multiprocessing-fork"
+    for pid, (handle, cpu) in enumerate(((31, 95.0), (34, 94.0), (37, 96.0), (40, 20.0)), start=10):
+        process(g, pid, "python3", ppid=1, role="inference", cpu_util_pct=cpu, attrs={"cmdline": spawn.format(handle)})
+    finding = diagnose(g).finding("control.load_imbalance")
+    assert finding is not None and "process:h1:13" in finding.subjects
+
+
 def test_siblings_without_command_lines_cannot_be_grouped():
     g = new_graph()
     process(g, 1, "bash", role="launcher")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -366,21 +367,33 @@ def _inherited_rank(scope: Scope, p: Entity) -> bool:
     return parent is not None and _world(parent) == _world(p) and parent.attrs.get("rank") == p.attrs.get("rank")
 
 
+_NUMBERS = re.compile(r"\d+")
+
+
+def program(cmdline: str) -> str:
+    """A command line without its numbers: the program and options that workers of one job share, whose
+    numbers tell the workers apart (multiprocessing's `spawn_main(tracker_fd=25, pipe_handle=31)`, a
+    shard or a rank given as an argument)."""
+    return _NUMBERS.sub("N", cmdline)
+
+
 def _groups(scope: Scope) -> tuple[list[Group], int]:
     """Workers of one job: the ranks of one world (distinct ranks), and processes of one parent
-    and role running the same command line. Also how many processes share a parent and a name
+    and role running the same program (the command line but for its numbers: the tensor-parallel
+    workers of vLLM differ in a pipe handle). Also how many processes share a parent and a name
     but have no command line to tell whether they run the same program."""
     groups: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
     unknown: dict[tuple[str, ...], list[Entity]] = defaultdict(list)
     for p in scope.processes:
         parent = scope.query.parent_of(p)
         cmdline = str(p.attrs.get("cmdline") or "")
-        key = (parent.id if parent else "", str(p.attrs.get("role")))
-        if cmdline:
-            groups[("workers", *key, cmdline)].append(p)
-        else:
-            unknown[(*key, str(p.attrs.get("name")))].append(p)
         world = _world(p)
+        # one parent (by its entity, else by the pid the process names); ranks are grouped by their world
+        key = (parent.id if parent else f"ppid {p.attrs.get('ppid')}", str(p.attrs.get("role")))
+        if world is None and cmdline:
+            groups[("workers", *key, program(cmdline))].append(p)
+        elif world is None:
+            unknown[(*key, str(p.attrs.get("name")))].append(p)
         if world is not None and p.attrs.get("role") not in ("loader", "launcher") and not _inherited_rank(scope, p):
             groups[("ranks", *world)].append(p)
     found: list[Group] = []
