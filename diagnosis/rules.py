@@ -169,11 +169,7 @@ def workload_devices(scope: Scope) -> list[Entity]:
     if scope.has_workload:
         found = {d.id: d for p in scope.processes for _, d in scope.query.devices_of(p)}
         return [found[k] for k in sorted(found)]
-    return scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU)
-
-
-def all_devices(scope: Scope) -> list[Entity]:
-    return scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU)
+    return scope.query.accelerators()
 
 
 def needs_workload(scope: Scope) -> Verdict | None:

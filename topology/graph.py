@@ -295,8 +295,7 @@ class Graph:
 
     def edges_between(self, a: str, b: str) -> list[Edge]:
         """Edges from a to b and from b to a, in id order."""
-        out = self._edge_ends().get(a, ((), ()))[0]
-        into = self._edge_ends().get(a, ((), ()))[1]
+        out, into = self._edge_ends().get(a, ((), ()))
         found = [self._edges[k] for k in out if self._edges[k].target == b]
         found += [self._edges[k] for k in into if self._edges[k].source == b and k not in out]
         return sorted(found, key=lambda e: e.id)

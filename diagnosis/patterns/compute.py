@@ -267,7 +267,7 @@ def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["util_pct"]
     devices = workload_devices(scope)
     if not devices:
-        if scope.graph.entities(T.GPU) or scope.graph.entities(T.NPU):
+        if scope.query.accelerators():
             return clear(f"no accelerator is used by the workload ({scope.describe()})")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml", "accel"))
     used = [d for d in devices if scope.query.device_users(d)]

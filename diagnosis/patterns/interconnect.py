@@ -116,7 +116,7 @@ def _device_numa_mismatch(scope: Scope, t: dict[str, Any]) -> Verdict:
     processes = host_or_scope_processes(scope)
     pairs = [(p, edge, device) for p in processes for edge, device in scope.query.devices_of(p)]
     if not pairs:
-        if scope.graph.entities(T.GPU) or scope.graph.entities(T.NPU):
+        if scope.query.accelerators():
             return clear(f"no process of {scope.describe()} uses an accelerator")
         return not_evaluated(scope.missing("no GPU or NPU in this graph", "gpu", "npu", "nvml"))
     measured, unknown, hits = 0, 0, []
@@ -319,7 +319,7 @@ def _device_links(scope: Scope, levels: Any) -> tuple[int, list[tuple[Entity, fl
     with bridges), but devices of one model in one host are wired alike, so one with fewer links up
     than its peers lost some. A model with no link up anywhere is not NVLink-connected at all."""
     groups: dict[tuple[str, str, Any], list[Entity]] = {}
-    for device in scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU):
+    for device in scope.query.accelerators():
         if num(device, M.NVLINK_LINKS_UP) is not None:
             groups.setdefault((host_of(device.id), device.type, device.attrs.get("name")), []).append(device)
     measured, hits = 0, []
@@ -340,7 +340,7 @@ def _device_links(scope: Scope, levels: Any) -> tuple[int, list[tuple[Entity, fl
 
 def _pcie_link_degraded(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["link_capacity_pct"]
-    candidates = scope.graph.entities(T.GPU) + scope.graph.entities(T.NPU) + scope.graph.entities(T.NIC) + [
+    candidates = scope.query.accelerators() + scope.graph.entities(T.NIC) + [
         d for d in scope.graph.entities(T.PCI_DEVICE) if str(d.attrs.get("class", "")).lower().startswith(LINKED_CLASSES)]
     measured, idle_skipped, hits = 0, 0, []
     for device in candidates:
