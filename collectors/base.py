@@ -21,11 +21,19 @@ from witty_profiler.topology.models import CollectorStatus, Meta
 from witty_profiler.topology.vocabulary import T
 
 
+def default_host() -> str:
+    """The name this host's graph carries: WITTY_HOST where a launcher sets it (the Kubernetes DaemonSet sets
+    the node's name), Slurm's name for the node where slurmd runs us (what squeue and the job's node list
+    say), else the short hostname."""
+    return (os.environ.get("WITTY_HOST") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+            or "localhost")
+
+
 @dataclass
 class Context:
     """What every collector of one round shares: where to read, what is in scope, the clock."""
 
-    host: str = field(default_factory=lambda: socket.gethostname().split(".")[0] or "localhost")
+    host: str = field(default_factory=lambda: default_host())
     pids: set[int] | None = None  # None = the whole host
     duration_s: float = 10.0
     interval_s: float = 1.0

@@ -23,11 +23,13 @@ from typing import Any
 
 from witty_profiler import __version__, collectors
 from witty_profiler.collectors.base import REGISTRY, Collector, Context
+from witty_profiler.collectors.jobscope import job_pids
 from witty_profiler.collectors.numa import numa_topology
 from witty_profiler.collectors.procfs import parse_stat, read_text
 from witty_profiler.collectors.window import validate_window
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.ids import check_host_name
 from witty_profiler.topology.models import CollectorStatus, Meta
 
 Progress = Callable[[float, float, str], None]
@@ -46,8 +48,8 @@ def discover() -> dict[str, str]:
     return broken
 
 
-def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc") -> set[int]:
-    """The given pids (each must exist) and all their descendants at this moment."""
+def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc", must_exist: bool = True) -> set[int]:
+    """The given pids (each must exist, unless told otherwise) and all their descendants at this moment."""
     parents: dict[int, int] = {}
     for name in os.listdir(proc):
         if name.isdigit():
@@ -55,9 +57,9 @@ def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc") -> s
             if st is not None:
                 parents[int(name)] = st.ppid
     missing = sorted(p for p in pids if p not in parents)
-    if missing:
+    if missing and must_exist:
         raise InputError(f"no such process: {', '.join(map(str, missing))}")
-    scope = set(pids)
+    scope = set(pids) & parents.keys()
     changed = True
     while changed:
         changed = False
@@ -70,15 +72,22 @@ def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc") -> s
 
 def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int] | None = None,
                collectors: list[str] | None = None, progress: Progress | None = None,
-               stop: threading.Event | None = None, ctx: Context | None = None) -> Graph:
-    """Collect one window on this host and return the merged graph (meta.source = 'live')."""
+               stop: threading.Event | None = None, ctx: Context | None = None, host: str | None = None,
+               job: str | None = None) -> Graph:
+    """Collect one window on this host and return the merged graph (meta.source = 'live'). `host` names
+    the host in the graph's ids (default: Slurm's node name, else the hostname); `job` narrows the scope
+    to the processes of that Slurm job or torchrun run (with `pids`, to both)."""
     validate_window(duration_s, interval_s)
     broken = discover()
     names = _select(collectors)
     ctx = ctx or Context()
+    if host is not None:
+        ctx.host = check_host_name(host)
     ctx.duration_s, ctx.interval_s = duration_s, interval_s
-    if pids:
-        ctx.pids = scope_with_descendants(pids, str(ctx.proc))
+    if pids or job is not None:
+        ctx.pids = scope_with_descendants(pids or [], str(ctx.proc))
+    if job is not None:  # a task of the job may end between the two reads
+        ctx.pids |= scope_with_descendants(job_pids(job, str(ctx.proc)), str(ctx.proc), must_exist=False)
     instances = [REGISTRY[n](ctx) for n in sorted(names, key=lambda n: (getattr(REGISTRY[n], "order", 50), n))]
     spent = {c.name: 0.0 for c in instances}  # wall seconds inside the collector's calls
     cpu = {c.name: 0.0 for c in instances}  # CPU seconds (user + system, reads included) of those calls

@@ -59,7 +59,7 @@ from witty_profiler.topology.ids import edge_id, entity_id, numa_id, process_id,
 from witty_profiler.topology.privacy import filter_env, redact_cmdline
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.wording import counted
-from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, thread_role
+from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, job_of, thread_role
 
 TOP_CONSUMERS = 20
 TOP_EVERY = 5  # samples between two rankings of the top CPU consumers
@@ -96,8 +96,9 @@ def _node(g: Graph, host: str, node: int) -> None:
         _entity(g, T.NUMA_NODE, nid, {"node": node}, {})
 
 
-def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = None) -> None:
-    g.add_edge(Edge(id=edge_id(kind, source, target), type=kind, source=source, target=target, attrs={},
+def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = None,
+          attrs: dict | None = None) -> None:
+    g.add_edge(Edge(id=edge_id(kind, source, target), type=kind, source=source, target=target, attrs=attrs or {},
                     metrics=metrics or {}))
 
 
@@ -112,7 +113,7 @@ class ProcessCollector(Collector):
         self.node_of = cpu_to_node(self.ctx)
         self.boot_t0 = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.btime = _boot_time(self.proc)
-        self.requested = set(self.ctx.pids) if self.ctx.pids else None
+        self.requested = set(self.ctx.pids) if self.ctx.pids is not None else None
         self.procs: dict[int, ProcState] = {}
         self.by_name: dict[str, ProcState] = {}  # the same, keyed by the /proc entry name
         # names of the processes a steady-state sample may skip: idle ones by pid % IDLE_EVERY,
@@ -421,7 +422,9 @@ class ProcessCollector(Collector):
                 continue
             emitted.add(pid)
             pid_id = process_id(host, pid)
-            _entity(g, T.PROCESS, pid_id, self._process_attrs(p), metrics)
+            attrs = self._process_attrs(p)
+            _entity(g, T.PROCESS, pid_id, attrs, metrics)
+            self._job_edge(g, pid_id, p, attrs)
             self._numa_edges(g, pid_id, p)
             self._container_edge(g, pid_id, p)
             if p.in_scope:
@@ -498,6 +501,32 @@ class ProcessCollector(Collector):
         for node in sorted(nodes):
             _node(g, host, node)
             _edge(g, E.ALLOWED_ON, source, numa_id(host, node))
+
+    def _job_edge(self, g: Graph, pid_id: str, p: ProcState, attrs: dict) -> None:
+        """A rank joins its job: one `job` entity per job, the same id on every host, so that the graphs
+        of its hosts merge into one job with all its ranks."""
+        pod = next((found.get("pod") for found in map(container_from_cgroup, (p.cgroups or {}).values())
+                    if found), None)
+        job = job_of(attrs, p.extra.get("env") or {}, self.ctx.host, pod)
+        if job is None or attrs.get("role") == "loader" or self._inherited_rank(p, attrs):
+            return
+        attrs["job"] = job["id"]
+        known = g.entity(job["id"])
+        job_attrs = {"scheduler": job["scheduler"], "job_id": job["job_id"]}
+        for key in ("world_size", "master_addr"):
+            if attrs.get(key) is not None:
+                job_attrs[key] = attrs[key]
+        if known is None:
+            g.entity_of(T.JOB, job["id"], job_attrs)
+        _edge(g, E.MEMBER_OF, pid_id, job["id"], attrs={
+            k: attrs[k] for k in ("rank", "local_rank") if attrs.get(k) is not None})
+
+    def _inherited_rank(self, p: ProcState, attrs: dict) -> bool:
+        """A process a rank started (a shell, a compiler, a DataLoader worker) inherits its environment,
+        RANK included: it is not another member of the job."""
+        parent = self.procs.get(p.ppid)
+        parent_class = (parent.extra.get("class") or {}) if parent is not None and parent is not p else {}
+        return parent_class.get("rank") is not None and parent_class.get("rank") == attrs.get("rank")
 
     def _container_edge(self, g: Graph, pid_id: str, p: ProcState) -> None:
         for path in (p.cgroups or {}).values():

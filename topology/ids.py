@@ -8,7 +8,12 @@ merge without clashes, and the same object seen twice gets the same id.
 
 from __future__ import annotations
 
+import re
+
+from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.vocabulary import T
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}")
 
 
 def entity_id(kind: str, host: str, *keys: object) -> str:
@@ -24,6 +29,15 @@ def host_of(eid: str) -> str:
     """The host of an id: 'process:node1:42' -> 'node1' ('' for an id without one)."""
     parts = eid.split(":", 2)
     return parts[1] if len(parts) > 1 else ""
+
+
+def check_host_name(name: str) -> str:
+    """A host name as ids carry it (letters, digits, '.', '-', '_'; no ':' or '|', which separate the
+    parts of an id), or an InputError."""
+    if not isinstance(name, str) or not _HOST_NAME.fullmatch(name):
+        raise InputError(f"bad host name {name!r}: use letters, digits, '.', '-' or '_' (at most 253), "
+                         "as in a hostname or a Slurm node name")
+    return name
 
 
 def host_id(host: str) -> str:

@@ -40,6 +40,7 @@ class T:
     NUMA_SET = "numa_set"
     RDMA_DEVICE = "rdma_device"
     RDMA_RESOURCE = "rdma_resource"
+    JOB = "job"
     OPAQUE = "opaque"
 
 
@@ -76,6 +77,7 @@ class E:
     CONNECTS_TO = "connects_to"
     HAS_PORT = "has_port"
     IPC = "ipc"
+    MEMBER_OF = "member_of"
     RELATED = "related"
 
 
@@ -238,7 +240,8 @@ ENTITY_TYPES: dict[str, str] = {
     T.CPU: "a logical CPU; id cpu:<host>:<n>",
     T.NUMA_NODE: "a NUMA node; id numa_node:<host>:<n>; attrs cpus, distances {node: distance}",
     T.PROCESS: "a process; id process:<host>:<pid>; attrs pid, ppid, name, cmdline (redacted), cpus_allowed, "
-               "mems_allowed, numa_pages, role, framework, rank, env (allowlisted), state, started_at, "
+               "mems_allowed, numa_pages, role, framework, rank, local_rank, world_size, job (the id of its job entity), "
+               "master_addr, env (allowlisted), state, started_at, "
                "started_in_window, exited_in_window, in_scope, cgroup, ran_on_cpus (CPU lists in the kernel's "
                "'0-3,8' form)",
     T.THREAD: "a thread; id thread:<host>:<pid>:<tid>; attrs tid, pid, name, state, cpus_allowed, ran_on_cpus, "
@@ -263,6 +266,10 @@ ENTITY_TYPES: dict[str, str] = {
     T.RDMA_DEVICE: "an RDMA device (HCA) seen by the legacy format; id rdma_device:<host>:<name>",
     T.RDMA_RESOURCE: "an RDMA protection domain, queue pair or memory region (legacy); "
                      "id rdma_resource:<host>:<pd|qp|mr>:<keys>",
+    T.JOB: "a distributed job whose ranks may run on many hosts; id job:<scheduler>:<key> (slurm:<job id>, "
+           "torchelastic:<run id>, world:<master address>:<port>:<world size>, pod:<uid>), the one id without a host "
+           "so that the host graphs of one job merge into one entity; attrs scheduler, job_id, world_size, "
+           "master_addr",
     T.OPAQUE: "a legacy record of a type this version does not know, kept as is",
 }
 
@@ -301,6 +308,7 @@ EDGE_TYPES: dict[str, str] = {
     E.CONNECTS_TO: "rdma_resource (queue pair) -> its peer queue pair (legacy)",
     E.HAS_PORT: "rdma_device -> rdma_port (legacy)",
     E.IPC: "process -> process communicating by an IPC mechanism the legacy format does not name",
+    E.MEMBER_OF: "process -> the job it is a rank of; attrs rank, local_rank (the rank order of the job)",
     E.RELATED: "a legacy edge of a type this version does not know, kept as is",
 }
 
@@ -480,7 +488,8 @@ def metric_info(name: str) -> Metric | None:
 CPU_LIST = (str, list, int)  # '0-3,8' as the kernel writes it, a list of numbers, or one number
 ATTR_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
-                     "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version"), (str,)),
+                     "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version", "job",
+                     "job_id", "scheduler", "master_addr"), (str,)),
     **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
     **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
     **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),

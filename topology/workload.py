@@ -58,6 +58,7 @@ _LOADER_NAMES = re.compile(r"pt_data_worker|pt_data_pin|dataloader|data_loader|l
 _THREAD_ROLES = [("loader", _LOADER_NAMES), ("compute", re.compile(r"^pt_(main_thread|autograd|nccl|hccl)", re.I)),
                  ("launcher", re.compile(r"^pt_elastic", re.I))]
 _RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+_NUMBERS = re.compile(r"\d+")
 
 
 def frameworks_in(name: str, cmdline: str, libraries: Iterable[str] = ()) -> list[str]:
@@ -104,13 +105,48 @@ def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env
         ai = True
     result: dict[str, Any] = {"ai": ai, "framework": frameworks[0] if frameworks else (
         parent.get("framework") if parent_ai else None), "role": role}
-    if "RANK" in env:
-        result["rank"] = _int(env["RANK"])
-    if "LOCAL_RANK" in env:
-        result["local_rank"] = _int(env["LOCAL_RANK"])
-    if "WORLD_SIZE" in env:
-        result["world_size"] = _int(env["WORLD_SIZE"])
+    for key, attr, slurm in (("RANK", "rank", "SLURM_PROCID"), ("LOCAL_RANK", "local_rank", "SLURM_LOCALID"),
+                             ("WORLD_SIZE", "world_size", "SLURM_NTASKS")):
+        # a job that srun starts directly (Megatron, Lightning) takes its rank from Slurm's task ids
+        value = env.get(key, env.get(slurm) if ai and "RANK" not in env else None)
+        if value is not None:
+            result[attr] = _int(value)
+    if "MASTER_ADDR" in env:
+        result["master_addr"] = env["MASTER_ADDR"] + (f":{env['MASTER_PORT']}" if env.get("MASTER_PORT") else "")
     return result
+
+
+_LOOPBACK = re.compile(r"^(localhost|127\.[\d.]+|::1|\[::1\])(:|$)", re.I)
+
+
+def job_of(attrs: dict[str, Any], env: dict[str, str], host: str, pod: str | None = None) -> dict[str, str] | None:
+    """The distributed job a rank belongs to, as (id, scheduler, job_id) for its `job` entity, or None
+    for a process without a rank. The most specific name wins: the Slurm job, the torchrun run id
+    (torchrun's default 'none' names nothing), the rendezvous address with the world size (qualified by
+    the host when it is a loopback address: such ranks are all on that host), the Kubernetes pod."""
+    if attrs.get("rank") is None:
+        return None
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    master = attrs.get("master_addr") or ""
+    if env.get("SLURM_JOB_ID"):
+        scheduler, key = "slurm", env["SLURM_JOB_ID"]
+    elif run_id and run_id != "none":
+        scheduler, key = "torchelastic", run_id
+    elif master:
+        where = f"{host}/{master}" if _LOOPBACK.match(master) else master
+        scheduler, key = "world", f"{where}:{attrs.get('world_size')}"
+    elif pod:
+        scheduler, key = "pod", pod
+    else:
+        return None
+    return {"id": f"{T.JOB}:{scheduler}:{key}", "scheduler": scheduler, "job_id": key}
+
+
+def program(cmdline: str) -> str:
+    """A command line without its numbers: the program and options that workers of one job share, whose
+    numbers tell the workers apart (multiprocessing's `spawn_main(tracker_fd=25, pipe_handle=31)`, a
+    shard or a rank given as an argument)."""
+    return _NUMBERS.sub("N", cmdline)
 
 
 def thread_role(name: str, process_ai: bool) -> str | None:

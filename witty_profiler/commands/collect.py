@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     target = args.output or DEFAULT_FILE
     check_output(target, args.force)  # before the window is spent
     graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=_collectors(args.collectors),
-                       progress=None if args.quiet else _progress(sys.stderr))
+                       progress=None if args.quiet else _progress(sys.stderr), host=args.host, job=args.job)
     write_output(dumps_graph(graph), target, force=True)  # checked before the window started
     if target != "-" and not args.quiet:
         counts = f"{graph.entity_count()} entities, {graph.edge_count()} edges"
@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval in seconds (default 1)")
     p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
                    help="scope: these processes and their descendants (--pid 1 2 or --pid 1 --pid 2)")
+    p.add_argument("--host", metavar="NAME", help="the host's name in the graph (default: the Slurm node name "
+                   "where slurmd runs this, else the hostname), so that graphs of several hosts never collide")
+    p.add_argument("--job", metavar="ID", help="scope: the processes of this Slurm job or torchrun run on this "
+                   "host (SLURM_JOB_ID or TORCHELASTIC_RUN_ID in their environment) and their descendants")
     p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated), or all but "
                    "those given as -NAME (--collectors=-ebpf,-ipc)")
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
