@@ -31,6 +31,19 @@ class Scope:
         self.process_ids = self.workload.ids
         # set by the matcher: evaluates (once) another pattern, for cross-layer reasoning
         self.resolver: Callable[[str], Any] | None = None
+        self._digests: list[dict[str, Any]] | None = None
+
+    def digests(self) -> list[dict[str, Any]]:
+        """One digest per host (diagnosis.digest), for the cross-host patterns; `cluster diagnose` sets
+        them from its hosts' files instead of a graph."""
+        if self._digests is None:
+            from witty_profiler.diagnosis.digest import host_digests
+            self._digests = host_digests(self.graph) if len(self.meta.hosts) > 1 else [{"host": h} for h in
+                                                                                       self.meta.hosts]
+        return self._digests
+
+    def use_digests(self, digests: list[dict[str, Any]]) -> None:
+        self._digests = digests
 
     def verdict(self, pattern_id: str) -> Any:
         """The verdict of another pattern on the same graph and thresholds (memoised by the matcher)."""

@@ -16,6 +16,7 @@ from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology import Graph
 
+from cluster_graphs import nic_speeds, ranks_on_hosts
 from diagnosis_graphs import (
     allocates_on,
     device,
@@ -314,8 +315,46 @@ SPECS = [
     Spec("dataplane.ipc_backlog", "min_queued_bytes", backlog_queued, None, "critical", "critical"),
 ]
 
+# -- cross-host ------------------------------------------------------------------------------------
+def straggler_z(v):
+    """Four peers around 100 % CPU (median 100, MAD 10) and one rank so far below that its robust z is v;
+    at z 3.5 it is 52 points below them (a critical deviation)."""
+    return ranks_on_hosts([100.0, 100.0, 80.0, 120.0, 100.0 - v / 0.6745 * 10])
+
+
+def straggler_peers(v):
+    """int(v) ranks on as many hosts, the last one 60 % below the CPU of the others (critical)."""
+    n = int(v)
+    return ranks_on_hosts([100.0] * (n - 1) + [40.0] if n else [])
+
+
+def odd_share(v):
+    """100 hosts, int(v * 100) of them with a 100 Gb/s NIC and the rest at 25 Gb/s."""
+    agree = int(round(v * 100, 6))
+    return nic_speeds([100000.0] * agree + [25000.0] * (100 - agree))
+
+
+def odd_hosts(v):
+    """int(v) hosts, one with a slower NIC than the others."""
+    n = int(v)
+    return nic_speeds([100000.0] * (n - 1) + [25000.0] if n else [])
+
+
+CLUSTER_SPECS = [
+    # "the least robust z-score": a rank must be farther out (strictly)
+    Spec("control.straggler_host", "robust_z", straggler_z, None, None, "critical"),
+    # "the least ranks of one job to compare": at it, compared
+    Spec("control.straggler_host", "min_peers", straggler_peers, None, "critical", "critical"),
+    # "the share of hosts that must agree": at it, the others are odd
+    Spec("network.odd_host", "agree_share", odd_share, None, "warning", "warning"),
+    # "the least hosts reporting a fact": at it, compared
+    Spec("network.odd_host", "min_hosts", odd_hosts, None, "warning", "warning"),
+]
+SPECS += CLUSTER_SPECS
+
 # overrides that keep the main threshold crossed (the default x 1.5 unless said here)
-OVERRIDE = {("compute.compute_bound", "ipc"): 1.2, ("dataplane.data_loading_bottleneck", "device_idle_pct"): 45}
+OVERRIDE = {("control.straggler_host", "min_peers"): 5, ("network.odd_host", "min_hosts"): 5,
+            ("network.odd_host", "agree_share"): 0.99, ("compute.compute_bound", "ipc"): 1.2, ("dataplane.data_loading_bottleneck", "device_idle_pct"): 45}
 
 
 def _cases() -> list:

@@ -8,6 +8,7 @@ from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology.models import CollectorStatus
 
+from cluster_graphs import ranks_on_hosts
 from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, process, thread, threshold_cases, uses
 
 
@@ -69,6 +70,8 @@ BUILDERS = {
     ("control.lock_contention", "futex_lock_wait_pct"): futex,
     ("control.load_imbalance", "imbalance_pct"): imbalance,
     ("control.thread_oversubscription", "runnable_per_cpu"): oversubscription,
+    # three hosts, one rank each: the third gets v % less CPU than its two peers
+    ("control.straggler_host", "deviation_pct"): lambda v: ranks_on_hosts([100.0, 100.0, 100.0 - v]),
 }
 
 

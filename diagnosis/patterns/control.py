@@ -19,6 +19,7 @@ from witty_profiler.diagnosis.catalog import (
     worst,
 )
 from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.patterns.cluster import STRAGGLER_HOST
 from witty_profiler.diagnosis.rules import (
     host_or_scope_processes,
     needs_workload,
@@ -35,6 +36,7 @@ from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of, process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology.workload import program
 
 
 # -- control.scheduling_latency -----------------------------------------------------------
@@ -367,16 +369,6 @@ def _inherited_rank(scope: Scope, p: Entity) -> bool:
     return parent is not None and _world(parent) == _world(p) and parent.attrs.get("rank") == p.attrs.get("rank")
 
 
-_NUMBERS = re.compile(r"\d+")
-
-
-def program(cmdline: str) -> str:
-    """A command line without its numbers: the program and options that workers of one job share, whose
-    numbers tell the workers apart (multiprocessing's `spawn_main(tracker_fd=25, pipe_handle=31)`, a
-    shard or a rank given as an argument)."""
-    return _NUMBERS.sub("N", cmdline)
-
-
 def _groups(scope: Scope) -> tuple[list[Group], int]:
     """Workers of one job: the ranks of one world (distinct ranks), and processes of one parent
     and role running the same program (the command line but for its numbers: the tensor-parallel
@@ -586,4 +578,4 @@ THREAD_OVERSUBSCRIPTION = Pattern(
     check=_thread_oversubscription)
 
 
-PATTERNS = [SCHEDULING_LATENCY, CPU_THROTTLING, LOCK_CONTENTION, LOAD_IMBALANCE, THREAD_OVERSUBSCRIPTION]
+PATTERNS = [SCHEDULING_LATENCY, CPU_THROTTLING, LOCK_CONTENTION, LOAD_IMBALANCE, STRAGGLER_HOST, THREAD_OVERSUBSCRIPTION]

@@ -1,0 +1,127 @@
+"""Cross-host judgement on host digests (diagnosis.digest): a rank slower than its peers, a host
+unlike its peers.
+
+Outlier rule (named in the catalog): a rank is compared with the *other* ranks of its job (leave one
+out, so that three ranks are enough), on each signal in the direction in which it is worse:
+  - relative deviation from the peers' median, (x - median) / max(|median|, floor), is a threshold
+    (NVRx-style relative score: how far this rank is from its peers);
+  - the robust z-score 0.6745 (x - median) / MAD of the peers (Iglewicz and Hoaglin's modified z)
+    must exceed `robust_z`, so that a rank within the peers' own spread is not singled out;
+  - the difference must exceed the signal's floor (10 points of CPU, 1 ms of wait...).
+A host fact (a link speed, a device count, a collector's status) is odd when at least two thirds of
+the hosts that report it agree on another value; an error rate is odd when it is above zero while
+the peers' median is zero.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import median
+from typing import Any
+
+from witty_profiler.diagnosis.catalog import Levels
+
+Digest = dict[str, Any]
+
+
+def _mad(values: list[float], centre: float) -> float:
+    return median(abs(v - centre) for v in values) if values else 0.0
+
+
+def rank_outliers(digests: list[Digest], signals: list[tuple[str, str, str, float]], deviation: Levels,
+                  robust_z: float, min_peers: int) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]]]:
+    """Ranks that differ from their peers. Returns (outliers, groups): each outlier says its host, rank,
+    job, signal, value, the peers' median and MAD, its deviation, z and severity; groups lists
+    (job, ranks, hosts) of every job compared."""
+    jobs: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for d in digests:
+        for rank in d.get("ranks", []):
+            jobs[(rank.get("job") or "?") + "|" + str(rank.get("role"))].append((d["host"], rank))
+    outliers, groups = [], []
+    for key in sorted(jobs):
+        members = jobs[key]
+        hosts = {h for h, _ in members}
+        if len(members) < min_peers or len(hosts) < 2:
+            continue
+        groups.append((key.split("|")[0], len(members), len(hosts)))
+        for name, unit, worse, floor in signals:
+            measured = [(h, r, r["metrics"][name]) for h, r in members if r["metrics"].get(name) is not None]
+            if len(measured) < min_peers:
+                continue
+            for i, (host, rank, value) in enumerate(measured):
+                peers = [v for j, (_, _, v) in enumerate(measured) if j != i]
+                centre = median(peers)
+                diff = (value - centre) if worse == "higher" else (centre - value)
+                if diff <= floor:
+                    continue
+                mad = _mad(peers, centre)
+                z = round(0.6745 * diff / mad, 6) if mad else float("inf")  # rounded: a bound is exact
+                relative = diff / max(abs(centre), floor) * 100
+                severity = deviation.severity(relative)
+                if severity is None or z <= robust_z:
+                    continue
+                outliers.append({"host": host, "rank": rank, "job": key.split("|")[0], "signal": name, "unit": unit,
+                                 "worse": worse, "value": value, "median": centre, "mad": mad, "deviation_pct": relative,
+                                 "z": z, "severity": severity, "peers": len(peers)})
+    return outliers, groups
+
+
+def odd_facts(digests: list[Digest], agree_share: float, min_hosts: int) -> list[dict[str, Any]]:
+    """Host facts that differ from what most peers report, and collectors that failed where peers' ran."""
+    values: dict[str, dict[str, Any]] = defaultdict(dict)
+    for d in digests:
+        for what, value in d.get("facts", {}).items():
+            values[what][d["host"]] = value
+        for name, status in d.get("collectors", {}).items():
+            values[f"collector {name}"][d["host"]] = status
+    odd = []
+    for what in sorted(values):
+        by_host = values[what]
+        if len(by_host) < min_hosts:
+            continue
+        if what.endswith("errors_per_s"):
+            for host, value in sorted(by_host.items()):
+                peers = [v for h, v in by_host.items() if h != host]
+                if value > 0 and median(peers) == 0:
+                    odd.append({"host": host, "what": what, "value": value, "usual": 0, "agree": sum(
+                        1 for v in peers if v == 0), "of": len(peers), "kind": "errors"})
+            continue
+        usual, agree = Counter(map(_key, by_host.values())).most_common(1)[0]
+        if agree < agree_share * len(by_host) or agree == len(by_host):
+            continue
+        for host, value in sorted(by_host.items()):
+            if _key(value) != usual:
+                odd.append({"host": host, "what": what, "value": value, "usual": usual, "agree": agree,
+                            "of": len(by_host) - 1, "kind": "collector" if what.startswith("collector ") else "fact"})
+    # a fact most hosts report and this host lacks (a NIC, an RDMA port that is not there)
+    reported = Counter(what for d in digests for what in d.get("facts", {}))
+    for d in digests:
+        for what, count in sorted(reported.items()):
+            if what not in d.get("facts", {}) and not what.endswith("errors_per_s") and count >= min_hosts \
+                    and count >= agree_share * len(digests):
+                odd.append({"host": d["host"], "what": what, "value": None, "usual": "present", "agree": count,
+                            "of": len(digests) - 1, "kind": "fact"})
+    return odd
+
+
+def _key(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def windows_apart(digests: list[Digest]) -> list[str]:
+    """Hosts whose window does not overlap the window most hosts share, as 'host (start, duration s)'."""
+    from datetime import datetime, timedelta
+    spans = {}
+    for d in digests:
+        w = d.get("window") or {}
+        try:
+            start = datetime.fromisoformat(str(w.get("started_at")).replace("Z", "+00:00"))
+            spans[d["host"]] = (start, start + timedelta(seconds=float(w.get("duration_s") or 0)))
+        except (TypeError, ValueError):
+            continue
+    if len(spans) < 2:
+        return []
+    # the instant covered by the most windows: a start (the latest start before most ends)
+    best = max((start for start, _ in spans.values()), key=lambda t: sum(1 for s, e in spans.values() if s <= t <= e))
+    return [f"{h} ({s.isoformat().replace('+00:00', 'Z')}, {(e - s).total_seconds():g} s)"
+            for h, (s, e) in sorted(spans.items()) if not s <= best <= e]
