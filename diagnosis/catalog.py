@@ -139,6 +139,7 @@ class Pattern:
     thresholds: tuple[Threshold, ...] = ()
     params: tuple[Param, ...] = ()
     needs: str = ""  # what data it needs beyond /proc (PMU, eBPF, a device...), for the docs
+    cross_host: bool = False  # compares hosts (their digests) rather than judging one host
 
     @property
     def layer_name(self) -> str:

@@ -12,6 +12,7 @@ from statistics import mean
 from typing import Any
 
 from witty_profiler.topology import Entity, Graph
+from witty_profiler.topology.hosts import host_windows
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import GraphQuery, num
 from witty_profiler.topology.vocabulary import E, M, T
@@ -40,22 +41,15 @@ def host_digests(graph: Graph) -> list[dict[str, Any]]:
     q = GraphQuery.of(graph)
     hosts = list(graph.meta.hosts) or sorted({host_of(e.id) for e in graph.entities(T.HOST)})
     ranks = _ranks(graph, q)
+    windows = host_windows(graph)
     return [{
         "host": host,
-        "window": _window(graph, host),
+        "window": windows.get(host, {}),
         "collectors": _collectors(graph, host),
         "ranks": [_rank(q, p) for p in ranks if host_of(p.id) == host],
         "facts": _facts(graph, q, host),
         "entities": sum(1 for e in graph.entities() if host_of(e.id) == host),
     } for host in hosts]
-
-
-def _window(graph: Graph, host: str) -> dict[str, Any]:
-    windows = graph.meta.extra.get("windows") if isinstance(graph.meta.extra.get("windows"), dict) else {}
-    own = windows.get(host)
-    if isinstance(own, dict):
-        return {"started_at": own.get("started_at"), "duration_s": own.get("duration_s")}
-    return {"started_at": graph.meta.started_at, "duration_s": graph.meta.duration_s}
 
 
 def _collectors(graph: Graph, host: str) -> dict[str, str]:

@@ -111,18 +111,33 @@ def _related_both_ways(verdicts: dict[str, Verdict]) -> dict[str, list[str]]:
     return {pid: sorted(ids) for pid, ids in related.items()}
 
 
+def diagnose_hosts(digests: list[dict[str, Any]], thresholds: Any = None) -> Diagnosis:
+    """The cross-host patterns alone, on host digests (diagnosis.digest) instead of a graph: what
+    `cluster diagnose` adds to its hosts' own diagnoses."""
+    from witty_profiler.topology.models import Meta
+    scope = Scope(Graph(Meta(hosts=[d["host"] for d in digests])))
+    scope.use_digests(digests)
+    with gc_paused():
+        return _evaluate(scope, None, coerce(thresholds), cross_host_only=True)
+
+
 def _diagnose(graph: Graph, pids: Iterable[int] | None, only: int | None, overrides: Overrides | None) -> Diagnosis:
-    scope = Scope(graph, [int(p) for p in pids] if pids else None)
+    return _evaluate(Scope(graph, [int(p) for p in pids] if pids else None), only, overrides)
+
+
+def _evaluate(scope: Scope, only: int | None, overrides: Overrides | None, cross_host_only: bool = False) -> Diagnosis:
+    graph = scope.graph
     evaluator = _Evaluator(scope, overrides)
     findings: list[Finding] = []
     coverage: list[CoverageRow] = []
+    patterns = [p for p in catalog().values() if p.cross_host or not cross_host_only]
     # every pattern, even for one layer: a finding of this layer may explain one of another layer,
     # which names it (patterns ask only the verdicts they need, so the other way round is not known
     # before all are in; the whole catalog costs milliseconds once the graph is indexed)
-    for pattern in catalog().values():
+    for pattern in patterns:
         evaluator.verdict(pattern.id)
     related = _related_both_ways(evaluator.verdicts)
-    for pattern in catalog().values():
+    for pattern in patterns:
         if only is not None and pattern.layer != only:
             continue
         v = evaluator.verdict(pattern.id)

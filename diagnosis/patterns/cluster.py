@@ -139,7 +139,7 @@ STRAGGLER_HOST = Pattern(
         "Compare that host's own diagnosis (witty-profiler cluster diagnose DIR --host NAME) with a peer's.",
     ),
     needs="two or more hosts: a merged graph or a cluster directory",
-    check=_straggler)
+    cross_host=True, check=_straggler)
 
 
 # -- network.odd_host ---------------------------------------------------------------------
@@ -200,4 +200,4 @@ ODD_HOST = Pattern(
         "Where a collector failed only there, install what it needs on that host (its reason says what).",
     ),
     needs="three or more hosts: a merged graph or a cluster directory",
-    check=_odd_host)
+    cross_host=True, check=_odd_host)

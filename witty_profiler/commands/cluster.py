@@ -1,0 +1,210 @@
+"""`witty-profiler cluster collect|diagnose|hosts`: a job that spans hosts, one graph per host in a
+directory, collected through Slurm, OpenSSH or kubectl, and diagnosed host by host then across hosts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from witty_profiler.output import check_output, print_json, table, write_output
+from witty_profiler.topology.errors import InputError
+
+
+def collect_directory(args: argparse.Namespace) -> tuple[Path, list[dict[str, str]]]:
+    """Run the launcher the options name; returns the directory and the hosts that gave no graph."""
+    from witty_profiler.cluster import fanout
+    from witty_profiler.collectors.window import validate_window
+    validate_window(args.duration, args.interval)
+    chosen = [name for name in ("slurm_job", "slurm_nodes", "hosts", "hostfile", "kubectl_selector")
+              if getattr(args, name)]
+    if not chosen or (len(chosen) > 1 and set(chosen) != {"hosts", "hostfile"}):
+        raise InputError("name the hosts one way: --slurm-job J, --slurm-nodes LIST, --hosts/--hostfile, or "
+                         "--kubectl-selector SEL")
+    directory = fanout.prepare_directory(args.output, args.force)
+    started = fanout.now()
+    show = None if args.quiet else _progress
+    if args.slurm_job or args.slurm_nodes:
+        from witty_profiler.cluster import slurm
+        nodes = slurm.job_nodes(args.slurm_job) if args.slurm_job else slurm.expand(args.slurm_nodes)
+        launcher = f"slurm job {args.slurm_job}" if args.slurm_job else f"slurm nodes {args.slurm_nodes}"
+        if show:
+            print(f"collecting {len(nodes)} nodes through srun ({args.duration:g} s window)", file=sys.stderr)
+        results = slurm.run_step(nodes, directory, args.duration, args.interval, args.slurm_job or args.job,
+                                 args.remote_command, args.collectors, args.timeout)
+        for r in results if show else ():
+            show(r)
+    elif args.kubectl_selector:
+        from witty_profiler.cluster import kube
+        pods, skipped = kube.list_pods(args.kubectl_selector, args.namespace, args.kubectl)
+        runs = kube.kube_runs(pods, args.namespace, args.duration, args.interval, args.container, args.kubectl,
+                              args.remote_command, args.job, args.collectors)
+        launcher = f"kubectl -l {args.kubectl_selector} -n {args.namespace}"
+        results = skipped + fanout.run_hosts(runs, directory, args.duration, args.parallel, args.timeout, show)
+    else:
+        from witty_profiler.cluster import ssh
+        targets = ssh.parse_hosts(args.hosts, args.hostfile)
+        runs = ssh.ssh_runs(targets, args.duration, args.interval, args.remote_command, args.job, args.collectors,
+                            args.ssh_option, args.ssh_config)
+        launcher = "ssh"
+        results = fanout.run_hosts(runs, directory, args.duration, args.parallel, args.timeout, show)
+    manifest = fanout.Manifest(launcher, started, args.duration, results)
+    fanout.write_manifest(directory, manifest)
+    ok = sum(1 for r in results if r.status == "ok")
+    if not args.quiet:
+        print(f"wrote {ok} of {len(results)} host graphs to {directory}/ (manifest {fanout.MANIFEST})", file=sys.stderr)
+    return directory, manifest.failed()
+
+
+def _progress(result) -> None:
+    tail = f": {result.reason}" if result.reason else ""
+    print(f"  {result.host}: {result.status} ({result.seconds:g} s){tail}", file=sys.stderr)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    if args.diagnose:
+        check_output(args.report, args.force)
+    directory, failed = collect_directory(args)
+    if args.diagnose:
+        _write_report(directory, failed, args.report, args.format, args.force, workers=None)
+    return 0
+
+
+def graph_files(directory: Path) -> list[Path]:
+    from witty_profiler.cluster.fanout import MANIFEST
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such directory (cluster collect -o DIR writes one)")
+    files = sorted(p for p in directory.glob("*.json") if p.name != MANIFEST and p.is_file())
+    return files
+
+
+def failed_hosts(directory: Path) -> list[dict[str, str]]:
+    from witty_profiler.cluster.fanout import read_manifest
+    hosts = read_manifest(directory).get("hosts", {})
+    return [{"host": h, "reason": f"{r.get('status')}: {r.get('reason', '')}"} for h, r in sorted(hosts.items())
+            if isinstance(r, dict) and r.get("status") != "ok"]
+
+
+def _write_report(directory: Path, failed: list[dict[str, str]], output: str | None, format: str, force: bool,
+                  workers: int | None, thresholds=None) -> None:
+    from witty_profiler.diagnosis.cluster import diagnose_cluster
+    from witty_profiler.diagnosis.cluster_report import report
+    files = graph_files(directory)
+    if not files and not failed:
+        raise InputError(f"{directory}: holds no graph file")
+    result = diagnose_cluster(files, failed, thresholds=thresholds, workers=workers)
+    write_output(report(result, str(directory), format), output, force)
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from witty_profiler.diagnosis.thresholds import load_thresholds
+    directory = Path(args.directory)
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    check_output(args.output, args.force)
+    if args.host:
+        from witty_profiler.diagnosis.matcher import diagnose
+        from witty_profiler.diagnosis.report import report
+        from witty_profiler.topology import load_graph
+        path = directory / f"{args.host}.json"
+        if not path.is_file():
+            names = ", ".join(p.stem for p in graph_files(directory)[:20])
+            raise InputError(f"no graph of host {args.host!r} in {directory}; it has: {names or 'none'}")
+        graph = load_graph(path)
+        fmt = "md" if args.format == "summary" else args.format
+        write_output(report(diagnose(graph, thresholds=thresholds), graph, fmt), args.output, args.force)
+        return 0
+    _write_report(directory, failed_hosts(directory), args.output, args.format, args.force, args.workers, thresholds)
+    return 0
+
+
+def run_hosts(args: argparse.Namespace) -> int:
+    """The hosts of a directory: each graph's host, window and size, and the hosts that gave none."""
+    from witty_profiler.topology.scan import scan_native
+    directory = Path(args.directory)
+    rows = []
+    for path in graph_files(directory):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = scan_native(handle, str(path))
+        except (InputError, OSError, UnicodeDecodeError) as exc:
+            rows.append({"host": path.stem, "file": path.name, "status": f"unreadable: {exc}"})
+            continue
+        meta = found.meta if found else {}
+        rows.append({"host": ",".join(meta.get("hosts") or []) or path.stem, "file": path.name, "status": "ok",
+                     "started_at": meta.get("started_at"),
+                     "entities": sum(found.entities.values()) if found else None})
+    rows += [{"host": f["host"], "file": None, "status": f["reason"]} for f in failed_hosts(directory)]
+    if args.json:
+        print_json(rows)
+    else:
+        sys.stdout.write(table([[r["host"], r["status"], r.get("started_at") or "", r.get("entities") or "",
+                                 r["file"] or ""] for r in rows], ["host", "status", "started_at", "entities", "file"]))
+    return 0
+
+
+def _add_window(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="window length on each host (default 10)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval (default 1)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cluster", help="collect and diagnose a job that spans hosts (Slurm, ssh, kubectl)",
+                       description="One graph per host in a directory, then each host diagnosed on its own and the "
+                                   "hosts compared (control.straggler_host, network.odd_host).")
+    cmds = p.add_subparsers(dest="cluster_command", metavar="ACTION", parser_class=type(p))
+    c = cmds.add_parser("collect", help="collect every host of a job into DIR/<host>.json",
+                        description="Runs `witty-profiler collect -o -` on each host through the launcher the cluster "
+                                    "already has; a host that fails, times out or lacks the tool is named in "
+                                    "DIR/cluster.json with the reason, and the others are kept.")
+    where = c.add_argument_group("hosts (one way)")
+    where.add_argument("--slurm-job", metavar="JOBID", help="every node of this running Slurm job, through a step "
+                       "that joins it (srun --jobid --overlap); each node's window covers the job's processes there")
+    where.add_argument("--slurm-nodes", metavar="LIST", help="these Slurm nodes (n[1-64]) without a job")
+    where.add_argument("--hosts", metavar="H1,H2", help="these hosts through ssh (your ssh config applies)")
+    where.add_argument("--hostfile", metavar="FILE", help="hosts through ssh, one per line")
+    where.add_argument("--kubectl-selector", metavar="SEL", help="the pods of the witty-profiler DaemonSet "
+                       "(deploy/kubernetes/) that this label selector picks, through kubectl exec")
+    _add_window(c)
+    c.add_argument("--job", metavar="ID", help="scope each host to this job's processes (Slurm job id or torchrun "
+                   "run id; --slurm-job implies it)")
+    c.add_argument("--collectors", metavar="A,B", help="collectors to run on each host (as collect --collectors)")
+    c.add_argument("--parallel", type=int, default=32, metavar="N", help="hosts collected at once over ssh/kubectl "
+                   "(default 32)")
+    c.add_argument("--timeout", type=float, metavar="S", help="give up on a host after S seconds (default: the window "
+                   "plus 60)")
+    c.add_argument("--remote-command", default="witty-profiler", metavar="CMD",
+                   help="how to run witty-profiler on the hosts (default witty-profiler; e.g. 'python3 -m "
+                        "witty_profiler' or a venv path)")
+    c.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE")
+    c.add_argument("--ssh-option", action="append", metavar="OPT", help="ssh -o OPT (repeatable)")
+    c.add_argument("-n", "--namespace", default="witty-profiler", help="kubectl namespace (default witty-profiler)")
+    c.add_argument("--container", help="the pod's container (kubectl exec -c)")
+    c.add_argument("--kubectl", default="kubectl", metavar="PATH", help="the kubectl to run (default kubectl)")
+    c.add_argument("-o", "--output", metavar="DIR", required=True, help="directory for the graphs (new or empty)")
+    c.add_argument("--force", action="store_true", help="write into a directory that is not empty")
+    c.add_argument("--diagnose", action="store_true", help="then diagnose the directory and print the report")
+    c.add_argument("--report", metavar="FILE", help="with --diagnose: write the report to FILE (default stdout)")
+    c.add_argument("--format", choices=["md", "summary", "json"], default="md", help="with --diagnose: the report's form")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    c.set_defaults(handler=run_collect)
+    d = cmds.add_parser("diagnose", help="diagnose DIR: each host, then across hosts",
+                        description="Each host's graph is diagnosed in a worker process and reduced to a digest; the "
+                                    "cross-host patterns compare the digests. --host NAME shows one host's own report.")
+    d.add_argument("directory", metavar="DIR")
+    d.add_argument("--host", metavar="NAME", help="the full diagnosis of one host instead")
+    d.add_argument("--format", choices=["md", "summary", "json"], default="md",
+                   help="md: the report (default); summary: under 500 tokens for any number of hosts; json")
+    d.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    d.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds")
+    d.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default stdout)")
+    d.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    d.set_defaults(handler=run_diagnose)
+    h = cmds.add_parser("hosts", help="the hosts of DIR: graph, window, size, or why there is none")
+    h.add_argument("directory", metavar="DIR")
+    h.add_argument("--json", action="store_true", help="as JSON")
+    h.set_defaults(handler=run_hosts)
+    p.set_defaults(handler=lambda args: _no_action(p))
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    raise InputError("name an action: cluster collect, cluster diagnose or cluster hosts (see --help)")
