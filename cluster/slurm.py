@@ -20,6 +20,7 @@ from witty_profiler.cluster.fanout import GRACE_S, HostResult, collect_args, kee
 from witty_profiler.topology.errors import InputError
 
 _LABEL = re.compile(rb"^\s*(\d+): ?")
+SRUN_LINE = 1024  # srun --label forwards a task's output in lines of at most this many bytes
 _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 _UNUSABLE = ("down", "drain", "drng", "fail", "maint", "unk", "no_respond", "powered_down", "inval")
 
@@ -111,7 +112,11 @@ def run_step(nodes: list[str], directory: Path, duration_s: float, interval_s: f
                     task = int(m.group(1))
                     if task not in outputs:
                         outputs[task] = open(Path(tmp) / f"{task}.json", "wb")
-                    outputs[task].write(line[m.end():])
+                    piece = line[m.end():]
+                    # srun cuts a line of more than SRUN_LINE bytes into labelled pieces of that size
+                    # (their ends are not the task's): the piece of exactly that size runs on
+                    body = piece[:-1] if piece.endswith(b"\n") else piece
+                    outputs[task].write(body if len(body) == SRUN_LINE else piece)
                 code = proc.wait()
             finally:
                 timer.cancel()

@@ -158,6 +158,8 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     graph.meta = Meta(hosts=[ctx.host], tool_version=__version__, started_at=started, duration_s=round(actual, 3),
                       interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
                       collectors=dict(sorted(statuses.items())), source="live")
+    if job is not None:  # what the window was scoped to: the job's processes are the diagnosis' workload
+        graph.meta.extra["scope"] = {"job": job}
     graph.make_visible()  # names, command lines and paths are the host's words: data, never controls
     return graph
 

@@ -505,6 +505,8 @@ class ProcessCollector(Collector):
     def _job_edge(self, g: Graph, pid_id: str, p: ProcState, attrs: dict) -> None:
         """A rank joins its job: one `job` entity per job, the same id on every host, so that the graphs
         of its hosts merge into one job with all its ranks."""
+        if not p.in_scope:  # only the workload's ranks: a scoped window sees other jobs' ranks too
+            return
         pod = next((found.get("pod") for found in map(container_from_cgroup, (p.cgroups or {}).values())
                     if found), None)
         job = job_of(attrs, p.extra.get("env") or {}, self.ctx.host, pod)

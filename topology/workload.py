@@ -166,20 +166,22 @@ def _int(text: str) -> int | str:
 
 
 # -- the workload of a graph ------------------------------------------------------------------
-Mode = Literal["pids", "ai", "host"]
+Mode = Literal["pids", "job", "ai", "host"]
 
 
 @dataclass
 class Workload:
     """The processes a diagnosis and its views are about, and how they were chosen.
 
-    ``pids``: the processes named (and their descendants, by ``parent_of``); ``ai``: the processes
-    marked ``ai`` (AI training/inference and their workers); ``host``: nobody, and only host-level
-    facts are judged, on the whole host."""
+    ``pids``: the processes named (and their descendants, by ``parent_of``); ``job``: the processes
+    of the job a window was collected for (`collect --job`); ``ai``: the processes marked ``ai`` (AI
+    training/inference and their workers); ``host``: nobody, and only host-level facts are judged, on
+    the whole host."""
 
     mode: Mode
     processes: list[Entity]  # id order
     requested_pids: list[int] = field(default_factory=list)
+    job: str | None = None
 
     @cached_property
     def ids(self) -> frozenset[str]:
@@ -189,6 +191,8 @@ class Workload:
         if self.mode == "pids":
             n = len(self.processes)
             return f"pid {', '.join(map(str, self.requested_pids))} and descendants ({counted(n, 'processes')})"
+        if self.mode == "job":
+            return f"the processes of job {self.job} on this host ({counted(len(self.processes), 'processes')})"
         if self.mode == "ai":
             return f"{len(self.processes)} AI training/inference processes"
         return "the whole host (no --pid given and no AI training/inference process recognised)"
@@ -217,8 +221,18 @@ def resolve_workload(q: GraphQuery, pids: Iterable[int] | None = None) -> Worklo
                 chosen[proc.id] = proc
                 frontier.extend(c for c in q.children_of(proc) if c.type == T.PROCESS)
         return Workload("pids", sorted(chosen.values(), key=lambda e: e.id), requested)
+    job = collected_job(q.graph)
+    if job is not None:  # collected for one job (collect --job): its processes, as the window read them
+        return Workload("job", [p for p in processes if p.attrs.get("in_scope") is True], job=job)
     ai = [p for p in processes if p.attrs.get("ai") is True]
     return Workload("ai", ai) if ai else Workload("host", [])
+
+
+def collected_job(graph: Any) -> str | None:
+    """The job a graph's window was scoped to (`collect --job`), recorded in meta.scope."""
+    scope = graph.meta.extra.get("scope")
+    job = scope.get("job") if isinstance(scope, dict) else None
+    return str(job) if job else None
 
 
 def workload_members(q: GraphQuery, workload: Workload) -> frozenset[str]:

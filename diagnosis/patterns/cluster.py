@@ -74,6 +74,7 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
     items: list[Evidence] = []
     sentences, advice, subjects = [], [], []
     for found in ranked[:ev.MAX_SUBJECTS]:
+        found.sort(key=lambda o: (ev_level(o), -o["deviation_pct"]))  # what sets it apart most, first
         first = found[0]
         rank, host = first["rank"], first["host"]
         subjects += [rank["id"], host_id(host)]

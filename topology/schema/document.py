@@ -50,6 +50,11 @@ class CollectorStatus(_Open):
     duration_s: float | None = None
 
 
+class HostWindow(_Open):
+    started_at: str | None = None
+    duration_s: float | None = None
+
+
 class Meta(_Open):
     hosts: list[str] = Field(default_factory=list)
     tool_version: str | None = None
@@ -59,6 +64,10 @@ class Meta(_Open):
     host_info: dict[str, dict[str, Any]] = Field(default_factory=dict)
     collectors: dict[str, CollectorStatus] = Field(default_factory=dict)
     source: str | None = Field(default=None, description="live | legacy | merged | synthetic | ...")
+    windows: dict[str, HostWindow] | None = Field(default=None, description="a merged graph: each host's own "
+                                                  "window (started_at, duration_s), by host")
+    scope: dict[str, Any] | None = Field(default=None, description="what the window was scoped to: {job: ID} for "
+                                         "collect --job (the diagnosis' workload is then that job's processes)")
 
 
 class GraphDocument(_Open):
