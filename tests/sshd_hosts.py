@@ -72,17 +72,15 @@ class SshHosts:
                               capture_output=True, text=True, check=check, timeout=timeout)
 
     def stop(self) -> None:
+        # unshare waits for its child whatever signal it gets but SIGKILL, which (--kill-child) takes the
+        # child, the namespace's first process, with it: and the kernel then ends every process of the host
         for proc in self.procs:
-            proc.terminate()
+            proc.kill()
         for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.wait()
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def ssh_hosts(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the loopback sshd hosts need root (PID namespaces, sshd)")
