@@ -1,7 +1,8 @@
 """witty-profiler: the public Python API, the `witty-profiler` CLI and the packages they stand on.
 
 `witty_profiler` is what scripts, the CLI and the MCP server call: `load` (native or legacy
-graph files), `collect` (a live window on this host), `diagnose`, `convert` and `compare`. Each
+graph files), `collect` (a live window on this host), `diagnose`, `convert` and `compare`; for jobs
+that span hosts, `merge` (host graphs into one) and `diagnose_cluster` (a directory of host graphs). Each
 is a thin function over the parts installed under this name, whose folders sit at the top of the
 repository: `witty_profiler.collectors`, `.topology`, `.converters`, `.diagnosis` and `.mcp_server`.
 
@@ -22,7 +23,8 @@ _API = {
     "Graph": "topology:Graph", "View": "converters.view:View", "collect": "collectors.engine:run_window",
     "compare": "diagnosis.compare:compare", "convert": "api:convert", "count_tokens": "converters.tokens:count_tokens",
     "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
-    "report": "diagnosis.report:report",
+    "report": "diagnosis.report:report", "merge": "topology.hosts:merge_hosts",
+    "diagnose_cluster": "diagnosis.cluster:diagnose_cluster",
 }
 
 __all__ = ["__version__", *sorted(_API)]
@@ -32,10 +34,12 @@ if TYPE_CHECKING:
     from witty_profiler.collectors.engine import run_window as collect
     from witty_profiler.converters import View, count_tokens
     from witty_profiler.diagnosis import diagnose
+    from witty_profiler.diagnosis.cluster import diagnose_cluster
     from witty_profiler.diagnosis.compare import compare
     from witty_profiler.diagnosis.report import report
     from witty_profiler.topology import Graph, dump_graph
     from witty_profiler.topology import load_graph as load
+    from witty_profiler.topology.hosts import merge_hosts as merge
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _API)

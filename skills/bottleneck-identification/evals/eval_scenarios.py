@@ -147,6 +147,18 @@ def run(spec: dict) -> Iterator[dict[str, list[int]]]:
             _need_ebpf()
             procs = [_python(CONTENDED), _python(POLLER)]
             roles = {"contended": [procs[0].pid], "idle": [procs[1].pid]}
+        elif kind == "job_ranks":
+            # the ranks of one job (torchrun's environment), the second one under a CPU quota: the runner
+            # collects each rank as the host it would run on in a cluster, and merges the hosts
+            try:
+                cgroup, procs_file = _cpu_cgroup(f"witty-eval-{os.getpid()}")
+            except OSError as exc:
+                raise ScenarioUnavailable(f"cannot create a CPU cgroup: {exc.strerror or exc}") from None
+            world = {"WORLD_SIZE": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+                     "TORCHELASTIC_RUN_ID": f"eval-{os.getpid()}"}
+            procs = [_python(BUSY, env={**os.environ, **world, "RANK": str(r)}) for r in range(3)]
+            (cgroup / procs_file).write_text(f"{procs[1].pid}\n")
+            roles = {f"rank{r}": [p.pid] for r, p in enumerate(procs)}
         elif kind == "sleeper":
             procs = [_python(SLEEPER)]
             roles = {"sleeper": [procs[0].pid]}
