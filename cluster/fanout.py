@@ -128,6 +128,20 @@ def _run_one(run: HostRun, directory: Path, deadline: float) -> HostResult:
     return keep_graph(run.host, data, stderr, code, directory, _since(start))
 
 
+def ask(argv: list[str], missing: str, timeout_s: float = 30.0) -> str:
+    """The output of a launcher's query (squeue, kubectl get...), or an InputError that says why not."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise InputError(f"{argv[0]}: not found; {missing}") from None
+    except subprocess.TimeoutExpired:
+        raise InputError(f"{' '.join(argv[:3])} did not answer within {timeout_s:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise InputError(f"{' '.join(argv)} failed: {last}")
+    return done.stdout
+
+
 def keep_graph(host: str | None, data: bytes, stderr: str, code: int, directory: Path, seconds: float) -> HostResult:
     """Check one host's output and keep it as DIR/<host>.json, or say why not. Without a host name, the
     graph's own (a Slurm task's output names its node)."""

@@ -4,9 +4,8 @@ one per node, and run collect there with the node's name as the host."""
 from __future__ import annotations
 
 import shlex
-import subprocess
 
-from witty_profiler.cluster.fanout import HostResult, HostRun, collect_args
+from witty_profiler.cluster.fanout import HostResult, HostRun, ask, collect_args
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import check_host_name
 
@@ -17,17 +16,9 @@ def list_pods(selector: str, namespace: str, kubectl: str = "kubectl",
               timeout_s: float = 30.0) -> tuple[list[tuple[str, str]], list[HostResult]]:
     """(pod, node) of the running pods that the label selector picks; pods not running are reported."""
     argv = [kubectl, "get", "pods", "-n", namespace, "-l", selector, "-o", f"jsonpath={_PODS}"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        raise InputError(f"{kubectl}: not found; install kubectl or give --kubectl PATH") from None
-    except subprocess.TimeoutExpired:
-        raise InputError(f"kubectl get pods did not answer within {timeout_s:g} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise InputError(f"kubectl get pods -l {selector} -n {namespace} failed: {last}")
+    listing = ask(argv, "install kubectl or give --kubectl PATH", timeout_s)
     pods, skipped = [], []
-    for line in done.stdout.splitlines():
+    for line in listing.splitlines():
         parts = line.split("\t")
         if len(parts) < 3 or not parts[0]:
             continue

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from witty_profiler.cluster.fanout import GRACE_S, HostResult, collect_args, keep_graph
+from witty_profiler.cluster.fanout import GRACE_S, HostResult, ask, collect_args, keep_graph
 from witty_profiler.topology.errors import InputError
 
 _LABEL = re.compile(rb"^\s*(\d+): ?")
@@ -25,17 +25,8 @@ _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 _UNUSABLE = ("down", "drain", "drng", "fail", "maint", "unk", "no_respond", "powered_down", "inval")
 
 
-def _run(argv: list[str], timeout_s: float = 30.0) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        raise InputError(f"{argv[0]}: not found; is this a Slurm login or compute node?") from None
-    except subprocess.TimeoutExpired:
-        raise InputError(f"{' '.join(argv[:3])} did not answer within {timeout_s:g} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise InputError(f"{' '.join(argv)} failed: {last}")
-    return done.stdout
+def _run(argv: list[str]) -> str:
+    return ask(argv, "is this a Slurm login or compute node?")
 
 
 def expand(nodelist: str) -> list[str]:

@@ -69,12 +69,12 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
     by_rank: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for o in outliers:
         by_rank[(o["host"], o["rank"]["id"])].append(o)
-    ranked = sorted(by_rank.values(), key=lambda os_: (min(ev_level(o) for o in os_), -max(o["deviation_pct"]
+    ranked = sorted(by_rank.values(), key=lambda os_: (min(_level(o) for o in os_), -max(o["deviation_pct"]
                                                                                             for o in os_)))
     items: list[Evidence] = []
     sentences, advice, subjects = [], [], []
     for found in ranked[:ev.MAX_SUBJECTS]:
-        found.sort(key=lambda o: (ev_level(o), -o["deviation_pct"]))  # what sets it apart most, first
+        found.sort(key=lambda o: (_level(o), -o["deviation_pct"]))  # what sets it apart most, first
         first = found[0]
         rank, host = first["rank"], first["host"]
         subjects += [rank["id"], host_id(host)]
@@ -107,7 +107,7 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
                    recommendations=advice + list(STRAGGLER_HOST.recommendations))
 
 
-def ev_level(outlier: dict[str, Any]) -> int:
+def _level(outlier: dict[str, Any]) -> int:
     return ("critical", "warning", "notice").index(outlier["severity"])
 
 
