@@ -40,15 +40,20 @@ def host_digests(graph: Graph) -> list[dict[str, Any]]:
     """One digest per host of the graph (a host graph gives one, a merged graph one per host)."""
     q = GraphQuery.of(graph)
     hosts = list(graph.meta.hosts) or sorted({host_of(e.id) for e in graph.entities(T.HOST)})
-    ranks = _ranks(graph, q)
     windows = host_windows(graph)
+    by_host: dict[str, list[Entity]] = {}
+    for e in graph.entities():  # once: a merged graph of many hosts is not walked once per host
+        by_host.setdefault(host_of(e.id), []).append(e)
+    ranks: dict[str, list[Entity]] = {}
+    for p in _ranks(graph, q):
+        ranks.setdefault(host_of(p.id), []).append(p)
     return [{
         "host": host,
         "window": windows.get(host, {}),
         "collectors": _collectors(graph, host),
-        "ranks": [_rank(q, p) for p in ranks if host_of(p.id) == host],
-        "facts": _facts(graph, q, host),
-        "entities": sum(1 for e in graph.entities() if host_of(e.id) == host),
+        "ranks": [_rank(q, p) for p in ranks.get(host, [])],
+        "facts": _facts(by_host.get(host, [])),
+        "entities": len(by_host.get(host, [])),
     } for host in hosts]
 
 
@@ -103,10 +108,9 @@ def _rank(q: GraphQuery, p: Entity) -> dict[str, Any]:
             "metrics": {k: v for k, v in metrics.items() if v is not None}}
 
 
-def _facts(graph: Graph, q: GraphQuery, host: str) -> dict[str, Any]:
-    """What peers of one cluster should share: 'what' -> value (a number or a word)."""
+def _facts(mine: list[Entity]) -> dict[str, Any]:
+    """What peers of one cluster should share: 'what' -> value (a number or a word), from one host's entities."""
     facts: dict[str, Any] = {}
-    mine = [e for e in graph.entities() if host_of(e.id) == host]
     by_type: dict[str, list[Entity]] = {}
     for e in mine:
         by_type.setdefault(e.type, []).append(e)
