@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from witty_profiler.cluster.fanout import GRACE_S, HostResult, ask, collect_args, keep_graph
 from witty_profiler.topology.errors import InputError
@@ -88,67 +89,74 @@ def run_step(nodes: list[str], directory: Path, duration_s: float, interval_s: f
     argv = srun_argv(usable, duration_s, interval_s, job, remote_command, collectors, timeout_s)
     deadline = timeout_s or duration_s + GRACE_S
     start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        outputs: dict[int, object] = {}
-        errors: dict[int, list[str]] = {}
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-            timer = _Timer(proc, deadline)
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    m = _LABEL.match(line)
-                    if not m:
-                        continue
-                    task = int(m.group(1))
-                    if task not in outputs:
-                        outputs[task] = open(Path(tmp) / f"{task}.json", "wb")
-                    piece = line[m.end():]
-                    # srun cuts a line of more than SRUN_LINE bytes into labelled pieces of that size
-                    # (their ends are not the task's): the piece of exactly that size runs on
-                    body = piece[:-1] if piece.endswith(b"\n") else piece
-                    outputs[task].write(body if len(body) == SRUN_LINE else piece)
-                code = proc.wait()
-            finally:
-                timer.cancel()
-                for f in outputs.values():
-                    f.close()
-            err.seek(0)
-            stderr = err.read().decode("utf-8", "replace")
+    kept: set[str] = set()
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        timer = _Timer(proc, deadline)
+        try:
+            outputs = _split_by_task(proc, Path(tmp))
+            code = proc.wait()
+        finally:
+            timer.cancel()
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
         seconds = round(time.monotonic() - start, 3)
-        task_errors = _task_errors(stderr)
-        for line in stderr.splitlines():
-            m = _LABEL.match(line.encode())
-            if m:
-                errors.setdefault(int(m.group(1)), []).append(line.encode()[m.end():].decode("utf-8", "replace"))
-        kept: set[str] = set()
-        for task in sorted(outputs):
+        for path in outputs:
             # a task that printed part of a graph is reported below, with what its node said
-            result = keep_graph(None, (Path(tmp) / f"{task}.json").read_bytes(), "", 0, directory, seconds)
+            result = keep_graph(None, path.read_bytes(), "", 0, directory, seconds)
             if result.status == "ok" and result.host in usable and result.host not in kept:
                 kept.add(result.host)
                 results.append(result)
+    said = _said_by_node(stderr)
     for node in usable:
         if node in kept:
             continue
-        why = task_errors.get(node) or ""
         if timer.fired:
             results.append(HostResult(node, "timeout", f"no graph after {deadline:g} s", seconds=seconds))
         else:
-            said = "; ".join(line for task_lines in errors.values() for line in task_lines[-1:])
-            reason = why or (f"srun exit code {code}" + (f": {_last(stderr)}" if _last(stderr) else ""))
-            results.append(HostResult(node, "failed", reason if not said or why else f"{reason} ({said[:200]})",
-                                      seconds=seconds))
+            reason = said.get(node) or f"srun exit code {code}" + (f": {_last(stderr)}" if _last(stderr) else "")
+            results.append(HostResult(node, "failed", reason, seconds=seconds))
     return sorted(results, key=lambda r: r.host)
 
 
-def _task_errors(stderr: str) -> dict[str, str]:
-    """node -> what srun said of its task ('srun: error: n2: task 1: Exited with exit code 2')."""
+def _split_by_task(proc: subprocess.Popen, folder: Path) -> list[Path]:
+    """srun's labelled stdout ('3: ...') into one file per task, lines joined where srun cut them."""
+    outputs: dict[int, BinaryIO] = {}
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = _LABEL.match(line)
+            if not m:
+                continue
+            task = int(m.group(1))
+            if task not in outputs:
+                outputs[task] = open(folder / f"{task}.json", "wb")
+            piece = line[m.end():]
+            # srun cuts a line of more than SRUN_LINE bytes into labelled pieces of that size (their ends
+            # are not the task's): a piece of exactly that size runs on into the next one
+            body = piece[:-1] if piece.endswith(b"\n") else piece
+            outputs[task].write(body if len(body) == SRUN_LINE else piece)
+    finally:
+        for f in outputs.values():
+            f.close()
+    return [folder / f"{task}.json" for task in sorted(outputs)]
+
+
+def _said_by_node(stderr: str) -> dict[str, str]:
+    """node -> why its task failed: what srun said of it ('srun: error: n2: task 1: Exited with exit code
+    127') and the last line the task itself wrote to stderr (labelled with its task number)."""
+    last_line: dict[int, str] = {}
+    for line in stderr.splitlines():
+        m = _LABEL.match(line.encode())
+        if m and line.encode()[m.end():].strip():
+            last_line[int(m.group(1))] = line.encode()[m.end():].decode("utf-8", "replace").strip()
     found = {}
     for line in stderr.splitlines():
         m = _TASK_ERROR.search(line)
         if m:
-            found[m.group(1)] = m.group(3).strip()
+            tasks = [int(t) for t in re.findall(r"\d+", m.group(2))]
+            own = "; ".join(last_line[t][:200] for t in tasks if t in last_line)
+            found[m.group(1)] = m.group(3).strip() + (f" ({own})" if own else "")
     return found
 
 

@@ -107,5 +107,7 @@ def test_a_task_that_fails_is_reported_by_its_node(slurm_cluster, tmp_path):  # 
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "cluster.json").read_text())["hosts"]
     assert set(manifest) == {"n1", "n2"} and all(r["status"] == "failed" for r in manifest.values())
-    assert all(r["reason"] for r in manifest.values())
+    # what srun said of the task and what the node said: per node, not one line for all
+    assert manifest["n1"]["reason"].startswith("Exited with exit code 2 (slurmstepd-n1: error: execve()")
+    assert "No such file or directory" in manifest["n2"]["reason"] and "n2" in manifest["n2"]["reason"]
     assert Path(out / "n1.json").exists() is False
