@@ -41,6 +41,9 @@ def ssh_runs(targets: list[str], duration_s: float, interval_s: float, remote_co
     names = {}
     for target in targets:
         name = host_name(target) or target
+        if "/" in name or name.strip(".") == "":
+            raise InputError(f"bad host {target!r}: its graph is written to <host>.json, so it cannot hold '/'; "
+                             "use a host name or an ssh alias")
         if name in names:
             raise InputError(f"{target} and {names[name]} are both host {name}: give each host once")
         names[name] = target

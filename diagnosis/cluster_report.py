@@ -13,8 +13,9 @@ SHOWN_FAILED = 5
 DESCRIPTION_CHARS = 260
 
 
-def summary(d: ClusterDiagnosis, directory: str = "DIR") -> str:
-    """Markdown of a bounded size: under 500 tokens for 1,000 hosts."""
+def summary(d: ClusterDiagnosis, directory: str = "DIR", drill: str | None = None) -> str:
+    """Markdown of a bounded size: under 500 tokens for 1,000 hosts. `drill` says how to see one host
+    (default: the `cluster diagnose --host` command)."""
     lines = [f"# Cluster: {len(d.hosts)} hosts diagnosed" + (f", {len(d.failed)} without a graph" if d.failed else "")]
     window = _window(d)
     if window:
@@ -40,7 +41,8 @@ def summary(d: ClusterDiagnosis, directory: str = "DIR") -> str:
     rest = len(worst) - min(len(worst), SHOWN_HOSTS)
     if rest or quiet:
         more = f"… {rest} more hosts with findings, {quiet} without" if worst else f"No host has findings of its own ({quiet} diagnosed)"
-        lines.append(f"{more}: `witty-profiler cluster diagnose {md(directory)} --host NAME` shows one")
+        drill = drill or f"`witty-profiler cluster diagnose {md(directory)} --host NAME` shows one"
+        lines.append(f"{more}: {drill}")
     if d.failed:
         shown = "; ".join(f"{md(f['host'])}: {md(_short(f['reason'], 90))}" for f in d.failed[:SHOWN_FAILED])
         more = f" (+{len(d.failed) - SHOWN_FAILED} more)" if len(d.failed) > SHOWN_FAILED else ""

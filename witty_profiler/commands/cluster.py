@@ -14,49 +14,36 @@ from witty_profiler.topology.errors import InputError
 def collect_directory(args: argparse.Namespace) -> tuple[Path, list[dict[str, str]]]:
     """Run the launcher the options name; returns the directory and the hosts that gave no graph."""
     from witty_profiler.cluster import fanout
+    from witty_profiler.cluster.collect import Launch, Target, collect_cluster
     from witty_profiler.collectors.window import validate_window
     validate_window(args.duration, args.interval)
-    chosen = [name for name in ("slurm_job", "slurm_nodes", "hosts", "hostfile", "kubectl_selector")
-              if getattr(args, name)]
-    if not chosen or (len(chosen) > 1 and set(chosen) != {"hosts", "hostfile"}):
+    target = Target(hosts=[h for h in (args.hosts or "").split(",") if h.strip()], hostfile=args.hostfile,
+                    slurm_job=args.slurm_job, slurm_nodes=args.slurm_nodes, kubectl_selector=args.kubectl_selector,
+                    namespace=args.namespace, container=args.container)
+    try:
+        target.way()
+    except InputError:
         raise InputError("name the hosts one way: --slurm-job J, --slurm-nodes LIST, --hosts/--hostfile, or "
-                         "--kubectl-selector SEL")
+                         "--kubectl-selector SEL") from None
+    target.check()  # before the directory is made
     directory = fanout.prepare_directory(args.output, args.force)
-    started = fanout.now()
+    launch = Launch(remote_command=args.remote_command, ssh_options=args.ssh_option or [], ssh_config=args.ssh_config,
+                    kubectl=args.kubectl, parallel=args.parallel, timeout_s=args.timeout)
     show = None if args.quiet else _progress
-    if args.slurm_job or args.slurm_nodes:
-        from witty_profiler.cluster import slurm
-        nodes = slurm.job_nodes(args.slurm_job) if args.slurm_job else slurm.expand(args.slurm_nodes)
-        launcher = f"slurm job {args.slurm_job}" if args.slurm_job else f"slurm nodes {args.slurm_nodes}"
-        if show:
-            print(f"collecting {len(nodes)} nodes through srun ({args.duration:g} s window)", file=sys.stderr)
-        results = slurm.run_step(nodes, directory, args.duration, args.interval, args.slurm_job or args.job,
-                                 args.remote_command, args.collectors, args.timeout)
-        for r in results if show else ():
-            show(r)
-    elif args.kubectl_selector:
-        from witty_profiler.cluster import kube
-        pods, skipped = kube.list_pods(args.kubectl_selector, args.namespace, args.kubectl)
-        runs = kube.kube_runs(pods, args.namespace, args.duration, args.interval, args.container, args.kubectl,
-                              args.remote_command, args.job, args.collectors)
-        launcher = f"kubectl -l {args.kubectl_selector} -n {args.namespace}"
-        results = skipped + fanout.run_hosts(runs, directory, args.duration, args.parallel, args.timeout, show)
-    else:
-        from witty_profiler.cluster import ssh
-        targets = ssh.parse_hosts(args.hosts, args.hostfile)
-        runs = ssh.ssh_runs(targets, args.duration, args.interval, args.remote_command, args.job, args.collectors,
-                            args.ssh_option, args.ssh_config)
-        launcher = "ssh"
-        results = fanout.run_hosts(runs, directory, args.duration, args.parallel, args.timeout, show)
-    manifest = fanout.Manifest(launcher, started, args.duration, results)
-    fanout.write_manifest(directory, manifest)
-    ok = sum(1 for r in results if r.status == "ok")
+    manifest = collect_cluster(target, directory, args.duration, args.interval, args.job, args.collectors, launch,
+                               progress=show, announce=None if args.quiet else _say)
+    ok = sum(1 for r in manifest.results if r.status == "ok")
     if not args.quiet:
-        print(f"wrote {ok} of {len(results)} host graphs to {directory}/ (manifest {fanout.MANIFEST})", file=sys.stderr)
+        print(f"wrote {ok} of {len(manifest.results)} host graphs to {directory}/ (manifest {fanout.MANIFEST})",
+              file=sys.stderr)
     return directory, manifest.failed()
 
 
-def _progress(result) -> None:
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _progress(result, done: int = 0, total: int = 0) -> None:
     tail = f": {result.reason}" if result.reason else ""
     print(f"  {result.host}: {result.status} ({result.seconds:g} s){tail}", file=sys.stderr)
 
@@ -70,46 +57,26 @@ def run_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def graph_files(directory: Path) -> list[Path]:
-    from witty_profiler.cluster.fanout import MANIFEST
-    if not directory.is_dir():
-        raise InputError(f"{directory}: no such directory (cluster collect -o DIR writes one)")
-    files = sorted(p for p in directory.glob("*.json") if p.name != MANIFEST and p.is_file())
-    return files
-
-
-def failed_hosts(directory: Path) -> list[dict[str, str]]:
-    from witty_profiler.cluster.fanout import read_manifest
-    hosts = read_manifest(directory).get("hosts", {})
-    return [{"host": h, "reason": f"{r.get('status')}: {r.get('reason', '')}"} for h, r in sorted(hosts.items())
-            if isinstance(r, dict) and r.get("status") != "ok"]
-
-
 def _write_report(directory: Path, failed: list[dict[str, str]], output: str | None, format: str, force: bool,
                   workers: int | None, thresholds=None) -> None:
-    from witty_profiler.diagnosis.cluster import diagnose_cluster
+    from witty_profiler.diagnosis.cluster import diagnose_directory
     from witty_profiler.diagnosis.cluster_report import report
-    files = graph_files(directory)
-    if not files and not failed:
-        raise InputError(f"{directory}: holds no graph file")
-    result = diagnose_cluster(files, failed, thresholds=thresholds, workers=workers)
+    result = diagnose_directory(directory, failed, thresholds=thresholds, workers=workers)
     write_output(report(result, str(directory), format), output, force)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
+    from witty_profiler.cluster.directory import failed_hosts
     from witty_profiler.diagnosis.thresholds import load_thresholds
     directory = Path(args.directory)
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     check_output(args.output, args.force)
     if args.host:
+        from witty_profiler.cluster.directory import host_file
         from witty_profiler.diagnosis.matcher import diagnose
         from witty_profiler.diagnosis.report import report
         from witty_profiler.topology import load_graph
-        path = directory / f"{args.host}.json"
-        if not path.is_file():
-            names = ", ".join(p.stem for p in graph_files(directory)[:20])
-            raise InputError(f"no graph of host {args.host!r} in {directory}; it has: {names or 'none'}")
-        graph = load_graph(path)
+        graph = load_graph(host_file(directory, args.host))
         fmt = "md" if args.format == "summary" else args.format
         write_output(report(diagnose(graph, thresholds=thresholds), graph, fmt), args.output, args.force)
         return 0
@@ -119,23 +86,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 def run_hosts(args: argparse.Namespace) -> int:
     """The hosts of a directory: each graph's host, window and size, and the hosts that gave none."""
-    from witty_profiler.topology.scan import scan_native
-    directory = Path(args.directory)
-    rows = []
-    for path in graph_files(directory):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                found = scan_native(handle, str(path))
-        except (InputError, OSError, UnicodeDecodeError) as exc:
-            rows.append({"host": path.stem, "file": path.name, "status": f"unreadable: {exc}"})
-            continue
-        meta = found.meta if found else {}
-        rows.append({"host": ",".join(meta.get("hosts") or []) or path.stem, "file": path.name, "status": "ok",
-                     "started_at": meta.get("started_at"),
-                     "entities": sum(found.entities.values()) if found else None})
-    rows += [{"host": f["host"], "file": None, "status": f["reason"]} for f in failed_hosts(directory)]
+    from witty_profiler.cluster.directory import host_rows
+    rows = host_rows(Path(args.directory))
     if args.json:
-        print_json(rows)
+        print_json([{k: v for k, v in r.items() if k != "duration_s"} for r in rows])
     else:
         sys.stdout.write(table([[r["host"], r["status"], r.get("started_at") or "", r.get("entities") or "",
                                  r["file"] or ""] for r in rows], ["host", "status", "started_at", "entities", "file"]))

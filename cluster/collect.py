@@ -1,0 +1,121 @@
+"""Collect every host of a cluster into a directory: the hosts named one way (ssh targets, a Slurm job or
+node list, a kubectl label selector), the launcher that way implies, DIR/<host>.json and the manifest.
+`witty-profiler cluster collect` and the MCP server's collect both call `collect_cluster`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from witty_profiler.cluster import fanout
+from witty_profiler.cluster.fanout import HostResult, Manifest
+from witty_profiler.topology.errors import InputError
+
+Progress = Callable[[HostResult, int, int], None]  # (result, hosts done, hosts in all)
+
+
+@dataclass
+class Target:
+    """Which hosts: exactly one way (hosts and hostfile together count as one, ssh)."""
+
+    hosts: list[str] = field(default_factory=list)  # ssh targets: host, user@host, alias
+    hostfile: str | None = None
+    slurm_job: str | None = None
+    slurm_nodes: str | None = None
+    kubectl_selector: str | None = None
+    namespace: str = "witty-profiler"
+    container: str | None = None
+
+    def way(self) -> str:
+        chosen = [name for name in ("slurm_job", "slurm_nodes", "hosts", "hostfile", "kubectl_selector")
+                  if getattr(self, name)]
+        if not chosen or (len(chosen) > 1 and set(chosen) != {"hosts", "hostfile"}):
+            raise InputError("name the hosts one way: a Slurm job, a Slurm node list, ssh hosts, or a kubectl "
+                             "label selector")
+        return "ssh" if chosen[0] in ("hosts", "hostfile") else chosen[0]
+
+    def check(self) -> str:
+        """`way()`, and what can be checked without running anything: ssh targets that are options or give no
+        file name, a selector or namespace that kubectl would take for an option."""
+        way = self.way()
+        if way == "ssh":
+            from witty_profiler.cluster import ssh
+            ssh.ssh_runs(ssh.parse_hosts(",".join(self.hosts), self.hostfile), 1.0, 1.0)
+        if way == "kubectl_selector" and ((self.kubectl_selector or "").startswith("-")
+                                          or self.namespace.startswith("-")):
+            raise InputError(f"bad label selector or namespace {self.kubectl_selector!r} / {self.namespace!r}: "
+                             "e.g. app=witty-profiler in namespace witty-profiler")
+        return way
+
+
+@dataclass
+class Launch:
+    """How the hosts are reached and what runs there."""
+
+    remote_command: str = "witty-profiler"
+    ssh_options: list[str] = field(default_factory=list)
+    ssh_config: str | None = None
+    kubectl: str = "kubectl"
+    parallel: int = 32
+    timeout_s: float | None = None  # per host; default the window plus fanout.GRACE_S
+
+
+def deadline(target: Target, duration_s: float, launch: Launch) -> float:
+    """How long the whole collection may take: waves of `parallel` hosts, each within its per-host deadline
+    (Slurm runs every node in one step; a selector's pods are not known before they are listed)."""
+    per_host = launch.timeout_s if launch.timeout_s is not None else duration_s + fanout.GRACE_S
+    waves = math.ceil(len(target.hosts) / max(1, launch.parallel)) if target.way() == "ssh" and target.hosts else 1
+    return per_host * max(1, waves) + 30.0  # listing nodes or pods, the manifest
+
+
+def collect_cluster(target: Target, directory: Path, duration_s: float, interval_s: float = 1.0,
+                    job: str | None = None, collectors: str | None = None, launch: Launch | None = None,
+                    progress: Progress | None = None, announce: Callable[[str], None] | None = None) -> Manifest:
+    """Run the launcher of `target`'s way into `directory` (already prepared: new or empty) and write the
+    manifest. `progress` is told of each host as it ends; `announce` what is about to be run."""
+    launch = launch or Launch()
+    way = target.check()
+    started = fanout.now()
+    done = [0]
+
+    def told(total: int) -> Callable[[HostResult], None]:
+        def one(result: HostResult) -> None:
+            done[0] += 1
+            if progress:
+                progress(result, done[0], total)
+        return one
+
+    if way in ("slurm_job", "slurm_nodes"):
+        from witty_profiler.cluster import slurm
+        nodes = slurm.job_nodes(target.slurm_job) if target.slurm_job else slurm.expand(target.slurm_nodes or "")
+        label = f"slurm job {target.slurm_job}" if target.slurm_job else f"slurm nodes {target.slurm_nodes}"
+        if announce:
+            announce(f"collecting {len(nodes)} nodes through srun ({duration_s:g} s window)")
+        results = slurm.run_step(nodes, directory, duration_s, interval_s, target.slurm_job or job,
+                                 launch.remote_command, collectors, launch.timeout_s)
+        tell = told(len(results))
+        for r in results:  # srun returns every node at once
+            tell(r)
+    elif way == "kubectl_selector":
+        from witty_profiler.cluster import kube
+        selector = target.kubectl_selector or ""
+        pods, skipped = kube.list_pods(selector, target.namespace, launch.kubectl)
+        runs = kube.kube_runs(pods, target.namespace, duration_s, interval_s, target.container, launch.kubectl,
+                              launch.remote_command, job, collectors)
+        label = f"kubectl -l {selector} -n {target.namespace}"
+        tell = told(len(runs) + len(skipped))
+        for r in skipped:
+            tell(r)
+        results = skipped + fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s, tell)
+    else:
+        from witty_profiler.cluster import ssh
+        names = ssh.parse_hosts(",".join(target.hosts), target.hostfile)
+        runs = ssh.ssh_runs(names, duration_s, interval_s, launch.remote_command, job, collectors,
+                            launch.ssh_options, launch.ssh_config)
+        label = "ssh"
+        results = fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s, told(len(runs)))
+    manifest = Manifest(label, started, duration_s, results)
+    fanout.write_manifest(directory, manifest)
+    return manifest

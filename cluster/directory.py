@@ -1,0 +1,55 @@
+"""A cluster directory as `cluster collect` leaves it: DIR/<host>.json per host that gave a graph and the
+manifest DIR/cluster.json naming each host's outcome. Read by the CLI and the MCP server alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from witty_profiler.cluster.fanout import MANIFEST, read_manifest
+from witty_profiler.topology.errors import InputError
+
+
+def graph_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The host graphs of DIR, by name."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such directory (cluster collect -o DIR writes one)")
+    return sorted(p for p in directory.glob("*.json") if p.name != MANIFEST and p.is_file())
+
+
+def failed_hosts(directory: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """{host, reason} of each host the manifest says gave no graph."""
+    hosts = read_manifest(Path(directory)).get("hosts", {})
+    return [{"host": h, "reason": f"{r.get('status')}: {r.get('reason', '')}"} for h, r in sorted(hosts.items())
+            if isinstance(r, dict) and r.get("status") != "ok"]
+
+
+def host_rows(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Each host of DIR: host, file, status ('ok', else why there is no graph), started_at, duration_s and
+    entity count (read from the file's head and counts, without loading the graph)."""
+    from witty_profiler.topology.scan import scan_native
+    rows: list[dict[str, Any]] = []
+    for path in graph_files(directory):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = scan_native(handle, str(path))
+        except (InputError, OSError, UnicodeDecodeError) as exc:
+            rows.append({"host": path.stem, "file": path.name, "status": f"unreadable: {exc}"})
+            continue
+        meta = found.meta if found else {}
+        rows.append({"host": ",".join(meta.get("hosts") or []) or path.stem, "file": path.name, "status": "ok",
+                     "started_at": meta.get("started_at"), "duration_s": meta.get("duration_s"),
+                     "entities": sum(found.entities.values()) if found else None})
+    rows += [{"host": f["host"], "file": None, "status": f["reason"]} for f in failed_hosts(directory)]
+    return rows
+
+
+def host_file(directory: str | os.PathLike[str], host: str) -> Path:
+    """DIR/<host>.json, or one sentence naming the hosts DIR has."""
+    path = Path(directory) / f"{host}.json"
+    if "/" in host or host.startswith(".") or not path.is_file():
+        names = ", ".join(p.stem for p in graph_files(directory)[:20])
+        raise InputError(f"no graph of host {host!r} in {directory}; it has: {names or 'none'}")
+    return path
