@@ -15,7 +15,11 @@ def run(args: argparse.Namespace) -> int:
     from witty_profiler.topology import load_graph
     check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-    view = convert(load_graph(args.graph), args.layer, args.max_tokens, pids=args.pid or None, thresholds=thresholds,
+    graph = load_graph(args.graph)
+    if args.host:
+        from witty_profiler.topology.hosts import host_part
+        graph = host_part(graph, args.host)
+    view = convert(graph, args.layer, args.max_tokens, pids=args.pid or None, thresholds=thresholds,
                    ref=args.graph)
     write_output(view.text, args.output, args.force, (args.graph,))
     return 0
@@ -35,5 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the workload, as for diagnose: these processes and their descendants "
                         "(default: recognised AI processes)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds, as for diagnose")
+    p.add_argument("--host", metavar="NAME", help="only this host of a merged graph (witty-profiler merge)")
     add_output_arguments(p, "the view")
     p.set_defaults(handler=run)

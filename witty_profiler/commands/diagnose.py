@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from witty_profiler.output import add_output_arguments, check_output, write_output
+from witty_profiler.topology.errors import InputError
 
 if TYPE_CHECKING:
     from witty_profiler.topology import Graph
@@ -30,6 +31,9 @@ def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
     from witty_profiler.diagnosis.matcher import layer_number
     from witty_profiler.diagnosis.thresholds import load_thresholds
     layer = layer_number(args.layer)
+    if getattr(args, "host", None) and args.graph is None:
+        raise InputError("--host picks one host of a merged GRAPH: give the graph file (witty-profiler merge "
+                         "writes one)")
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     if args.graph is None:
         from witty_profiler.collectors.window import validate_window
@@ -43,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     layer, thresholds = check_options(args)
     check_output(args.output, args.force, (args.graph,))  # before a live window is spent
     graph = graph_from_args(args)
+    if args.host:
+        from witty_profiler.topology.hosts import host_part
+        graph = host_part(graph, args.host)
     result = diagnose(graph, pids=args.pid or None, layer=layer, thresholds=thresholds)
     write_output(report(result, graph, args.format), args.output, args.force, (args.graph,))
     return 0
@@ -66,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_source_options(p)
     p.add_argument("--layer", metavar="NAME", help="only this layer: compute, memory, interconnect, network, storage, "
                    "control, dataplane (or 1-7)")
+    p.add_argument("--host", metavar="NAME", help="only this host of a merged GRAPH (witty-profiler merge), without "
+                   "the cross-host patterns")
     p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown report (default) or JSON")
     add_output_arguments(p, "the report")
     p.add_argument("-q", "--quiet", action="store_true", help="no collection progress on stderr")
