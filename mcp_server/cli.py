@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-timeout", type=_seconds, default=120.0, metavar="SECONDS",
                    help="a tool call still running after this long is answered with an error (default 120; "
                    "collect gets its window on top)")
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE for collect's cluster hosts")
+    p.add_argument("--ssh-option", action="append", default=[], metavar="OPT", help="ssh -o OPT (repeatable)")
+    p.add_argument("--remote-command", default="witty-profiler", metavar="CMD",
+                   help="how cluster hosts run witty-profiler (default witty-profiler)")
+    p.add_argument("--kubectl", default="kubectl", metavar="PATH", help="the kubectl for kubectl_selector")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -65,12 +70,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pathlib import Path
 
+    from witty_profiler.cluster.collect import Launch
     from witty_profiler.mcp_server.server import build_server
     from witty_profiler.mcp_server.store import GraphStore
     from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None,
-                       report_dir=Path(args.report_dir) if args.report_dir else None)
+                       report_dir=Path(args.report_dir) if args.report_dir else None,
+                       launch=Launch(remote_command=args.remote_command, ssh_options=args.ssh_option,
+                                     ssh_config=args.ssh_config, kubectl=args.kubectl))
     server = build_server(tools, tool_timeout=args.tool_timeout)
     logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
     try:

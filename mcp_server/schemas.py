@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 MAX_DURATION_S = 300.0
 LAYER_NAMES = ("summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all")
@@ -46,6 +46,17 @@ class CollectInput(_In):
                                    "workloads found")
     collectors: list[str] | None = Field(default=None, description="to run, '-name' skips one; default: all that "
                                          "apply")
+    # a cluster: the hosts named one way, each collected into output_dir/<host>.json
+    hosts: list[str] | None = Field(default=None, max_length=4096, description="ssh targets")
+    slurm_job: str | None = Field(default=None, description="its nodes")
+    slurm_nodes: str | None = Field(default=None, description="e.g. n[1-8]")
+    kubectl_selector: str | None = Field(default=None, description="witty-profiler pods' labels")
+    namespace: str | None = Field(default=None, description="default witty-profiler")
+    output_dir: str | None = Field(default=None, description="new folder in the report directory")
+    diagnose: bool = Field(default=False, description="add the cluster summary")
+
+    def cluster(self) -> bool:
+        return any((self.hosts, self.slurm_job, self.slurm_nodes, self.kubectl_selector))
 
 
 class LoadGraphInput(_In):
@@ -82,13 +93,16 @@ class QueryGraphInput(_In):
 class ConvertLayerInput(_In):
     graph_id: str = GraphId
     layer: Layer = Field(default="summary", description="which view")
+    host: str | None = Field(default=None, description=_AS_MATCH)
     pids: list[int] | None = Field(default=None, description=_AS_MATCH)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
     max_tokens: int = _max_tokens()
 
 
 class MatchPatternsInput(_In):
-    graph_id: str = GraphId
+    graph_id: str | None = Field(default=None, min_length=1, max_length=96)
+    directory: str | None = Field(default=None, min_length=1, description="or a cluster folder")
+    host: str | None = Field(default=None, description="one host of the graph or folder")
     layer: DiagnosisLayer | None = Field(default=None, description="only this layer; default all")
     pids: list[int] | None = Field(default=None, description="workload; default: AI workloads found")
     thresholds: str | None = Field(default=None, description="TOML text or file path; default: witty://thresholds")
@@ -111,6 +125,13 @@ class CompareGraphsInput(_In):
     after_id: str = GraphId
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
     max_tokens: int = _max_tokens()
+
+
+class ListHostsInput(_In):
+    graph_id: str | None = Field(default=None, min_length=1, max_length=96)
+    directory: str | None = Field(default=None, min_length=1, description="or a cluster folder")
+    limit: int = Field(default=50, ge=1, le=500, description="hosts per page")
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page")
 
 
 # -- outputs --------------------------------------------------------------------------------
@@ -136,6 +157,39 @@ class GraphSummary(_Out):
     overview: str
     overview_tokens: int
     truncated: bool = False
+    note: str | None = None
+
+
+class HostStatus(_Out):
+    host: str
+    status: str
+    reason: str | None = None
+
+
+# collect: one host, the graph's summary (the fields of GraphSummary); a cluster, the folder, the count of
+# hosts that gave a graph or not, each host's outcome and, with diagnose, the cross-host summary in overview
+CollectResult = create_model(
+    "CollectResult", __base__=_Out,
+    **{name: (field.annotation | None, None) for name, field in GraphSummary.model_fields.items()},
+    directory=(str | None, None), ok=(int | None, None), failed=(int | None, None),
+    host_status=(list[HostStatus] | None, None))
+
+
+class HostRow(_Out):
+    host: str
+    status: str
+    started_at: str | None = None
+    duration_s: float | None = None
+    entities: int | None = None
+    collectors_not_ok: list[str] = []
+
+
+class HostList(_Out):
+    graph_id: str | None = None
+    directory: str | None = None
+    hosts: list[HostRow]
+    total: int
+    next_cursor: str | None = None
     note: str | None = None
 
 
@@ -226,7 +280,12 @@ class CoverageRow(_Out):
 
 
 class PatternMatches(_Out):
-    graph_id: str
+    graph_id: str | None = None  # a folder's host: its graph, loaded
+    directory: str | None = None
+    host: str | None = None
+    text: str | None = None  # a folder: the cross-host summary, bounded for any number of hosts
+    hosts_ok: int | None = None
+    hosts_failed: int | None = None
     layer: str | None = None
     findings: list[Finding]
     coverage: list[CoverageRow]

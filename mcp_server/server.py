@@ -266,14 +266,17 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
             except Exception:  # noqa: BLE001 - a client that went away must not stop the capture
                 log.debug("progress notification not delivered", exc_info=True)
 
-        # the window, then the tool timeout for the rest; given up (cancelled, too late): end the window early
+        # the window (a cluster: every host's, in waves), then the tool timeout for the rest; given up
+        # (cancelled, too late): end the window early
+        window = w.cluster_deadline(inp) if inp.cluster() else inp.duration_s
         return await workers.run("collect", lambda: w.collect(inp, progress, stop),
-                                 timeout=inp.duration_s + tool_timeout, on_abandon=stop.set)
+                                 timeout=window + tool_timeout, on_abandon=stop.set)
 
     add_tool(server, "collect", "Collect a live window",
              "Capture this host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, network, storage and IPC "
-             "over a window into a new graph, with progress; returns graph_id and summary.",
-             s.CollectInput, s.GraphSummary,
+             "over a window into a new graph, with progress; returns graph_id and summary. Or a cluster's hosts, each "
+             "into output_dir.",
+             s.CollectInput, s.CollectResult,
              ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                              open_world_hint=False), collect)
     add_tool(server, "load_graph", "Load a graph file",
@@ -296,8 +299,11 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
              s.ConvertLayerInput, s.LayerView, READ_ONLY, in_thread(w.convert_layer))
     add_tool(server, "match_patterns", "Match bottleneck patterns",
              "Deterministic seven-layer bottleneck matcher: findings (P0-P2, evidence, recommendations) and each "
-             "pattern's coverage (finding, clear, or not_evaluated and why).",
+             "pattern's coverage (finding, clear, or not_evaluated and why); for a cluster folder, across hosts.",
              s.MatchPatternsInput, s.PatternMatches, READ_ONLY, in_thread(w.match_patterns))
+    add_tool(server, "list_hosts", "List hosts",
+             "Hosts of a graph or a cluster folder: window, entities, collectors not ok, or why no graph.",
+             s.ListHostsInput, s.HostList, READ_ONLY, in_thread(w.list_hosts))
     add_tool(server, "generate_report", "Write the report",
              "The diagnosis report; output_path also writes it to a file in the server's report directory, "
              "overwrite=true to replace one.",

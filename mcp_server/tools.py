@@ -66,19 +66,24 @@ class WittyTools:
     thresholds files are read from, the report directory) and one method per tool."""
 
     def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
-                 workdir: Path | None = None, report_dir: Path | None = None) -> None:
+                 workdir: Path | None = None, report_dir: Path | None = None, launch: Any = None) -> None:
         self.store = store or GraphStore()
         self.thresholds_path = thresholds_path
         self.workdir = (workdir or Path.cwd()).resolve()
         self.reports = ReportDir(report_dir or self.store.root / "reports")
         self.report_dir = self.reports.path
+        # how cluster hosts are reached (ssh config and options, the remote command, kubectl): the server's
+        # operator decides, not the client (a ProxyCommand or a remote command would run anything)
+        from witty_profiler.cluster.collect import Launch
+        self.launch: Launch = launch or Launch()
         self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._parts: OrderedDict[tuple[str, str], Graph] = OrderedDict()  # one host of a merged graph
         self._queries: OrderedDict[str, Rows] = OrderedDict()  # last queries' rows, for their next pages
         self._lock = threading.Lock()
 
     # -- graphs in ------------------------------------------------------------------------
     def collect(self, inp: s.CollectInput, progress: Progress | None = None,
-                stop: threading.Event | None = None) -> tuple[s.GraphSummary, str]:
+                stop: threading.Event | None = None) -> tuple[Any, str]:
         if inp.duration_s > s.MAX_DURATION_S:
             raise InputError(f"duration_s={inp.duration_s:g} is longer than this server's cap of "
                              f"{s.MAX_DURATION_S:g} s: collect at most {s.MAX_DURATION_S:g} s per call (several "
@@ -87,18 +92,81 @@ class WittyTools:
         if inp.interval_s > inp.duration_s:
             raise InputError(f"interval_s={inp.interval_s:g} is longer than duration_s={inp.duration_s:g}: "
                              f"use an interval shorter than the window, e.g. interval_s=1")
+        if inp.cluster() or inp.output_dir is not None or inp.namespace is not None or inp.diagnose:
+            return self._collect_cluster(inp, progress)
         graph = wp.collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
                         collectors=inp.collectors, progress=progress, stop=stop)
         if stop is not None and stop.is_set():  # the client cancelled: nobody is waiting for this graph
             raise InputError("collect was cancelled; the window was not saved")
         record = self.store.add_live(graph)
-        return self._summary(record, graph, 8000)
+        summary, text = self._summary(record, graph, 8000)
+        return s.CollectResult(**summary.model_dump()), text
+
+    def cluster_target(self, inp: s.CollectInput) -> Any:
+        """The hosts collect names, checked before anything runs."""
+        from witty_profiler.cluster.collect import Target
+        if not inp.cluster():
+            raise InputError("output_dir, namespace and diagnose are for a cluster: also give hosts, slurm_job, "
+                             "slurm_nodes or kubectl_selector, or drop them to collect this host")
+        target = Target(hosts=list(inp.hosts or []), slurm_job=inp.slurm_job, slurm_nodes=inp.slurm_nodes,
+                        kubectl_selector=inp.kubectl_selector, namespace=inp.namespace or "witty-profiler")
+        try:
+            target.way()
+        except InputError:
+            raise InputError("name the hosts one way: hosts, slurm_job, slurm_nodes or kubectl_selector, not "
+                             "several") from None
+        target.check()
+        if inp.namespace is not None and not inp.kubectl_selector:
+            raise InputError("namespace is for kubectl_selector: drop it, or name the pods with kubectl_selector")
+        if inp.pids:
+            raise InputError("pids are this host's processes: drop them for a cluster (each host collects its AI "
+                             "workloads)")
+        if not inp.output_dir:
+            raise InputError("a cluster needs output_dir, a new or empty folder in the report directory for the "
+                             "hosts' graphs, e.g. output_dir='cluster-1'")
+        return target
+
+    def cluster_deadline(self, inp: s.CollectInput) -> float:
+        from witty_profiler.cluster.collect import deadline
+        return deadline(self.cluster_target(inp), inp.duration_s, self.launch)
+
+    def _collect_cluster(self, inp: s.CollectInput, progress: Progress | None) -> tuple[Any, str]:
+        from witty_profiler.cluster.collect import collect_cluster
+        from witty_profiler.cluster.fanout import HostResult
+        target = self.cluster_target(inp)
+        directory = self.reports.new_folder(inp.output_dir or "")
+
+        def told(result: HostResult, done: int, total: int) -> None:
+            if progress:
+                reason = f": {result.reason}" if result.reason and result.status != "ok" else ""
+                progress(done, total, f"{result.host} {result.status}{reason}"[:200])
+
+        collectors = ",".join(inp.collectors) if inp.collectors else None
+        manifest = collect_cluster(target, directory, inp.duration_s, inp.interval_s, None, collectors, self.launch,
+                                   progress=told)
+        results = sorted(manifest.results, key=lambda r: (r.status == "ok", r.host))  # failures first
+        ok = sum(1 for r in results if r.status == "ok")
+        out = s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
+                              hosts=sorted(r.host for r in results),
+                              host_status=[s.HostStatus(host=r.host, status=r.status, reason=r.reason or None)
+                                           for r in results])
+        if inp.diagnose:
+            from witty_profiler.diagnosis.cluster import diagnose_directory
+            from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
+            d = diagnose_directory(directory, manifest.failed(), thresholds=self.thresholds())
+            out.overview = cluster_summary(d, str(directory), drill="match_patterns with this directory and "
+                                                                    "host=NAME shows one")
+            out.overview_tokens = count_tokens(out.overview)
+        out.note = (f"next: match_patterns with directory={directory} for the cross-host findings and their "
+                    f"evidence, list_hosts for every host's status")
+        if len(results) > 50:  # the outcome of every host is in the manifest and list_hosts
+            shown = [h for h in out.host_status or [] if h.status != "ok"][:50]
+            out.host_status, out.truncated = shown, True
+            out.note += f"; host_status lists {len(shown)} of the hosts without a graph, list_hosts pages all"
+        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
 
     def load_graph(self, inp: s.LoadGraphInput) -> tuple[s.GraphSummary, str]:
-        path = Path(inp.path).expanduser()
-        if not path.is_absolute():
-            path = self.workdir / path
-        record, graph = self.store.load_file(path)
+        record, graph = self.store.load_file(self.path(inp.path))
         return self._summary(record, graph, 8000)
 
     # -- looking at graphs ----------------------------------------------------------------
@@ -222,12 +290,80 @@ class WittyTools:
         sign = 1 if inp.ascending else -1
         return heapq.nsmallest(n, candidates, key=lambda e: (sign * e.metrics[metric], e.id)), len(candidates)
 
+    def path(self, given: str) -> Path:
+        """A path the client gave, relative to the server's working directory."""
+        path = Path(given).expanduser()
+        return path if path.is_absolute() else self.workdir / path
+
+    def list_hosts(self, inp: s.ListHostsInput) -> tuple[s.HostList, str]:
+        if (inp.graph_id is None) == (inp.directory is None):
+            raise InputError("give graph_id (the hosts of a graph) or directory (a cluster folder), one of them")
+        if inp.graph_id is not None:
+            rows = self._graph_hosts(self.store.get(inp.graph_id))
+        else:
+            from witty_profiler.cluster.directory import host_rows
+            rows = []
+            for r in host_rows(self.path(inp.directory or "")):
+                rows.append(s.HostRow(host=r["host"], status=r["status"], started_at=r.get("started_at"),
+                                      duration_s=r.get("duration_s"), entities=r.get("entities")))
+        key = query_key("list_hosts", inp.graph_id, inp.directory, inp.limit)
+        offset = read_cursor(inp.cursor, key)
+        page = rows[offset:offset + inp.limit]
+        out = s.HostList(graph_id=inp.graph_id, directory=inp.directory, hosts=page, total=len(rows))
+        if offset + len(page) < len(rows):
+            out.next_cursor = make_cursor(offset + len(page), key)
+            out.note = (f"hosts {offset + 1}-{offset + len(page)} of {len(rows)}; call list_hosts with "
+                        f"cursor=next_cursor for the rest")
+        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+
+    @staticmethod
+    def _graph_hosts(graph: Graph) -> list[s.HostRow]:
+        """Each host of a graph: its own window, its entities and the collectors that did not run fully."""
+        from witty_profiler.topology.hosts import host_windows
+        from witty_profiler.topology.ids import host_of
+        counts: dict[str, int] = {}
+        for entity in graph.entities():
+            host = host_of(entity.id)
+            counts[host] = counts.get(host, 0) + 1
+        windows = host_windows(graph)
+        single = len(graph.meta.hosts) == 1
+        rows = []
+        for host in graph.meta.hosts:
+            bad = sorted(name.partition("@")[0] for name, c in graph.meta.collectors.items()
+                         if c.status != "ok" and (name.partition("@")[2] == host or (single and "@" not in name)))
+            window = windows.get(host, {})
+            rows.append(s.HostRow(host=host, status="ok", started_at=window.get("started_at"),
+                                  duration_s=window.get("duration_s"), entities=counts.get(host, 0),
+                                  collectors_not_ok=bad))
+        return rows
+
+    def host_graph(self, graph_id: str, host: str | None) -> Graph:
+        """The graph, or with `host` that host's part of a merged graph (kept for the next calls)."""
+        graph = self.store.get(graph_id)
+        if host is None:
+            return graph
+        from witty_profiler.topology.hosts import host_part
+        key = (graph_id, host)
+        with self._lock:
+            if key in self._parts:
+                self._parts.move_to_end(key)
+                return self._parts[key]
+        try:
+            part = host_part(graph, host)
+        except InputError as exc:
+            raise InputError(f"{exc}: list_hosts graph_id={graph_id} lists them") from None
+        with self._lock:
+            self._parts[key] = part
+            while len(self._parts) > 8:
+                self._parts.popitem(last=False)
+        return part
+
     def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
-        graph = self.store.get(inp.graph_id)
+        graph = self.host_graph(inp.graph_id, inp.host)
         # the view's "… N more" lines, legend and next steps name these tools, not shell commands
         view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60,  # room for the note
                           hints=McpHints(inp.graph_id), diagnosis=self.diagnosis(inp.graph_id, inp.pids, None,
-                                                                                 inp.thresholds))
+                                                                                 inp.thresholds, inp.host))
         out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
                           truncated=bool(view.truncated), omitted=dict(view.omitted))
         if view.truncated:
@@ -253,14 +389,14 @@ class WittyTools:
         return load_thresholds(path if path.is_absolute() else self.workdir / path)
 
     def diagnosis(self, graph_id: str, pids: list[int] | None = None, layer: str | None = None,
-                  thresholds: str | None = None) -> Any:
+                  thresholds: str | None = None, host: str | None = None) -> Any:
         table = self.thresholds(thresholds)
-        key = (graph_id, tuple(pids or ()), layer, compact_json(table))
+        key = (graph_id, tuple(pids or ()), layer, compact_json(table), host)
         with self._lock:
             if key in self._diagnoses:
                 self._diagnoses.move_to_end(key)
                 return self._diagnoses[key]
-        graph = self.store.get(graph_id)
+        graph = self.host_graph(graph_id, host)
         result = wp.diagnose(graph, pids=pids, layer=layer, thresholds=table)
         with self._lock:
             self._diagnoses[key] = result
@@ -269,10 +405,42 @@ class WittyTools:
         return result
 
     def match_patterns(self, inp: s.MatchPatternsInput) -> tuple[s.PatternMatches, str]:
-        result = self.diagnosis(inp.graph_id, inp.pids, inp.layer, inp.thresholds)
+        if (inp.graph_id is None) == (inp.directory is None):
+            raise InputError("give graph_id (a graph) or directory (a cluster folder), one of them")
+        if inp.directory is not None:
+            return self._match_cluster(inp)
+        result = self.diagnosis(inp.graph_id, inp.pids, inp.layer, inp.thresholds, inp.host)
         data = _plain(result)
-        out = s.PatternMatches(graph_id=inp.graph_id, layer=inp.layer, findings=data.get("findings", []),
+        out = s.PatternMatches(graph_id=inp.graph_id, host=inp.host, layer=inp.layer, findings=data.get("findings", []),
                                coverage=data.get("coverage", []), summary=data.get("summary", {}))
+        return _fit_matches(out, inp.max_tokens)
+
+    def _match_cluster(self, inp: s.MatchPatternsInput) -> tuple[s.PatternMatches, str]:
+        """A cluster folder: every host diagnosed on its own, then the cross-host patterns; or with host, that
+        host's graph loaded and matched, for drill-down with the other tools."""
+        from witty_profiler.cluster.directory import failed_hosts, graph_files, host_file
+        directory = self.path(inp.directory or "")
+        if inp.host is not None:
+            record, _ = self.store.load_file(host_file(directory, inp.host))
+            out, _ = self.match_patterns(inp.model_copy(update={"graph_id": record.graph_id, "directory": None,
+                                                                "host": None}))
+            out.directory, out.host = inp.directory, inp.host
+            out.hosts_ok, out.hosts_failed = len(graph_files(directory)), len(failed_hosts(directory))
+            out.note = ((out.note + ". ") if out.note else "") + (f"graph_id {record.graph_id} is host {inp.host}'s "
+                                                                  f"graph, for convert_layer and query_graph")
+            return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+        if inp.pids or inp.layer:
+            raise InputError("pids and layer are for one host: add host=NAME (list_hosts directory=... names them), "
+                             "or drop them for the cross-host diagnosis")
+        from witty_profiler.diagnosis.cluster import diagnose_directory
+        from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
+        result = diagnose_directory(directory, thresholds=self.thresholds(inp.thresholds))
+        data = _plain(result.cross)
+        out = s.PatternMatches(directory=inp.directory, findings=data.get("findings", []),
+                               coverage=data.get("coverage", []), summary=data.get("summary", {}),
+                               text=cluster_summary(result, inp.directory or "",
+                                                    drill="match_patterns with this directory and host=NAME shows one"),
+                               hosts_ok=len(result.hosts), hosts_failed=len(result.failed))
         return _fit_matches(out, inp.max_tokens)
 
     def generate_report(self, inp: s.GenerateReportInput) -> tuple[s.Report, str]:

@@ -23,7 +23,8 @@ from witty_profiler.mcp_server.budget import count_tokens
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_inspector.sh"
-READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
+READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs",
+             "list_hosts"}
 ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
 
 

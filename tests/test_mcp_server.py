@@ -35,7 +35,8 @@ from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio
 
-READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs"}
+READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs",
+             "list_hosts"}
 ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
 SHARED_ARGUMENTS = {"graph_id", "before_id", "after_id", "max_tokens"}
 
@@ -148,7 +149,7 @@ async def test_published_schemas_keep_the_contract_without_the_noise(state: Path
                 assert published["default"] == own["default"], (name, field)
             assert published["type"] != "null" and "null" not in published["type"], (name, field)
         # outputs: every field, nested ones too, under the name the model gives it
-        models = {"collect": schemas.GraphSummary, "load_graph": schemas.GraphSummary,
+        models = {"collect": schemas.CollectResult, "load_graph": schemas.GraphSummary, "list_hosts": schemas.HostList,
                   "list_graphs": schemas.GraphList, "graph_summary": schemas.GraphSummary,
                   "query_graph": schemas.QueryPage, "convert_layer": schemas.LayerView,
                   "match_patterns": schemas.PatternMatches, "generate_report": schemas.Report,
@@ -170,7 +171,9 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
     dump_graph(synthetic_graph(3000, seed=8), workdir / "after.json")
     async with mcp.Client(server_for(state, workdir)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert tools["collect"].output_schema == tools["load_graph"].output_schema  # the same answer
+        # one host: the same answer as load_graph's (each field may be null: a cluster's answer has none of them)
+        loaded, collected = (tools[t].output_schema["properties"] for t in ("load_graph", "collect"))
+        assert set(loaded) < set(collected)
 
         async def checked(tool: str, **arguments: Any) -> dict[str, Any]:
             answer = await call(client, tool, **arguments)
@@ -204,12 +207,14 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
 
 
-async def test_tool_definitions_cost_at_most_3000_tokens() -> None:
+async def test_tool_definitions_cost_at_most_3600_tokens() -> None:
     """The tools/list result costs every conversation its tokens (cl100k_base, counted offline, so the
-    bound is exact): benchmarks/mcp_definitions.py prints the figures, BENCHMARKS.md records them."""
+    bound is exact): benchmarks/mcp_definitions.py prints the figures, BENCHMARKS.md records them. It was
+    3,000 for nine single-host tools; collect's cluster arguments and output, list_hosts and
+    match_patterns' directory and host brought it to 3,568."""
     counted = definition_tokens(await tools_list())
     assert set(counted["tools"]) == ALL_TOOLS
-    assert counted["total"] <= 3000, counted
+    assert counted["total"] <= 3600, counted
 
 
 async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Path, graph_file: Path) -> None:
