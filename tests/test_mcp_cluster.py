@@ -1,6 +1,7 @@
 """witty-mcp on several hosts: every tool on a graph merged from three hosts (and one host of it), the
 hosts of a graph or a cluster folder, the cross-host diagnosis of a folder with drill-down to one host,
-collect's cluster arguments and their errors, and a fan-out over ssh to a local sshd."""
+collect's cluster arguments and their errors, and a fan-out over ssh to loopback sshd hosts
+(tests/sshd_hosts.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from witty_profiler.topology.ids import host_id, process_id
 from witty_profiler.topology.models import CollectorStatus
 
 from mcp_support import call, call_error
-from sshd import local_sshd
+from sshd_hosts import ssh_hosts  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.anyio
 HOSTS = ["a", "b", "c"]
@@ -235,24 +236,20 @@ async def test_collect_cluster_launcher_failures_are_one_line(tmp_path: Path, wo
         assert "scontrol" in slurm
 
 
-@pytest.fixture
-def ssh_config(tmp_path: Path):
-    yield from local_sshd(tmp_path / "sshd", ["node-a", "node-b"], dead=["node-down"])
-
-
 @pytest.mark.live
 @pytest.mark.slow
-async def test_collect_a_cluster_over_ssh(tmp_path: Path, workdir: Path, ssh_config: Path) -> None:
-    """Two hosts through a real sshd (aliases of this machine, each graph named after its alias), one host
-    whose connection fails; progress per host; the folder, its manifest and the cross-host summary."""
-    tools = tools_for(tmp_path, workdir, ssh_config=str(ssh_config), remote_command=f"{sys.executable} -m witty_profiler")
+async def test_collect_a_cluster_over_ssh(tmp_path: Path, workdir: Path, ssh_hosts) -> None:  # noqa: F811
+    """Two hosts through real sshd servers (each graph named after its ssh alias), one host whose connection
+    fails; progress per host; the folder, its manifest and the cross-host summary."""
+    tools = tools_for(tmp_path, workdir, ssh_config=str(ssh_hosts.config),
+                      remote_command=f"{sys.executable} -m witty_profiler")
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
         progress.append((done, total, message))
 
     async with mcp.Client(build_server(tools)) as client:
-        result = await client.call_tool("collect", {"hosts": ["node-a", "node-b", "node-down"], "output_dir": "run",
+        result = await client.call_tool("collect", {"hosts": ["h1", "h2", "unreachable"], "output_dir": "run",
                                                     "duration_s": 1, "interval_s": 0.5,
                                                     "collectors": ["process", "cpu"], "diagnose": True},
                                         progress_callback=on_progress)
@@ -261,18 +258,18 @@ async def test_collect_a_cluster_over_ssh(tmp_path: Path, workdir: Path, ssh_con
         folder = tmp_path / "state" / "reports" / "run"
         assert out["directory"] == str(folder) and out["ok"] == 2 and out["failed"] == 1
         status = {h["host"]: h for h in out["host_status"]}
-        assert status["node-a"]["status"] == "ok" and status["node-down"]["status"] == "failed"
-        assert "connection failed" in status["node-down"]["reason"]
+        assert status["h1"]["status"] == "ok" and status["unreachable"]["status"] == "failed"
+        assert "connection failed" in status["unreachable"]["reason"]
         assert out["overview"].startswith("# Cluster: 2 hosts diagnosed, 1 without a graph")
         assert out["graph_id"] is None
-        assert sorted(p.name for p in folder.iterdir()) == ["cluster.json", "node-a.json", "node-b.json"]
-        assert json.loads((folder / "cluster.json").read_text())["hosts"]["node-down"]["status"] == "failed"
-        assert sorted(m.split()[0] for _, _, m in progress if m) == ["node-a", "node-b", "node-down"]
+        assert sorted(p.name for p in folder.iterdir()) == ["cluster.json", "h1.json", "h2.json"]
+        assert json.loads((folder / "cluster.json").read_text())["hosts"]["unreachable"]["status"] == "failed"
+        assert sorted(m.split()[0] for _, _, m in progress if m) == ["h1", "h2", "unreachable"]
         assert sorted(d for d, _, _ in progress) == [1, 2, 3] and {t for _, t, _ in progress} == {3}
         hosts = await call(client, "list_hosts", directory=str(folder))
-        assert [h["host"] for h in hosts["hosts"] if h["status"] == "ok"] == ["node-a", "node-b"]
-        one = await call(client, "match_patterns", directory=str(folder), host="node-a")
+        assert [h["host"] for h in hosts["hosts"] if h["status"] == "ok"] == ["h1", "h2"]
+        one = await call(client, "match_patterns", directory=str(folder), host="h1")
         assert one["graph_id"] and one["hosts_ok"] == 2
         # the folder is now in use: a second collect into it is refused and leaves it as it was
-        again = await call_error(client, "collect", hosts=["node-a"], output_dir="run", duration_s=1)
+        again = await call_error(client, "collect", hosts=["h1"], output_dir="run", duration_s=1)
         assert "is not empty" in again
