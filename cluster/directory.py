@@ -1,14 +1,19 @@
 """A cluster directory as `cluster collect` leaves it: DIR/<host>.json per host that gave a graph and the
-manifest DIR/cluster.json naming each host's outcome. Read by the CLI and the MCP server alike."""
+manifest DIR/cluster.json naming each host's outcome. Read by the CLI and the MCP server alike; its
+diagnosis is diagnosis.cluster's on the directory's files and the manifest's failures."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from witty_profiler.cluster.fanout import MANIFEST, read_manifest
 from witty_profiler.topology.errors import InputError
+
+if TYPE_CHECKING:
+    from witty_profiler.diagnosis.cluster import ClusterDiagnosis
 
 
 def graph_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -53,3 +58,15 @@ def host_file(directory: str | os.PathLike[str], host: str) -> Path:
         names = ", ".join(p.stem for p in graph_files(directory)[:20])
         raise InputError(f"no graph of host {host!r} in {directory}; it has: {names or 'none'}")
     return path
+
+
+def diagnose_directory(directory: str | os.PathLike[str], failed: Iterable[dict[str, str]] | None = None,
+                       thresholds: Any = None, workers: int | None = None) -> "ClusterDiagnosis":
+    """`diagnose_cluster` on a cluster directory (DIR/<host>.json and its manifest); `failed` defaults to the
+    hosts the manifest names without a graph."""
+    from witty_profiler.diagnosis.cluster import diagnose_cluster
+    files = graph_files(directory)
+    failed = failed_hosts(directory) if failed is None else list(failed)
+    if not files and not failed:
+        raise InputError(f"{directory}: holds no graph file and no manifest of hosts (cluster collect writes both)")
+    return diagnose_cluster(files, failed, thresholds=thresholds, workers=workers)

@@ -110,16 +110,3 @@ def _assemble(results: Iterable[list[dict[str, Any]]], failed: Iterable[dict[str
     out.cross = diagnose_hosts(out.hosts, overrides)
     out.windows_apart = windows_apart(out.hosts)
     return out
-
-
-
-def diagnose_directory(directory: str | os.PathLike[str], failed: Iterable[dict[str, str]] | None = None,
-                       thresholds: Any = None, workers: int | None = None) -> ClusterDiagnosis:
-    """`diagnose_cluster` on a cluster directory (DIR/<host>.json and its manifest); `failed` defaults to the
-    hosts the manifest names without a graph."""
-    from witty_profiler.cluster.directory import failed_hosts, graph_files
-    files = graph_files(directory)
-    failed = failed_hosts(directory) if failed is None else list(failed)
-    if not files and not failed:
-        raise InputError(f"{directory}: holds no graph file and no manifest of hosts (cluster collect writes both)")
-    return diagnose_cluster(files, failed, thresholds=thresholds, workers=workers)

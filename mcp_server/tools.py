@@ -151,7 +151,7 @@ class WittyTools:
                               host_status=[s.HostStatus(host=r.host, status=r.status, reason=r.reason or None)
                                            for r in results])
         if inp.diagnose:
-            from witty_profiler.diagnosis.cluster import diagnose_directory
+            from witty_profiler.cluster.directory import diagnose_directory
             from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
             d = diagnose_directory(directory, manifest.failed(), thresholds=self.thresholds())
             out.overview = cluster_summary(d, str(directory), drill="match_patterns with this directory and "
@@ -432,7 +432,7 @@ class WittyTools:
         if inp.pids or inp.layer:
             raise InputError("pids and layer are for one host: add host=NAME (list_hosts directory=... names them), "
                              "or drop them for the cross-host diagnosis")
-        from witty_profiler.diagnosis.cluster import diagnose_directory
+        from witty_profiler.cluster.directory import diagnose_directory
         from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
         result = diagnose_directory(directory, thresholds=self.thresholds(inp.thresholds))
         data = _plain(result.cross)

@@ -59,7 +59,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 def _write_report(directory: Path, failed: list[dict[str, str]], output: str | None, format: str, force: bool,
                   workers: int | None, thresholds=None) -> None:
-    from witty_profiler.diagnosis.cluster import diagnose_directory
+    from witty_profiler.cluster.directory import diagnose_directory
     from witty_profiler.diagnosis.cluster_report import report
     result = diagnose_directory(directory, failed, thresholds=thresholds, workers=workers)
     write_output(report(result, str(directory), format), output, force)
