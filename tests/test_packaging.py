@@ -122,3 +122,30 @@ def test_no_code_imports_a_part_by_its_folder_name():
                        else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             wrong += [f"{name}:{node.lineno} {m}" for m in modules if m.split(".")[0] in PARTS]
     assert wrong == []
+
+
+# what each part may import (besides itself and the root package's __version__): data flows one way
+ALLOWED_IMPORTS = {
+    "topology": set(),
+    "collectors": {"topology"},
+    "converters": {"topology"},
+    "diagnosis": {"topology"},
+    "cluster": {"topology", "diagnosis"},
+    "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster"},
+}
+
+
+def test_data_flows_one_way_between_the_parts():
+    parts = set(ALLOWED_IMPORTS)
+    wrong = []
+    for part, allowed in ALLOWED_IMPORTS.items():
+        for path in sorted((REPO / part).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            for node in ast.walk(tree):
+                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                for m in modules:
+                    names = m.split(".")
+                    if names[0] == "witty_profiler" and len(names) > 1 and names[1] in parts - allowed - {part}:
+                        wrong.append(f"{path.relative_to(REPO)}:{node.lineno} imports {m}")
+    assert wrong == []
