@@ -41,6 +41,8 @@ class T:
     RDMA_DEVICE = "rdma_device"
     RDMA_RESOURCE = "rdma_resource"
     JOB = "job"
+    RANK = "rank"
+    COLLECTIVE = "collective"
     OPAQUE = "opaque"
 
 
@@ -78,6 +80,8 @@ class E:
     HAS_PORT = "has_port"
     IPC = "ipc"
     MEMBER_OF = "member_of"
+    TRACE_OF = "trace_of"
+    TAKES_PART = "takes_part"
     RELATED = "related"
 
 
@@ -226,6 +230,27 @@ class M:
     RUNTIME_SHARE_PCT = "runtime_share_pct"
     PAGES = "pages"
     PAGE_SHARE_PCT = "page_share_pct"
+    # traces (per step of a rank, per collective)
+    STEPS = "steps"
+    STEP_TIME_MS = "step_time_ms"
+    COMPUTE_MS = "compute_ms"
+    COMM_MS = "comm_ms"
+    COMM_EXPOSED_MS = "comm_exposed_ms"
+    COMM_OVERLAPPED_MS = "comm_overlapped_ms"
+    FREE_MS = "free_ms"
+    BUBBLE_MS = "bubble_ms"
+    DATA_LOADING_MS = "data_loading_ms"
+    KERNEL_BUSY_PCT = "kernel_busy_pct"
+    CALLS = "calls"
+    DURATION_MS = "duration_ms"
+    ELAPSE_MS = "elapse_ms"
+    TRANSIT_MS = "transit_ms"
+    WAIT_MS = "wait_ms"
+    SYNC_MS = "sync_ms"
+    IDLE_MS = "idle_ms"
+    WAIT_RATIO = "wait_ratio"
+    TRANSIT_BYTES = "transit_bytes"
+    BANDWIDTH_GBYTES_PER_S = "bandwidth_gbytes_per_s"
 
 
 @dataclass(frozen=True)
@@ -270,6 +295,12 @@ ENTITY_TYPES: dict[str, str] = {
            "torchelastic:<run id>, world:<master address>:<port>:<world size>, pod:<uid>), the one id without a host "
            "so that the host graphs of one job merge into one entity; attrs scheduler, job_id, world_size, "
            "master_addr",
+    T.RANK: "a rank of a distributed job as a training trace saw it (PyTorch profiler / Kineto, msprof-analyze); "
+            "id rank:<job key>:<rank> (the job key as in the job's id, without 'job:'); attrs rank, world_size, "
+            "source (kineto or msprof), file, pid and hostname where the trace names them; metrics per step",
+    T.COLLECTIVE: "a collective operation of a job seen in traces, by process group and op; id "
+                  "collective:<job key>:<group>:<op>; attrs op (allreduce, allgather, broadcast...), group, ranks; "
+                  "metrics calls, duration_ms (mean, _p95, _max), transit_bytes",
     T.OPAQUE: "a legacy record of a type this version does not know, kept as is",
 }
 
@@ -309,6 +340,11 @@ EDGE_TYPES: dict[str, str] = {
     E.HAS_PORT: "rdma_device -> rdma_port (legacy)",
     E.IPC: "process -> process communicating by an IPC mechanism the legacy format does not name",
     E.MEMBER_OF: "process -> the job it is a rank of; attrs rank, local_rank (the rank order of the job)",
+    E.TRACE_OF: "rank -> the process it is (a trace's pid on the graph's host); the rank keeps the trace's own "
+                "window",
+    E.TAKES_PART: "rank -> collective; metrics of that rank in it: calls, elapse_ms, transit_ms, wait_ms, sync_ms, "
+                  "idle_ms, wait_ratio, transit_bytes, bandwidth_gbytes_per_s; attrs link (RDMA, HCCS, PCIE, SDMA, "
+                  "NVLink) for a per-link edge",
     E.RELATED: "a legacy edge of a type this version does not know, kept as is",
 }
 
@@ -462,6 +498,27 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "that lasted under 10 ms (lock hand-overs, GIL waits), leaving out sleeps that ran to a longer timeout (eBPF)"),
     _M(M.FUTEX_WAKEUPS_PER_S, "1/s", "futex waits of a thread that another thread ended by a wake-up, per second: "
        "high for a thread contending for a lock, low for an idle one (eBPF)"),
+    # traces: per step of a rank (mean over the steps; _p95 and _max over them), per collective
+    _M(M.STEPS, "steps", "profiler steps a trace holds for a rank"),
+    _M(M.STEP_TIME_MS, "ms", "wall time of one step (ProfilerStep#N; msprof: Stage)"),
+    _M(M.COMPUTE_MS, "ms", "accelerator compute time per step (kernels that are not communication)"),
+    _M(M.COMM_MS, "ms", "communication time per step (collective kernels), overlapped or not"),
+    _M(M.COMM_EXPOSED_MS, "ms", "communication per step that no computation overlaps: the step waits for it"),
+    _M(M.COMM_OVERLAPPED_MS, "ms", "communication per step hidden under computation"),
+    _M(M.FREE_MS, "ms", "time per step the accelerator does neither (idle: waiting for the host or input)"),
+    _M(M.BUBBLE_MS, "ms", "pipeline-parallel bubble per step (msprof: Bubble)"),
+    _M(M.DATA_LOADING_MS, "ms", "time per step in the data loader (enumerate(DataLoader) spans)"),
+    _M(M.KERNEL_BUSY_PCT, "%", "share of the step time the accelerator runs any kernel"),
+    _M(M.CALLS, "calls", "times a collective ran in the trace"),
+    _M(M.DURATION_MS, "ms", "duration of one call of a collective"),
+    _M(M.ELAPSE_MS, "ms", "a rank's total time in a collective (msprof: Elapse Time)"),
+    _M(M.TRANSIT_MS, "ms", "time spent moving data in a collective (msprof: Transit Time)"),
+    _M(M.WAIT_MS, "ms", "time a rank waited in a collective for its peers (msprof: Wait Time)"),
+    _M(M.SYNC_MS, "ms", "time a rank spent synchronising before a collective's transfers (msprof: Synchronization Time)"),
+    _M(M.IDLE_MS, "ms", "time between a rank's collectives (msprof: Idle Time)"),
+    _M(M.WAIT_RATIO, "ratio", "wait / (wait + transit) of a rank in a collective"),
+    _M(M.TRANSIT_BYTES, "bytes", "bytes a collective moved (per link where the edge names one)"),
+    _M(M.BANDWIDTH_GBYTES_PER_S, "GB/s", "transfer bandwidth of a collective (per link where the edge names one)"),
     # legacy time bases
     _M(M.RUNTIME_NS_TOTAL, "ns", "CPU time of a task on a NUMA node"),
     _M(M.RUNTIME_SHARE_PCT, "%", "share of a task's CPU time on a NUMA node"),
@@ -489,7 +546,7 @@ CPU_LIST = (str, list, int)  # '0-3,8' as the kernel writes it, a list of number
 ATTR_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
                      "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version", "job",
-                     "job_id", "scheduler", "master_addr"), (str,)),
+                     "job_id", "scheduler", "master_addr", "op", "group", "link", "hostname"), (str,)),
     **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
     **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
     **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),
