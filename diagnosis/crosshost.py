@@ -24,8 +24,51 @@ from witty_profiler.diagnosis.catalog import Levels
 Digest = dict[str, Any]
 
 
-def _mad(values: list[float], centre: float) -> float:
-    return median(abs(v - centre) for v in values) if values else 0.0
+class _LeaveOneOut:
+    """statistics.median of a list with one item left out, for every item, after one sort: the peers of
+    item i in sorted order are the stable sort of the whole list less i's place in it, so each median is
+    read off in O(1) and is the very number median(list without i) gives (the leave-one-out medians of
+    n ranks cost n log n, not n^2 log n: 8,000 ranks of one job)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        self.sorted = [values[k] for k in order]
+        self.place = [0] * len(values)
+        for place, k in enumerate(order):
+            self.place[k] = place
+
+    def median(self, i: int) -> Any:
+        s, skip, n = self.sorted, self.place[i], len(self.sorted) - 1
+        if n < 1:
+            return median([])  # StatisticsError, as for no peers
+        half = n // 2
+        upper = s[half] if half < skip else s[half + 1]
+        if n % 2:
+            return upper
+        lower = s[half - 1] if half - 1 < skip else s[half]
+        return (lower + upper) / 2
+
+
+class _PeerStatistics:
+    """Per item of one signal's values: the median of the other items and their MAD around it. The
+    medians take a handful of distinct values, so the absolute deviations are sorted once per median."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.medians = _LeaveOneOut(values)
+        self._deviations: dict[tuple[type, Any], _LeaveOneOut] = {}
+
+    def median(self, i: int) -> Any:
+        return self.medians.median(i)
+
+    def mad(self, i: int, centre: Any) -> Any:
+        """median(|v - centre| for v in the other values): their median absolute deviation."""
+        if len(self.values) < 2:
+            return 0.0
+        key = (type(centre), centre)
+        if key not in self._deviations:
+            self._deviations[key] = _LeaveOneOut([abs(v - centre) for v in self.values])
+        return self._deviations[key].median(i)
 
 
 def rank_outliers(digests: list[Digest], signals: list[tuple[str, str, str, float]], deviation: Levels,
@@ -48,21 +91,23 @@ def rank_outliers(digests: list[Digest], signals: list[tuple[str, str, str, floa
             measured = [(h, r, r["metrics"][name]) for h, r in members if r["metrics"].get(name) is not None]
             if len(measured) < min_peers:
                 continue
+            peers = _PeerStatistics([v for _, _, v in measured])
             for i, (host, rank, value) in enumerate(measured):
-                peers = [v for j, (_, _, v) in enumerate(measured) if j != i]
-                centre = median(peers)
+                centre = peers.median(i)
                 diff = (value - centre) if worse == "higher" else (centre - value)
                 if diff <= floor:
                     continue
-                mad = _mad(peers, centre)
-                z = round(0.6745 * diff / mad, 6) if mad else float("inf")  # rounded: a bound is exact
                 relative = diff / max(abs(centre), floor) * 100
                 severity = deviation.severity(relative)
-                if severity is None or z <= robust_z:
+                if severity is None:
+                    continue
+                mad = peers.mad(i, centre)
+                z = round(0.6745 * diff / mad, 6) if mad else float("inf")  # rounded: a bound is exact
+                if z <= robust_z:
                     continue
                 outliers.append({"host": host, "rank": rank, "job": key.split("|")[0], "signal": name, "unit": unit,
                                  "worse": worse, "value": value, "median": centre, "mad": mad, "deviation_pct": relative,
-                                 "z": z, "severity": severity, "peers": len(peers)})
+                                 "z": z, "severity": severity, "peers": len(measured) - 1})
     return outliers, groups
 
 
@@ -80,9 +125,12 @@ def odd_facts(digests: list[Digest], agree_share: float, min_hosts: int) -> list
         if len(by_host) < min_hosts:
             continue
         if what.endswith("errors_per_s"):
-            for host, value in sorted(by_host.items()):
-                peers = [v for h, v in by_host.items() if h != host]
-                if value > 0 and median(peers) == 0:
+            hosts = list(by_host)
+            medians = _LeaveOneOut([by_host[h] for h in hosts])
+            for i, host in sorted(enumerate(hosts), key=lambda item: item[1]):
+                value = by_host[host]
+                if value > 0 and medians.median(i) == 0:
+                    peers = [v for h, v in by_host.items() if h != host]
                     odd.append({"host": host, "what": what, "value": value, "usual": 0, "agree": sum(
                         1 for v in peers if v == 0), "of": len(peers), "kind": "errors"})
             continue
