@@ -14,6 +14,7 @@ import binascii
 import os
 import re
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -119,3 +120,9 @@ def count_tokens(text: str) -> int:
         if python:
             return _python_count(text)
     return len(encoder().encode(text, disallowed_special=()))
+
+
+def fewer_than(limit: int) -> Callable[[str], bool]:
+    """A test that a text counts fewer than `limit` tokens: what a view bounded by a budget it does not
+    count itself (the cluster summary) is given."""
+    return lambda text: count_tokens(text) < limit

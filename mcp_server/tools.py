@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 import witty_profiler as wp
 from witty_profiler.converters import McpHints
+from witty_profiler.converters.tokens import fewer_than
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
 from witty_profiler.mcp_server.reports import ReportDir
@@ -152,10 +153,12 @@ class WittyTools:
                                            for r in results])
         if inp.diagnose:
             from witty_profiler.cluster.directory import diagnose_directory
+            from witty_profiler.diagnosis.cluster_report import SUMMARY_TOKENS
             from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
             d = diagnose_directory(directory, manifest.failed(), thresholds=self.thresholds())
             out.overview = cluster_summary(d, str(directory), drill="match_patterns with this directory and "
-                                                                    "host=NAME shows one")
+                                                                    "host=NAME shows one",
+                                           fits=fewer_than(SUMMARY_TOKENS))
             out.overview_tokens = count_tokens(out.overview)
         out.note = (f"next: match_patterns with directory={directory} for the cross-host findings and their "
                     f"evidence, list_hosts for every host's status")
@@ -433,13 +436,15 @@ class WittyTools:
             raise InputError("pids and layer are for one host: add host=NAME (list_hosts directory=... names them), "
                              "or drop them for the cross-host diagnosis")
         from witty_profiler.cluster.directory import diagnose_directory
+        from witty_profiler.diagnosis.cluster_report import SUMMARY_TOKENS
         from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
         result = diagnose_directory(directory, thresholds=self.thresholds(inp.thresholds))
         data = _plain(result.cross)
         out = s.PatternMatches(directory=inp.directory, findings=data.get("findings", []),
                                coverage=data.get("coverage", []), summary=data.get("summary", {}),
                                text=cluster_summary(result, inp.directory or "",
-                                                    drill="match_patterns with this directory and host=NAME shows one"),
+                                                    drill="match_patterns with this directory and host=NAME shows one",
+                                                    fits=fewer_than(SUMMARY_TOKENS)),
                                hosts_ok=len(result.hosts), hosts_failed=len(result.failed))
         return _fit_matches(out, inp.max_tokens)
 

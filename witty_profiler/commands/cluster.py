@@ -62,7 +62,9 @@ def _write_report(directory: Path, failed: list[dict[str, str]], output: str | N
     from witty_profiler.cluster.directory import diagnose_directory
     from witty_profiler.diagnosis.cluster_report import report
     result = diagnose_directory(directory, failed, thresholds=thresholds, workers=workers)
-    write_output(report(result, str(directory), format), output, force)
+    from witty_profiler.converters.tokens import fewer_than
+    from witty_profiler.diagnosis.cluster_report import SUMMARY_TOKENS
+    write_output(report(result, str(directory), format, fits=fewer_than(SUMMARY_TOKENS)), output, force)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
