@@ -1,0 +1,1 @@
+"""Training traces read into the graph: PyTorch profiler (Kineto) and msprof-analyze outputs."""
