@@ -45,6 +45,7 @@ SOURCE = "kineto"
 CHUNK = 1 << 20  # characters read at a time
 FOLD = 1 << 16  # raw intervals gathered before they are folded into a union
 _NOT_SPACE = re.compile(r"[^ \t\n\r]")
+_NEXT_ITEM = re.compile(r"[ \t\n\r]*\{")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _NCCL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 # bytes per element of the dtypes NCCL kernels name ("dtype" of the kernel's args, as PyTorch spells it)
@@ -64,7 +65,8 @@ class _Stream:
     def __init__(self, handle: IO[str], name: str) -> None:
         self.handle, self.name = handle, name
         self.buf, self.pos, self.done, self.base = "", 0, False, 0
-        self._scan = json.JSONDecoder().scan_once
+        decoder = json.JSONDecoder()
+        self._scan, self._loads = decoder.scan_once, decoder.decode
 
     def _bad(self, what: str) -> InputError:
         return InputError(f"{self.name}: not a Kineto trace: {what} at character {self.base + self.pos}")
@@ -115,12 +117,25 @@ class _Stream:
             return value
 
     def items(self):
-        """The values of the array at the front, one at a time."""
+        """The values of the array at the front, a batch at a time: the whole items the buffer holds up to
+        its last '},' before a '{' (decoded in one call), else one by one (a cut inside an item fails to
+        decode, and that run is then read one value at a time)."""
         self.expect("[")
         if self.peek() == "]":
             self.pos += 1
             return
+        failed = -1  # the end of a run that did not decode
         while True:
+            end = self.buf.rfind("},", self.pos) if self.base + self.pos > failed else -1
+            if end > self.pos and _NEXT_ITEM.match(self.buf, end + 2):
+                try:
+                    batch = self._loads("[" + self.buf[self.pos:end + 1] + "]")
+                except (ValueError, RecursionError):
+                    batch, failed = None, self.base + end
+                if batch is not None:
+                    self.pos = end + 2
+                    yield from batch
+                    continue
             yield self.value()
             if self.peek() == ",":
                 self.pos += 1
@@ -529,7 +544,7 @@ def _graph(path: Path, job_key: str, trace: _Trace, took: float) -> Graph:
         if coll.bytes_calls:
             numbers[M.TRANSIT_BYTES] = coll.bytes_total
             if coll.bytes_us > 0:  # algorithm bandwidth: bytes / kernel time, in GB/s (1e9 bytes)
-                numbers[M.BANDWIDTH_GBYTES_PER_S] = round(coll.bytes_total / (coll.bytes_us * 1e3), 3)
+                numbers[M.BANDWIDTH_GBYTES_PER_S] = round(coll.bytes_total / (coll.bytes_us * 1e3), 6)
         graph.entity_of(T.COLLECTIVE, cid, {"op": op, "group": group, **coll.attrs}, dict(numbers))
         graph.edge_of(E.TAKES_PART, rank_id, cid, {}, numbers)
     status = "partial" if problems else "ok"
