@@ -274,3 +274,33 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, content, message):
 def test_a_missing_file(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         read_kineto(tmp_path / "nope.json", JOB)
+
+
+# -- the views --------------------------------------------------------------------------------------------
+def test_the_control_and_network_views_show_the_ranks_and_collectives(sampled0, sampled1):
+    from witty_profiler import convert
+    from witty_profiler.topology.graph import Graph
+
+    graph = Graph().merge(sampled0[2]).merge(sampled1[2])
+    control = convert(graph, layer="control").text
+    assert "ranks (trace), slowest step first (2)" in control
+    assert f"rank:{JOB}:0" in control and f"rank:{JOB}:1" in control and "exposed" in control
+    network = convert(graph, layer="network").text
+    assert f"collective:{JOB}:unknown:sendrecv" in network and "algorithm bandwidth" in network
+
+
+def test_the_trace_tables_fold_under_a_budget():
+    from witty_profiler import convert
+    from witty_profiler.topology.graph import Graph
+
+    graph = Graph()
+    for r in range(300):
+        graph.entity_of(T.RANK, f"rank:trace:j:{r}", {"rank": r}, {M.STEPS: 3, M.STEP_TIME_MS: 100.0 + r % 17,
+                                                                   M.COMPUTE_MS: 50.0, M.FREE_MS: 20.0})
+    for c in range(60):
+        graph.entity_of(T.COLLECTIVE, f"collective:trace:j:{c}:allreduce", {"op": "allreduce", "group": str(c)},
+                        {M.CALLS: c + 1, M.DURATION_MS: 1.5})
+    for layer, noun in (("control", "ranks"), ("network", "collectives")):
+        view = convert(graph, layer=layer, max_tokens=300)
+        assert view.tokens <= 300 and f"more {noun}: witty-profiler query GRAPH --type" in view.text
+    assert "rank:trace:j:16 " in convert(graph, layer="control", max_tokens=300).text  # the slowest first

@@ -27,9 +27,9 @@ LAYER_COLLECTORS = {
     "compute": ("cpu", "host", "process", "gpu", "npu", "pmu"),
     "memory": ("memory", "host", "numa", "process", "pressure", "gpu", "npu", "cgroup"),
     "interconnect": ("numa", "pci", "gpu", "npu", "process"),
-    "network": ("network", "sockets", "rdma"),
+    "network": ("network", "sockets", "rdma", "kineto"),
     "storage": ("storage", "pressure"),
-    "control": ("process", "cgroup", "pressure", "ebpf"),
+    "control": ("process", "cgroup", "pressure", "ebpf", "kineto"),
     "dataplane": ("ipc", "process", "sockets"),
 }
 

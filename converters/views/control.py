@@ -45,7 +45,10 @@ def blocks(ctx: GraphContext) -> list[Block]:
                                     "involuntary context switches per second; per_cpu = threads per allowed CPU; "
                                     "futex% = share of the window in futex waits (locks, the GIL), "
                                     "lock% = of which woken by another thread or under 10 ms (not timed-out sleeps), "
-                                    "wakeups/s = futex waits another thread ended, per second (eBPF)"),
+                                    "wakeups/s = futex waits another thread ended, per second (eBPF)",
+                                    *["ranks (trace): per step means over a trace's ProfilerStep spans; compute/"
+                                    "exposed/overlap = accelerator kernels, communication no kernel hides / hidden "
+                                    "under compute; free = accelerator idle; load = in the data loader"][:bool(ctx.graph.entities(T.RANK))]),
                         *findings_block(ctx, LAYER, on_rows={M.CPU_UTIL_PCT: (T.PROCESS, T.THREAD)}),
                         coverage(ctx, LAYER)]
     hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
@@ -98,7 +101,23 @@ def blocks(ctx: GraphContext) -> list[Block]:
                if c.metrics.get(M.THROTTLED_MS_PER_S) is not None else ""),
         Column("members", lambda c: _members(ctx, c, cited), left=True),
     ], groups, "cgroups", fold_query(ctx, T.CGROUP, groups, top=M.THROTTLED_PERIODS_PCT), pinned))
+    out.append(rank_table(ctx, cited))
     return out
+
+
+def rank_table(ctx: GraphContext, cited: set[str]) -> Table:
+    """The ranks of traces (Kineto, msprof), slowest step first: where a step's time goes."""
+    ranks = [r for r in ctx.graph.entities(T.RANK) if r.metrics.get(M.STEP_TIME_MS) is not None or r.id in cited]
+    ranks, pinned = rank(ranks, lambda r: (neg(r.metrics.get(M.STEP_TIME_MS)), r.attrs.get("rank") or 0), cited,
+                         ctx, workload=lambda r: False)
+    ms = lambda name: lambda r: duration_ms(r.metrics.get(name))  # noqa: E731
+    return Table("ranks (trace), slowest step first", [
+        ID, Column("steps", lambda r: num(r.metrics.get(M.STEPS))),
+        Column("step", ms(M.STEP_TIME_MS)), Column("step_max", ms(M.STEP_TIME_MS + "_max"), optional=True),
+        Column("compute", ms(M.COMPUTE_MS)), Column("exposed", ms(M.COMM_EXPOSED_MS)),
+        Column("overlap", ms(M.COMM_OVERLAPPED_MS)), Column("free", ms(M.FREE_MS)),
+        Column("load", ms(M.DATA_LOADING_MS)), Column("busy%", lambda r: pct(r.metrics.get(M.KERNEL_BUSY_PCT))),
+    ], ranks, "ranks", fold_query(ctx, T.RANK, ranks, top=M.STEP_TIME_MS), pinned)
 
 
 def _members(ctx: GraphContext, group, cited: set[str]) -> str:

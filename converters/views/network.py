@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from witty_profiler.converters.context import GraphContext
-from witty_profiler.converters.render import Block, Column, Table, duration_us, num, pct, rate, size
+from witty_profiler.converters.render import Block, Column, Table, duration_ms, duration_us, num, pct, rate, size
 from witty_profiler.converters.views.common import (
     ID,
+    compact_list,
     coverage,
     edge_ends,
     edge_label,
@@ -25,8 +26,11 @@ TITLE = "network (layer 4)"
 
 def blocks(ctx: GraphContext) -> list[Block]:
     cited = ctx.cited(LAYER)
+    traced = "; collectives (traces): dur = one call's kernel time (mean, p95, max), bytes = message sizes " \
+             "summed over the calls, GB/s = algorithm bandwidth (bytes / kernel time, not bus bandwidth)"
     out: list[Block] = [legend(ctx, "rates over the window; rtt = smoothed round trip; "
-                                    "flows: bytes and packets a thread sent to a socket"), *findings_block(ctx, LAYER),
+                                    "flows: bytes and packets a thread sent to a socket"
+                                    + (traced if ctx.graph.entities(T.COLLECTIVE) else "")), *findings_block(ctx, LAYER),
                         coverage(ctx, LAYER)]
     hosts, pinned = rank(ctx.hosts, lambda h: 0, cited, ctx)
     out.append(Table("host TCP", [
@@ -84,7 +88,28 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("rate", lambda e: size(e.metrics.get(M.BYTES_PER_S), per_s=True)),
     ], flows, "flows", edge_query(ctx, flows), pinned, weight=1.5, covers=edge_ends,
         label=edge_label))
+    out.append(collective_table(ctx, cited))
     return out
+
+
+def _time_in(c) -> float:
+    """A collective's kernel time over the trace (calls x mean duration): the costliest first."""
+    return (c.metrics.get(M.CALLS) or 0) * (c.metrics.get(M.DURATION_MS) or 0)
+
+
+def collective_table(ctx: GraphContext, cited: set[str]) -> Table:
+    colls, pinned = rank(ctx.graph.entities(T.COLLECTIVE), lambda c: -_time_in(c), cited, ctx,
+                         workload=lambda c: False)
+    ms = lambda name: lambda c: duration_ms(c.metrics.get(name))  # noqa: E731
+    return Table("collectives (traces), most kernel time first", [
+        ID, Column("calls", lambda c: num(c.metrics.get(M.CALLS))),
+        Column("dur", ms(M.DURATION_MS)), Column("dur_p95", ms(M.DURATION_MS + "_p95"), optional=True),
+        Column("dur_max", ms(M.DURATION_MS + "_max")),
+        Column("bytes", lambda c: size(c.metrics.get(M.TRANSIT_BYTES))),
+        Column("GB/s", lambda c: num(c.metrics.get(M.BANDWIDTH_GBYTES_PER_S))),
+        Column("ranks", lambda c: compact_list(c.attrs["ranks"]) if c.attrs.get("ranks") else "", left=True,
+               optional=True),
+    ], colls, "collectives", fold_query(ctx, T.COLLECTIVE, colls), pinned, weight=0.8)
 
 
 def _sum_rate(m: dict, a: str, b: str) -> str:
