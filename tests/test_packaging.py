@@ -131,7 +131,8 @@ ALLOWED_IMPORTS = {
     "converters": {"topology"},
     "diagnosis": {"topology"},
     "cluster": {"topology", "diagnosis"},
-    "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster"},
+    "traces": {"topology"},
+    "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster", "traces"},
 }
 
 

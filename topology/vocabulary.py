@@ -249,6 +249,7 @@ class M:
     SYNC_MS = "sync_ms"
     IDLE_MS = "idle_ms"
     WAIT_RATIO = "wait_ratio"
+    LAST_ARRIVALS = "last_arrivals"
     TRANSIT_BYTES = "transit_bytes"
     BANDWIDTH_GBYTES_PER_S = "bandwidth_gbytes_per_s"
 
@@ -343,8 +344,8 @@ EDGE_TYPES: dict[str, str] = {
     E.TRACE_OF: "rank -> the process it is (a trace's pid on the graph's host); the rank keeps the trace's own "
                 "window",
     E.TAKES_PART: "rank -> collective; metrics of that rank in it: calls, elapse_ms, transit_ms, wait_ms, sync_ms, "
-                  "idle_ms, wait_ratio, transit_bytes, bandwidth_gbytes_per_s; attrs link (RDMA, HCCS, PCIE, SDMA, "
-                  "NVLink) for a per-link edge",
+                  "idle_ms, wait_ratio, last_arrivals, transit_bytes, bandwidth_gbytes_per_s; attrs link (RDMA, HCCS, "
+                  "PCIE, SDMA, NVLink) for a per-link edge",
     E.RELATED: "a legacy edge of a type this version does not know, kept as is",
 }
 
@@ -517,6 +518,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.SYNC_MS, "ms", "time a rank spent synchronising before a collective's transfers (msprof: Synchronization Time)"),
     _M(M.IDLE_MS, "ms", "time between a rank's collectives (msprof: Idle Time)"),
     _M(M.WAIT_RATIO, "ratio", "wait / (wait + transit) of a rank in a collective"),
+    _M(M.LAST_ARRIVALS, "calls", "calls of a collective in which this rank waited least of its group: it arrived "
+       "last and its peers waited for it (msprof's slow-rank vote)"),
     _M(M.TRANSIT_BYTES, "bytes", "bytes a collective moved (per link where the edge names one)"),
     _M(M.BANDWIDTH_GBYTES_PER_S, "GB/s", "transfer bandwidth of a collective (per link where the edge names one)"),
     # legacy time bases

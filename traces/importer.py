@@ -1,0 +1,133 @@
+"""`import_traces`: training traces of any supported format into one graph, alone or joined to a host graph.
+
+Each input is either an msprof-analyze cluster output (a directory holding cluster_step_trace_time.csv
+and/or cluster_communication.json, or those files named directly; files of one directory are read
+together) or a PyTorch profiler (Kineto) trace (.json or .json.gz with traceEvents). Every reader
+returns a fragment with its own status in meta.collectors; the fragments merge into one graph. With
+`into`, they merge into that host graph (in place; it is returned), and a rank whose trace names a pid and hostname
+of one of its processes gets a `trace_of` edge to that process.
+
+The job key of the ranks' ids: `job` if given; else, with `into` holding exactly one `job` entity,
+that job's key (its id without 'job:'), so that the ranks join the job the host graph already knows;
+else 'trace:default'.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+from collections import defaultdict
+from pathlib import Path
+
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.ids import process_id
+from witty_profiler.topology.models import Meta
+from witty_profiler.topology.vocabulary import E, T
+from witty_profiler.traces.common import DEFAULT_JOB
+from witty_profiler.traces.msprof import COMM_JSON, STEP_CSV, read_msprof
+
+
+def import_traces(paths: list[str | Path], job: str | None = None, into: Graph | None = None) -> Graph:
+    """One graph of the traces' ranks and collectives (see the module's docstring)."""
+    if not paths:
+        raise InputError("no trace file given: name Kineto traces (.json, .json.gz) or msprof-analyze's "
+                         f"{STEP_CSV} / {COMM_JSON} (or their directory)")
+    job_key = job_key_for(job, into)
+    msprof: dict[Path, dict[str, Path]] = defaultdict(dict)  # directory -> its msprof files
+    kineto: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        kind = detect(path)
+        if kind == "msprof-dir":
+            for name in (STEP_CSV, COMM_JSON):
+                if (path / name).is_file():
+                    msprof[path.resolve()][name] = path / name
+        elif kind == "msprof":
+            msprof[path.resolve().parent][path.name] = path
+        else:
+            kineto.append(path)
+    fragments = [read_msprof(files.get(STEP_CSV), files.get(COMM_JSON), job_key) for _, files in sorted(msprof.items())]
+    if kineto:
+        read_kineto = _kineto_reader()
+        fragments += [read_kineto(path, job_key) for path in kineto]
+    graph = into if into is not None else Graph(Meta(source="trace"))
+    for fragment in fragments:
+        if into is not None:
+            fragment.meta.source = None  # the host graph keeps its own source
+        graph.merge(fragment)
+    if into is not None:
+        join_processes(graph)
+    return graph
+
+
+def job_key_for(job: str | None, into: Graph | None) -> str:
+    if job is not None:
+        key = job.strip()
+        if not key or any(c in key for c in "|\n\r\t") or key.startswith(f"{T.JOB}:"):
+            raise InputError(f"--job {job!r}: give a job key such as slurm:1234 or trace:myrun (without 'job:', "
+                             "no '|' or spaces)")
+        return key
+    if into is not None:
+        jobs = into.entities(T.JOB)
+        if len(jobs) == 1:
+            return jobs[0].id.split(":", 1)[1]
+    return DEFAULT_JOB
+
+
+def detect(path: Path) -> str:
+    """'msprof-dir', 'msprof' or 'kineto', or an InputError saying what the file is not."""
+    if path.is_dir():
+        if any((path / name).is_file() for name in (STEP_CSV, COMM_JSON)):
+            return "msprof-dir"
+        raise InputError(f"{path}: a directory without {STEP_CSV} or {COMM_JSON} (msprof-analyze's "
+                         "cluster_analysis_output)")
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.name in (STEP_CSV, COMM_JSON):
+        return "msprof"
+    if path.name.endswith((".json", ".json.gz")) and _has_trace_events(path):
+        return "kineto"
+    raise InputError(f"{path}: not a trace this tool reads (a Kineto trace .json/.json.gz with traceEvents, or "
+                     f"msprof-analyze's {STEP_CSV} / {COMM_JSON})")
+
+
+def _has_trace_events(path: Path) -> bool:
+    """Whether the first 64 KiB of a JSON (or gzipped JSON) file name 'traceEvents'."""
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
+    return b'"traceEvents"' in head
+
+
+def _kineto_reader():
+    try:
+        module = importlib.import_module("witty_profiler.traces.kineto")
+    except ModuleNotFoundError as exc:
+        if exc.name != "witty_profiler.traces.kineto":
+            raise
+        raise InputError("Kineto traces are not supported yet: import msprof-analyze's cluster outputs "
+                         f"({STEP_CSV}, {COMM_JSON})") from None
+    return module.read_kineto
+
+
+def join_processes(graph: Graph) -> int:
+    """`trace_of` edges from each rank whose attrs pid and hostname name a process of the graph's host(s);
+    returns how many."""
+    hosts = set(graph.meta.hosts)
+    joined = 0
+    for rank in graph.entities(T.RANK):
+        pid, hostname = rank.attrs.get("pid"), rank.attrs.get("hostname")
+        if not isinstance(pid, int) or not isinstance(hostname, str):
+            continue
+        candidates = [h for h in hosts if h == hostname or h.split(".", 1)[0] == hostname.split(".", 1)[0]]
+        for host in sorted(candidates):
+            pid_id = process_id(host, pid)
+            if pid_id in graph:
+                graph.edge_of(E.TRACE_OF, rank.id, pid_id)
+                joined += 1
+                break
+    return joined
