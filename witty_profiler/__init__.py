@@ -2,7 +2,8 @@
 
 `witty_profiler` is what scripts, the CLI and the MCP server call: `load` (native or legacy
 graph files), `collect` (a live window on this host), `diagnose`, `convert` and `compare`; for jobs
-that span hosts, `merge` (host graphs into one) and `diagnose_cluster` (a directory of host graphs). Each
+that span hosts, `merge` (host graphs into one) and `diagnose_cluster` (a directory of host graphs);
+`import_traces` reads training traces (Kineto, msprof-analyze) into rank and collective entities. Each
 is a thin function over the parts installed under this name, whose folders sit at the top of the
 repository: `witty_profiler.collectors`, `.topology`, `.converters`, `.diagnosis` and `.mcp_server`.
 
@@ -24,7 +25,7 @@ _API = {
     "compare": "diagnosis.compare:compare", "convert": "api:convert", "count_tokens": "converters.tokens:count_tokens",
     "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
     "report": "diagnosis.report:report", "merge": "topology.hosts:merge_hosts",
-    "diagnose_cluster": "diagnosis.cluster:diagnose_cluster",
+    "diagnose_cluster": "diagnosis.cluster:diagnose_cluster", "import_traces": "traces.importer:import_traces",
 }
 
 __all__ = ["__version__", *sorted(_API)]
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from witty_profiler.topology import Graph, dump_graph
     from witty_profiler.topology import load_graph as load
     from witty_profiler.topology.hosts import merge_hosts as merge
+    from witty_profiler.traces.importer import import_traces
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _API)
