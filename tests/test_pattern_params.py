@@ -17,6 +17,7 @@ from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology import Graph
 
 from cluster_graphs import nic_speeds, ranks_on_hosts
+from trace_graphs import bandwidth_z, link_peers, votes
 from diagnosis_graphs import (
     allocates_on,
     device,
@@ -352,8 +353,18 @@ CLUSTER_SPECS = [
 ]
 SPECS += CLUSTER_SPECS
 
+TRACE_SPECS = [
+    # "the least collective calls a rank must arrive last in": at it, named (the vote alone: a notice)
+    Spec("control.slow_rank", "min_votes", votes, None, "notice", "notice"),
+    # "the least robust z-score": a rank must be farther out (strictly)
+    Spec("network.slow_link", "robust_z", bandwidth_z, None, None, "critical"),
+    # "the least ranks of a collective to compare": at it, compared
+    Spec("network.slow_link", "min_peers", link_peers, None, "critical", "critical"),
+]
+SPECS += TRACE_SPECS
+
 # overrides that keep the main threshold crossed (the default x 1.5 unless said here)
-OVERRIDE = {("control.straggler_host", "min_peers"): 5, ("network.odd_host", "min_hosts"): 5,
+OVERRIDE = {("control.straggler_host", "min_peers"): 5, ("network.slow_link", "min_peers"): 5, ("network.odd_host", "min_hosts"): 5,
             ("network.odd_host", "agree_share"): 0.99, ("compute.compute_bound", "ipc"): 1.2, ("dataplane.data_loading_bottleneck", "device_idle_pct"): 45}
 
 

@@ -9,6 +9,7 @@ from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology.models import CollectorStatus
 
 from cluster_graphs import ranks_on_hosts
+from trace_graphs import step_gap
 from diagnosis_graphs import assert_threshold, cgroup, device, host, new_graph, process, thread, threshold_cases, uses
 
 
@@ -72,6 +73,8 @@ BUILDERS = {
     ("control.thread_oversubscription", "runnable_per_cpu"): oversubscription,
     # three hosts, one rank each: the third gets v % less CPU than its two peers
     ("control.straggler_host", "deviation_pct"): lambda v: ranks_on_hosts([100.0, 100.0, 100.0 - v]),
+    # three trace ranks; the third's exposed communication and free time are 10 v ms apart in 1000 ms steps
+    ("control.slow_rank", "gap_pct"): step_gap,
 }
 
 

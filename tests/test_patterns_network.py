@@ -7,6 +7,7 @@ import pytest
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
+from trace_graphs import latency, link_bandwidths
 from diagnosis_graphs import assert_threshold, host, new_graph, process, threshold_cases
 
 
@@ -49,6 +50,9 @@ def nic(metric, **others):
 
 
 BUILDERS = {
+    # four ranks at 10 GB/s over RDMA in one AllGather and one v times slower
+    ("network.slow_link", "slowdown"): lambda v: link_bandwidths([10.0, 10.0, 10.0, 10.0, 10.0 / v]),
+    ("network.slow_link", "latency_us"): latency,
     ("network.congestion", "rtt_us"): rtt,
     ("network.retransmission", "tcp_retrans_pct"): retrans,
     ("network.rdma_bottleneck", "port_util_pct"): rdma("port_util_pct", port_errors_per_s=0.0),

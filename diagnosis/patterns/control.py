@@ -20,6 +20,7 @@ from witty_profiler.diagnosis.catalog import (
 )
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.patterns.cluster import STRAGGLER_HOST
+from witty_profiler.diagnosis.patterns.traces import SLOW_RANK
 from witty_profiler.diagnosis.rules import (
     host_or_scope_processes,
     needs_workload,
@@ -578,4 +579,5 @@ THREAD_OVERSUBSCRIPTION = Pattern(
     check=_thread_oversubscription)
 
 
-PATTERNS = [SCHEDULING_LATENCY, CPU_THROTTLING, LOCK_CONTENTION, LOAD_IMBALANCE, STRAGGLER_HOST, THREAD_OVERSUBSCRIPTION]
+PATTERNS = [SCHEDULING_LATENCY, CPU_THROTTLING, LOCK_CONTENTION, LOAD_IMBALANCE, STRAGGLER_HOST, SLOW_RANK,
+            THREAD_OVERSUBSCRIPTION]

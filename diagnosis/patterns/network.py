@@ -8,6 +8,7 @@ from typing import Any
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, not_evaluated, number
 from witty_profiler.diagnosis.patterns.cluster import ODD_HOST
+from witty_profiler.diagnosis.patterns.traces import SLOW_LINK
 from witty_profiler.diagnosis.rules import metric_check, several_metrics_check
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
@@ -192,4 +193,4 @@ NIC_SATURATION = Pattern(
     check=_nic_saturation)
 
 
-PATTERNS = [CONGESTION, RETRANSMISSION, RDMA_BOTTLENECK, NIC_SATURATION, ODD_HOST]
+PATTERNS = [CONGESTION, RETRANSMISSION, RDMA_BOTTLENECK, NIC_SATURATION, ODD_HOST, SLOW_LINK]

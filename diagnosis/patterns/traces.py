@@ -1,0 +1,336 @@
+"""Patterns on training traces (`witty-profiler import-trace`): the ranks and collectives of a job as
+its profiler saw them. Listed in their layers: control.slow_rank (6) and network.slow_link (4).
+
+control.slow_rank applies msprof-analyze's slow-rank rule: for each step component (compute, exposed
+communication, free, bubble) over the ranks of one job, (max - min) / mean step time, where the step
+time of a rank is compute + exposed communication + free (msprof's denominator: the gap is measured
+against the whole step, not against the component); and its collective-wait vote: in each call of a
+collective the rank that waited least arrived last, so its peers waited for it.
+
+network.slow_link compares, within each collective (group and op) and link type, each rank's transfer
+bandwidth with the other ranks' median (leave one out), with the robust z-score 0.6745 (median - x) /
+MAD of the peers (Iglewicz-Hoaglin) guarding against a rank within the peers' own spread; and flags
+AllReduce/AllGather whose mean duration is over a latency threshold.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+from typing import Any
+
+from witty_profiler.diagnosis import evidence as ev
+from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.scope import Scope, num
+from witty_profiler.topology import Entity
+from witty_profiler.topology.vocabulary import E, M, T
+
+NO_RANKS = ("no trace ranks in this graph (import a job's training traces with witty-profiler import-trace: "
+            "Kineto traces or msprof-analyze's cluster outputs)")
+
+# (metric, name, the direction in which a rank holds the others up)
+COMPONENTS = (
+    (M.COMPUTE_MS, "compute", "higher"),
+    (M.COMM_EXPOSED_MS, "exposed communication", "lower"),  # the one that waits least is the one waited for
+    (M.FREE_MS, "free", "higher"),
+    (M.BUBBLE_MS, "bubble", "higher"),
+)
+STEP_PARTS = (M.COMPUTE_MS, M.COMM_EXPOSED_MS, M.FREE_MS)
+
+
+def _job_of(scope: Scope, rank: Entity) -> str:
+    jobs = [e.target for e in scope.query.out_edges(rank.id, E.MEMBER_OF)]
+    return jobs[0] if jobs else "job:" + rank.id.split(":", 1)[1].rsplit(":", 1)[0]
+
+
+def _jobs(scope: Scope) -> dict[str, list[Entity]]:
+    jobs: dict[str, list[Entity]] = defaultdict(list)
+    for rank in scope.graph.entities(T.RANK):
+        jobs[_job_of(scope, rank)].append(rank)
+    return dict(sorted(jobs.items()))
+
+
+def _job_name(job: str) -> str:
+    return "job " + job.split(":", 1)[-1]
+
+
+def _label(rank: Entity | None) -> str:
+    if rank is None:
+        return "rank ?"
+    return f"rank {rank.attrs.get('rank', rank.id.rsplit(':', 1)[-1])}"
+
+
+def _step_time(rank: Entity) -> float | None:
+    parts = [num(rank, m) for m in STEP_PARTS]
+    if all(p is not None for p in parts):
+        return sum(parts)  # type: ignore[arg-type]
+    return num(rank, M.STEP_TIME_MS)
+
+
+def _gaps(ranks: list[Entity]) -> list[dict[str, Any]]:
+    """msprof's (max - min) / mean step time per component, with the rank that holds the others up."""
+    steps = [s for s in map(_step_time, ranks) if s is not None]
+    if len(steps) < 2:
+        return []
+    mean_step = sum(steps) / len(steps)
+    out = []
+    for metric, name, worse in COMPONENTS:
+        measured = sorted(((num(r, metric), r) for r in ranks if num(r, metric) is not None), key=lambda x: (x[0],
+                                                                                                          x[1].id))
+        if len(measured) < 2 or mean_step <= 0:
+            continue
+        (low, low_rank), (high, high_rank) = measured[0], measured[-1]
+        if worse == "higher":  # ties: the lowest id among the highest
+            high_rank = min((r for v, r in measured if v == high), key=lambda r: r.id)
+        values = [v for v, _ in measured]
+        out.append({"metric": metric, "name": name, "worse": worse, "ratio_pct": round((high - low) * 100 / mean_step,
+                                                                                        6),
+                    "max": high, "max_rank": high_rank, "min": low, "min_rank": low_rank,
+                    "mean": sum(values) / len(values), "mean_step": mean_step, "ranks": len(measured),
+                    "slow": high_rank if worse == "higher" else low_rank})
+    return out
+
+
+def _votes(scope: Scope, ranks: list[Entity]) -> tuple[dict[str, int], int]:
+    """Calls each rank arrived last in (last_arrivals of its takes_part edges; where a collective has none,
+    the rank with the least total wait in it), and the calls voted on."""
+    members = {r.id for r in ranks}
+    by_collective: dict[str, list[Any]] = defaultdict(list)
+    for edge in scope.graph.edges(E.TAKES_PART):
+        if edge.source in members and not edge.attrs.get("link"):
+            by_collective[edge.target].append(edge)
+    votes: dict[str, int] = defaultdict(int)
+    total = 0
+    for _, edges in sorted(by_collective.items()):
+        if any(num(e, M.LAST_ARRIVALS) is not None for e in edges):
+            for e in edges:
+                votes[e.source] += int(num(e, M.LAST_ARRIVALS) or 0)
+                total += int(num(e, M.LAST_ARRIVALS) or 0)
+            continue
+        waits = sorted((num(e, M.WAIT_MS), e.source) for e in edges if num(e, M.WAIT_MS) is not None)
+        if len(waits) >= 2 and waits[0][0] < waits[1][0]:
+            votes[waits[0][1]] += 1
+            total += 1
+    return dict(votes), total
+
+
+# -- control.slow_rank --------------------------------------------------------------------
+def _slow_rank(scope: Scope, t: dict[str, Any]) -> Verdict:
+    jobs = _jobs(scope)
+    if not jobs:
+        return not_evaluated(NO_RANKS)
+    levels, min_votes = t["gap_pct"], int(t["min_votes"])
+    items: list[Evidence] = []
+    sentences, subjects, severities, judged, clear_parts = [], [], [], 0, []
+    for job, ranks in jobs.items():
+        gaps = _gaps(ranks)
+        votes, calls = _votes(scope, ranks)
+        if not gaps and not calls:
+            continue
+        judged += 1
+        crossed = [(g, levels.severity(g["ratio_pct"])) for g in gaps]
+        crossed = [(g, s) for g, s in crossed if s]
+        winner = _winner(votes)
+        suspects: dict[str, int] = defaultdict(int)
+        for g, _ in crossed:
+            suspects[g["slow"].id] += 1
+        if winner and votes[winner] >= min_votes:
+            suspects[winner] += 1
+        if not crossed and not (winner and votes[winner] >= min_votes):
+            worst_gap = max(gaps, key=lambda g: g["ratio_pct"], default=None)
+            clear_parts.append(f"{_job_name(job)}: {len(ranks)} ranks" + (
+                f", widest gap {worst_gap['name']} {ev.fmt(worst_gap['ratio_pct'], '%')} of the mean step time "
+                f"{ev.fmt(worst_gap['mean_step'], 'ms')}" if worst_gap else "") + (
+                f", {ev.counted(calls, 'calls')} voted without a rank arriving last {min_votes} times or more"
+                if calls else ""))
+            continue
+        slow_id = max(sorted(suspects), key=lambda r: suspects[r])
+        slow = scope.graph.entity(slow_id)
+        subjects.append(slow_id)
+        parts = []
+        for g, severity in crossed:
+            severities.append(severity)
+            value = g["max"] if g["worse"] == "higher" else g["min"]
+            who = _label(g["slow"])
+            parts.append(f"{g['name']} (max - min) / mean step = ({ev.fmt(g['max'], 'ms')} {_label(g['max_rank'])} - "
+                         f"{ev.fmt(g['min'], 'ms')} {_label(g['min_rank'])}) / {ev.fmt(g['mean_step'], 'ms')} = "
+                         f"{ev.fmt(g['ratio_pct'], '%')}, {who} at {ev.fmt(value, 'ms')}")
+            items.append(ev.statistic([r.id for r in ranks], f"{g['metric']} gap", g["ratio_pct"], "%", levels=levels,
+                                      severity=severity,
+                                      note=f"(max {ev.fmt(g['max'], 'ms')} on {_label(g['max_rank'])} - min "
+                                           f"{ev.fmt(g['min'], 'ms')} on {_label(g['min_rank'])}) / mean step time "
+                                           f"{ev.fmt(g['mean_step'], 'ms')} (compute + exposed communication + free) "
+                                           f"over {g['ranks']} ranks"))
+            items.append(ev.entity(g["slow"].id, g["metric"], round(value, 3), "ms",
+                                   note=f"{'highest' if g['worse'] == 'higher' else 'lowest'} of the job; mean "
+                                        f"{ev.fmt(g['mean'], 'ms')}, min {ev.fmt(g['min'], 'ms')}, max "
+                                        f"{ev.fmt(g['max'], 'ms')}"))
+        if winner:
+            ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
+            items.append(ev.entity(winner, M.LAST_ARRIVALS, votes[winner], "calls", bound=(">=", min_votes),
+                                   note=f"arrived last (waited least) in {votes[winner]} of {calls} collective calls; "
+                                        + ", ".join(f"{_label(scope.graph.entity(r))} {n}" for r, n in ranked[:ev.MAX_SUBJECTS])))
+            if votes[winner] >= min_votes:
+                severities.append("notice")
+                parts.append(f"{_label(scope.graph.entity(winner))} arrived last in {votes[winner]} of {calls} "
+                             "collective calls (it waited least; its peers waited for it)")
+        sentences.append(f"{_label(slow)} ({slow_id}) of {_job_name(job)}: " + "; ".join(parts))
+    if not judged:
+        return not_evaluated(f"{ev.counted(sum(map(len, jobs.values())), 'trace ranks')} without step times of two "
+                             "or more ranks and without collective waits")
+    if not sentences:
+        return clear("; ".join(clear_parts) + f"; no component gap over {ev.fmt(levels.limit(), '%')} of the step")
+    description = ("A rank holds its job up (msprof's slow-rank rule): " + ". ".join(sentences) + ".")
+    return finding(worst(*severities) or "notice", description, items, subjects=subjects,
+                   related=["control.straggler_host", "network.slow_link", "dataplane.data_loading_bottleneck"])
+
+
+def _winner(votes: dict[str, int]) -> str | None:
+    if not votes:
+        return None
+    ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
+    if ranked[0][1] <= 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    return ranked[0][0]
+
+
+SLOW_RANK = Pattern(
+    id="control.slow_rank", layer=6, title="Slow rank: one rank of a job holds the others up (traces)",
+    why="In a synchronous job every collective waits for the last rank. msprof-analyze's rule: when the ranks' "
+        "compute, exposed communication or free time differ by more than 5 % of the step time, one rank works "
+        "longer (more compute or host-side idle time) while the others wait for it in communication. The rank that "
+        "waits least in the collectives is the one that arrived last.",
+    metrics=("rank.compute_ms", "rank.comm_exposed_ms", "rank.free_ms", "rank.bubble_ms", "rank.step_time_ms",
+             "takes_part.last_arrivals", "takes_part.wait_ms"),
+    thresholds=(Threshold("gap_pct", "%", "above", "msprof's (max - min) / mean over the ranks of a job, of one step "
+                          "component, against the mean step time (compute + exposed communication + free); 5 % is "
+                          "msprof-analyze's own limit", critical=20, warning=10, notice=5),),
+    params=(Param("min_votes", 2, "calls", "the least collective calls a rank must arrive last in (waiting least, "
+                  "with no other rank as often) for the vote to name it"),),
+    evidence="Per job: each step component whose gap crosses a level, with (max - min) / mean step time, the ranks "
+             "holding the max and the min and the mean; the rank that holds the others up (highest compute, free or "
+             "bubble; lowest exposed communication) with its value; the collective-wait vote (calls each rank arrived "
+             "last in). The named rank is the one most components and the vote point at.",
+    recommendations=(
+        "Look at the named rank first: its host's CPU, data loading and accelerator (witty-profiler diagnose on that "
+        "host's graph, or import-trace --into it); free time means its device waited for the host.",
+        "Compare its profiler timeline with a fast rank's around the collectives it arrived last in.",
+        "Balance the work (pipeline stages, data shards) when the gap is in compute or bubble.",
+    ),
+    needs="training traces: witty-profiler import-trace (Kineto or msprof-analyze)",
+    check=_slow_rank)
+
+
+# -- network.slow_link --------------------------------------------------------------------
+MIN_LINK_BYTES = 1_000_000  # smaller transfers are latency-bound: their bandwidth says little about the link
+LATENCY_OPS = ("allreduce", "allgather")
+
+
+def _link_outliers(scope: Scope, t: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for edge in scope.graph.edges(E.TAKES_PART):
+        link = edge.attrs.get("link")
+        bw = num(edge, M.BANDWIDTH_GBYTES_PER_S)
+        if link and bw is not None and bw > 0 and (num(edge, M.TRANSIT_BYTES) or 0) >= MIN_LINK_BYTES:
+            groups[(edge.target, str(link))].append(edge)
+    out, compared = [], 0
+    for (collective, link), edges in sorted(groups.items()):
+        if len(edges) < int(t["min_peers"]):
+            continue
+        compared += 1
+        for edge in edges:
+            peers = [num(e, M.BANDWIDTH_GBYTES_PER_S) for e in edges if e is not edge]
+            centre = median(peers)
+            value = num(edge, M.BANDWIDTH_GBYTES_PER_S)
+            if value >= centre:
+                continue
+            mad = median(abs(p - centre) for p in peers)
+            z = round(0.6745 * (centre - value) / mad, 6) if mad else float("inf")
+            slowdown = round(centre / value, 6)
+            severity = t["slowdown"].severity(slowdown)
+            if severity is None or z <= t["robust_z"]:
+                continue
+            out.append({"edge": edge, "collective": collective, "link": link, "value": value, "median": centre,
+                        "mad": mad, "z": z, "slowdown": slowdown, "severity": severity, "peers": len(peers)})
+    return out, compared
+
+
+def _slow_link(scope: Scope, t: dict[str, Any]) -> Verdict:
+    collectives = scope.graph.entities(T.COLLECTIVE)
+    if not collectives:
+        return not_evaluated("no collectives in this graph (import a job's training traces with witty-profiler "
+                             "import-trace)")
+    outliers, compared = _link_outliers(scope, t)
+    latency = t["latency_us"]
+    slow_ops = []
+    for c in collectives:
+        mean = num(c, M.DURATION_MS)
+        if c.attrs.get("op") in LATENCY_OPS and mean is not None:
+            us = round(mean * 1000, 6)
+            if latency.severity(us):
+                slow_ops.append((c, us, latency.severity(us)))
+    if not outliers and not slow_ops:
+        timed = [c for c in collectives if c.attrs.get("op") in LATENCY_OPS and num(c, M.DURATION_MS) is not None]
+        return clear(f"{ev.counted(len(collectives), 'collectives')}; {ev.counted(compared, 'link groups')} of "
+                     f"{int(t['min_peers'])} or more ranks compared (transfers of 1 MB or more), no rank's bandwidth "
+                     f"an outlier; {ev.counted(len(timed), 'AllReduce/AllGather')} under "
+                     f"{ev.fmt(latency.limit(), 'us')} mean duration")
+    items: list[Evidence] = []
+    sentences, subjects = [], []
+    for o in sorted(outliers, key=lambda o: (-o["slowdown"], o["edge"].id))[:ev.MAX_SUBJECTS]:
+        edge, c = o["edge"], scope.graph.entity(o["collective"])
+        subjects += [edge.source, o["collective"]]
+        what = f"{c.attrs.get('op', '?')} of group {c.attrs.get('group', '?')}" if c else ev.short(o["collective"])
+        sentences.append(f"{ev.short(edge.source)} over {o['link']} in {what}: {ev.fmt(o['value'], 'GB/s')} vs the "
+                         f"peers' median {ev.fmt(o['median'], 'GB/s')} ({ev.fmt(o['slowdown'])}x slower)")
+        items.append(ev.edge(edge.id, "bandwidth slowdown vs peers", o["slowdown"], "ratio", levels=t["slowdown"],
+                             severity=o["severity"],
+                             note=f"{M.BANDWIDTH_GBYTES_PER_S} {ev.fmt(o['value'], 'GB/s')}; the {o['peers']} peers' "
+                                  f"median {ev.fmt(o['median'], 'GB/s')}, MAD {ev.fmt(o['mad'], 'GB/s')}, robust z "
+                                  f"{'inf' if o['z'] == float('inf') else ev.fmt(round(o['z'], 1))} (> "
+                                  f"{ev.fmt(t['robust_z'])}); {ev.fmt(num(edge, M.TRANSIT_BYTES))} bytes in "
+                                  f"{ev.fmt(num(edge, M.TRANSIT_MS), 'ms')}"))
+    if len(outliers) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(outliers) - ev.MAX_SUBJECTS, "slow links"))
+    for c, us, severity in slow_ops:
+        subjects.append(c.id)
+        sentences.append(f"{c.attrs.get('op')} of group {c.attrs.get('group', '?')} takes {ev.fmt(us, 'us')} on "
+                         f"average over {ev.fmt(num(c, M.CALLS))} calls")
+        items.append(ev.entity(c.id, "mean duration", us, "us", levels=latency, severity=severity,
+                               note=f"{M.DURATION_MS} {ev.fmt(num(c, M.DURATION_MS), 'ms')}, p95 "
+                                    f"{ev.fmt(num(c, M.DURATION_MS + '_p95'), 'ms')}, max "
+                                    f"{ev.fmt(num(c, M.DURATION_MS + '_max'), 'ms')}"))
+    severity = worst(*(o["severity"] for o in outliers), *(s for _, _, s in slow_ops))
+    return finding(severity or "warning", "Slow collective links: " + "; ".join(sentences) + ".", items,
+                   subjects=subjects, related=["control.slow_rank", "network.congestion", "network.rdma_bottleneck",
+                                               "interconnect.nvlink_contention"])
+
+
+SLOW_LINK = Pattern(
+    id="network.slow_link", layer=4, title="Slow collective link (traces)",
+    why="A rank whose transfers over one link type (RDMA, HCCS, PCIe, NVLink) run slower than its peers' in the "
+        "same collective points at a bad link, a congested path or a wrong route; every rank of the group waits for "
+        "it. An AllReduce or AllGather taking over 200 us on average indicates network congestion (the seed "
+        "article's rule).",
+    metrics=("takes_part.bandwidth_gbytes_per_s", "takes_part.transit_bytes", "takes_part.transit_ms",
+             "collective.duration_ms", "collective.calls"),
+    thresholds=(Threshold("slowdown", "ratio", "above", "the peers' median bandwidth over a rank's, per collective "
+                          "and link type (transfers of 1 MB or more)", critical=2, warning=1.5),
+                Threshold("latency_us", "us", "above", "mean duration of an AllReduce or AllGather call",
+                          critical=1000, warning=200)),
+    params=(Param("robust_z", 3.5, "ratio", "the least robust z-score 0.6745 (median - bandwidth) / MAD of the peers "
+                  "(Iglewicz-Hoaglin): a rank within its peers' own spread is not an outlier"),
+            Param("min_peers", 3, "ranks", "the least ranks of a collective with transfers over one link type to "
+                  "compare: with two, neither is the odd one")),
+    evidence="Each rank and link type whose bandwidth is an outlier in its collective (eight at most, the slowest "
+             "first): its bandwidth, the peers' median and MAD, the robust z-score, bytes and transit time; each "
+             "AllReduce/AllGather over the latency threshold with its mean, p95 and max duration.",
+    recommendations=(
+        "Check the named rank's link of that type: port counters and errors (network.rdma_bottleneck, ibstat, "
+        "hccn_tool), NVLink/HCCS state (interconnect.nvlink_contention), PCIe link width.",
+        "For slow AllReduce/AllGather everywhere: look for congestion (PFC/ECN, oversubscribed uplinks), and "
+        "bucket small collectives together.",
+    ),
+    needs="training traces with collectives: witty-profiler import-trace",
+    check=_slow_link)
