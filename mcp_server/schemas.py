@@ -64,6 +64,14 @@ class LoadGraphInput(_In):
                       "server's cwd")
 
 
+class ImportTraceInput(_In):
+    paths: list[str] = Field(min_length=1, max_length=1024, description="Kineto traces (.json, .json.gz) or "
+                             "msprof-analyze outputs (files or their folder), relative to the server's cwd")
+    job: str | None = Field(default=None, description="job key of the ranks, e.g. slurm:1234")
+    into_graph_id: str | None = Field(default=None, max_length=96, description="a host graph to join the ranks to "
+                                      "(copied, not changed)")
+
+
 class ListGraphsInput(_In):
     limit: int = Field(default=20, ge=1, le=200, description="graphs per page")
     cursor: str | None = Field(default=None, description="next_cursor of the previous page")

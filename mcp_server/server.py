@@ -284,6 +284,12 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
              s.LoadGraphInput, s.GraphSummary,
              ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                              open_world_hint=False), in_thread(w.load_graph))
+    add_tool(server, "import_trace", "Import training traces",
+             "Kineto or msprof-analyze traces into a graph of ranks and collectives (into_graph_id: joined to a host "
+             "graph); returns graph_id and summary.",
+             s.ImportTraceInput, s.GraphSummary,
+             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                             open_world_hint=False), in_thread(w.import_trace))
     add_tool(server, "list_graphs", "List graphs",
              "Known graphs, newest first, from earlier sessions too.",
              s.ListGraphsInput, s.GraphList, READ_ONLY, inline(w.list_graphs))

@@ -172,6 +172,18 @@ class WittyTools:
         record, graph = self.store.load_file(self.path(inp.path))
         return self._summary(record, graph, 8000)
 
+    def import_trace(self, inp: s.ImportTraceInput) -> tuple[s.GraphSummary, str]:
+        import hashlib
+
+        from witty_profiler.mcp_server.store import slug
+        paths = [self.path(p) for p in inp.paths]
+        into = Graph().merge(self.store.get(inp.into_graph_id)) if inp.into_graph_id else None
+        graph = wp.import_traces(paths, job=inp.job, into=into)
+        key = "\n".join([*(str(p.resolve()) for p in paths), inp.job or "", inp.into_graph_id or ""])
+        graph_id = f"trace-{slug(paths[0].name, 30)}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+        record = self.store.add(graph, "load", graph_id, loaded_from=", ".join(str(p.resolve()) for p in paths))
+        return self._summary(record, graph, 8000)
+
     # -- looking at graphs ----------------------------------------------------------------
     def list_graphs(self, inp: s.ListGraphsInput) -> tuple[s.GraphList, str]:
         records = self.store.records()

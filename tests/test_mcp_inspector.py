@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_inspector.sh"
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs",
              "list_hosts"}
-ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "import_trace", "generate_report"}
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.anyio
 
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs",
              "list_hosts"}
-ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "import_trace", "generate_report"}
 SHARED_ARGUMENTS = {"graph_id", "before_id", "after_id", "max_tokens"}
 
 
@@ -149,7 +149,7 @@ async def test_published_schemas_keep_the_contract_without_the_noise(state: Path
                 assert published["default"] == own["default"], (name, field)
             assert published["type"] != "null" and "null" not in published["type"], (name, field)
         # outputs: every field, nested ones too, under the name the model gives it
-        models = {"collect": schemas.CollectResult, "load_graph": schemas.GraphSummary, "list_hosts": schemas.HostList,
+        models = {"collect": schemas.CollectResult, "load_graph": schemas.GraphSummary, "import_trace": schemas.GraphSummary, "list_hosts": schemas.HostList,
                   "list_graphs": schemas.GraphList, "graph_summary": schemas.GraphSummary,
                   "query_graph": schemas.QueryPage, "convert_layer": schemas.LayerView,
                   "match_patterns": schemas.PatternMatches, "generate_report": schemas.Report,
@@ -207,14 +207,15 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
 
 
-async def test_tool_definitions_cost_at_most_3600_tokens() -> None:
+async def test_tool_definitions_cost_at_most_3950_tokens() -> None:
     """The tools/list result costs every conversation its tokens (cl100k_base, counted offline, so the
     bound is exact): benchmarks/mcp_definitions.py prints the figures, BENCHMARKS.md records them. It was
     3,000 for nine single-host tools; collect's cluster arguments and output, list_hosts and
-    match_patterns' directory and host brought it to 3,568."""
+    match_patterns' directory and host brought it to 3,568; import_trace (its output is load_graph's summary)
+    to about 3,900."""
     counted = definition_tokens(await tools_list())
     assert set(counted["tools"]) == ALL_TOOLS
-    assert counted["total"] <= 3600, counted
+    assert counted["total"] <= 3950, counted
 
 
 async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Path, graph_file: Path) -> None:
