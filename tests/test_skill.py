@@ -241,7 +241,7 @@ def test_evals_file_has_at_least_eight_cases_with_value_level_assertions():
     for case in CASES:
         assert case["prompt"] and case["expected_output"] and case["assertions"]
         assert {a["type"] for a in case["assertions"]} <= known
-        assert ("graph" in case["input"]) != ("scenario" in case["input"])
+        assert sum(k in case["input"] for k in ("graph", "scenario", "traces")) == 1
     assert runner.resolve_input(CASES[0]["input"]["graph"], None) is not None or not (
         REPO.parent / "shared").exists()
 

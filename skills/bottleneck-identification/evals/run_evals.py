@@ -231,6 +231,12 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
         if path is None:
             raise FileNotFoundError(f"input {source['graph']} not found (see evals.json 'inputs'; use --inputs DIR)")
         graph = wp.load(path)
+    elif "traces" in source:  # training traces (Kineto, msprof-analyze) imported into a graph of their own
+        paths = [resolve_input(t, inputs) for t in source["traces"]]
+        if None in paths:
+            missing = [t for t, found in zip(source["traces"], paths) if found is None]
+            raise FileNotFoundError(f"inputs {missing} not found (see evals.json 'inputs'; use --inputs DIR)")
+        graph = wp.import_traces(paths)
     else:
         scenarios = _scenarios()
         with scenarios.run(source["scenario"]) as roles:
