@@ -186,11 +186,17 @@ class Table:
 Block = Lines | Table
 
 
+CITED_NAMED = 5  # cited rows named on a fold line; beyond them, counted (the fold's command lists them all)
+
+
 def _cited_rest(table: Table, shown: int) -> str:
-    """The cited rows a budget left out, named compactly so that no citation is lost."""
+    """The cited rows a budget left out, named compactly (a few, the rest counted: a finding that cites
+    hundreds of rows must not push its own table out of the view)."""
+    left = range(shown, table.pinned)
     rest = [table.label(table.items[i]) if table.label else " ".join(table.covers(table.items[i]))
-            for i in range(shown, table.pinned)]
-    return f" (cited: {', '.join(rest)})" if rest else ""
+            for i in left[:CITED_NAMED]]
+    more = f" and {len(left) - CITED_NAMED} more" if len(left) > CITED_NAMED else ""
+    return f" (cited: {', '.join(rest)}{more})" if rest else ""
 
 
 def render_table(table: Table, shown: int) -> list[str]:

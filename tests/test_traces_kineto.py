@@ -302,5 +302,7 @@ def test_the_trace_tables_fold_under_a_budget():
                         {M.CALLS: c + 1, M.DURATION_MS: 1.5})
     for layer, noun in (("control", "ranks"), ("network", "collectives")):
         view = convert(graph, layer=layer, max_tokens=300)
-        assert view.tokens <= 300 and f"more {noun}: witty-profiler query GRAPH --type" in view.text
+        # (a finding may cite the rows left out: a few are named before the command that lists them all)
+        assert view.tokens <= 300 and re.search(rf"… \+\d+ more {noun}( \(cited: .*\))?: witty-profiler query GRAPH "
+                                                "--type", view.text), view.text
     assert "rank:trace:j:16 " in convert(graph, layer="control", max_tokens=300).text  # the slowest first
