@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 # the folders at the top of the repository that install as witty_profiler.<folder>
-PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server")
+PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server", "cluster", "traces")
 
 
 def _tracked(*patterns: str) -> list[str]:

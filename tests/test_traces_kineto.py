@@ -306,3 +306,29 @@ def test_the_trace_tables_fold_under_a_budget():
         assert view.tokens <= 300 and re.search(rf"… \+\d+ more {noun}( \(cited: .*\))?: witty-profiler query GRAPH "
                                                 "--type", view.text), view.text
     assert "rank:trace:j:16 " in convert(graph, layer="control", max_tokens=300).text  # the slowest first
+
+
+@pytest.mark.slow
+def test_import_trace_puts_both_ranks_of_a_job_in_one_graph(tmp_path):
+    """The CLI on two ranks' files: one job, ranks 0 and 1 (of 128), and the collective they share pooled
+    from both ranks' calls (merging alone would keep the last file's mean)."""
+    import subprocess
+    import sys
+
+    from witty_profiler.topology import load_graph
+
+    files = [_fixture(f"sampled_rank-{r}.json.gz") for r in (0, 1)]
+    out = tmp_path / "job.json"
+    done = subprocess.run([sys.executable, "-m", "witty_profiler", "import-trace", *map(str, files), "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    graph = load_graph(out)
+    ranks = sorted((r.attrs["rank"], r.attrs.get("world_size")) for r in graph.entities(T.RANK))
+    assert ranks == [(0, 128), (1, 128)]
+    assert {e.target for e in graph.edges(E.MEMBER_OF)} == {f"job:{JOB}"}
+    (collective,) = graph.entities(T.COLLECTIVE)
+    edges = [e for e in graph.edges(E.TAKES_PART) if e.target == collective.id]
+    calls = sum(e.metrics[M.CALLS] for e in edges)
+    pooled = sum(e.metrics[M.CALLS] * e.metrics[M.DURATION_MS] for e in edges) / calls
+    assert collective.metrics[M.DURATION_MS] == pytest.approx(pooled, abs=1e-3)
+    assert collective.metrics[M.DURATION_MS + "_max"] == max(e.metrics[M.DURATION_MS + "_max"] for e in edges)

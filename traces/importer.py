@@ -15,7 +15,6 @@ else 'trace:default'.
 from __future__ import annotations
 
 import gzip
-import importlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import process_id
 from witty_profiler.topology.models import Meta
-from witty_profiler.topology.vocabulary import E, T
+from witty_profiler.topology.query import GraphQuery
+from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.traces.common import DEFAULT_JOB
 from witty_profiler.traces.msprof import COMM_JSON, STEP_CSV, read_msprof
 
@@ -56,6 +56,8 @@ def import_traces(paths: list[str | Path], job: str | None = None, into: Graph |
         if into is not None:
             fragment.meta.source = None  # the host graph keeps its own source
         graph.merge(fragment)
+    if len(kineto) > 1:
+        pool_collectives(graph)
     if into is not None:
         join_processes(graph)
     return graph
@@ -104,14 +106,32 @@ def _has_trace_events(path: Path) -> bool:
 
 
 def _kineto_reader():
-    try:
-        module = importlib.import_module("witty_profiler.traces.kineto")
-    except ModuleNotFoundError as exc:
-        if exc.name != "witty_profiler.traces.kineto":
-            raise
-        raise InputError("Kineto traces are not supported yet: import msprof-analyze's cluster outputs "
-                         f"({STEP_CSV}, {COMM_JSON})") from None
-    return module.read_kineto
+    from witty_profiler.traces.kineto import read_kineto  # here: msprof inputs need not load it
+    return read_kineto
+
+
+def pool_collectives(graph: Graph) -> None:
+    """A collective the ranks of several trace files ran: its calls and durations from every rank's
+    `takes_part` edge (each file saw it from its own rank, and merging alone keeps the last file's mean).
+    Calls: the most any rank made; duration: the mean over all the ranks' calls; _max and _p95: the
+    largest of the ranks' (for _p95 an upper bound); bytes: the most any rank moved."""
+    q = GraphQuery.of(graph)
+    for collective in graph.entities(T.COLLECTIVE):
+        edges = [e for e in q.in_edges(collective.id, E.TAKES_PART) if not e.attrs.get("link")
+                 and e.metrics.get(M.DURATION_MS) is not None and e.metrics.get(M.CALLS)]
+        if len(edges) < 2:
+            continue
+        calls = sum(e.metrics[M.CALLS] for e in edges)
+        m = collective.metrics
+        m[M.CALLS] = max(e.metrics[M.CALLS] for e in edges)
+        m[M.DURATION_MS] = round(sum(e.metrics[M.CALLS] * e.metrics[M.DURATION_MS] for e in edges) / calls, 3)
+        for stat in ("_max", "_p95"):
+            values = [e.metrics[M.DURATION_MS + stat] for e in edges if e.metrics.get(M.DURATION_MS + stat) is not None]
+            if values:
+                m[M.DURATION_MS + stat] = max(values)
+        moved = [e.metrics[M.TRANSIT_BYTES] for e in edges if e.metrics.get(M.TRANSIT_BYTES) is not None]
+        if moved:
+            m[M.TRANSIT_BYTES] = max(moved)
 
 
 def join_processes(graph: Graph) -> int:
