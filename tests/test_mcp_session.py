@@ -130,7 +130,7 @@ def _witty_mcp() -> str:
 
 READ_ONLY = {"list_graphs", "graph_summary", "query_graph", "convert_layer", "match_patterns", "compare_graphs",
              "list_hosts"}
-ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "generate_report"}
+ALL_TOOLS = READ_ONLY | {"collect", "load_graph", "import_trace", "generate_report"}
 # the vLLM sample's tensor-parallel workers, the NPU each drives and that NPU's NUMA node
 WORKER_NPUS = {1895087: ("0000:c1:00.0", 6), 1895088: ("0000:c2:00.0", 6),
                1895089: ("0000:81:00.0", 4), 1895090: ("0000:82:00.0", 4)}
@@ -301,7 +301,7 @@ async def test_streamable_http_on_loopback_logs_only_to_stderr(tmp_path: Path) -
                 assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
                 await anyio.sleep(0.2)
         async with mcp.Client(f"http://127.0.0.1:{port}/mcp") as client:
-            assert len((await client.list_tools()).tools) == 10
+            assert len((await client.list_tools()).tools) == len(ALL_TOOLS)
             assert "unknown graph id" in await call_error(client, "graph_summary", graph_id="none")
             assert (await call(client, "list_graphs"))["total"] == 0
     finally:
