@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED
+from witty_profiler.topology import jsonstream
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.traces import kineto
@@ -228,7 +229,7 @@ def test_chunk_boundaries_and_folds_change_nothing(tmp_path, monkeypatch, indent
     path = _write(tmp_path / "big.json", {"distributedInfo": {"rank": 0}, "traceEvents": evs}, gz=False,
                   indent=indent)
     whole = read_kineto(path, JOB)
-    monkeypatch.setattr(kineto, "CHUNK", 13)
+    monkeypatch.setattr(jsonstream, "CHUNK", 13)
     monkeypatch.setattr(kineto, "FOLD", 3)
     pieces = read_kineto(path, JOB)
     assert [e.to_dict() for e in pieces.entities()] == [e.to_dict() for e in whole.entities()]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import gzip
-import json
 import math
 import re
 import time
@@ -34,18 +33,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from heapq import merge as heap_merge
 from pathlib import Path
+from collections.abc import Iterator
 from typing import IO, Any
 
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.jsonstream import JsonStream
 from witty_profiler.topology.models import CollectorStatus
 from witty_profiler.topology.vocabulary import E, M, T
 
 SOURCE = "kineto"
-CHUNK = 1 << 20  # characters read at a time
 FOLD = 1 << 16  # raw intervals gathered before they are folded into a union
-_NOT_SPACE = re.compile(r"[^ \t\n\r]")
-_NEXT_ITEM = re.compile(r"[ \t\n\r]*\{")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _NCCL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 # bytes per element of the dtypes NCCL kernels name ("dtype" of the kernel's args, as PyTorch spells it)
@@ -59,107 +57,18 @@ _STEP_CATS = ("cpu_op", "user_annotation")
 
 
 # -- the stream -------------------------------------------------------------------------------------------
-class _Stream:
-    """A text file read in chunks, its JSON values decoded one at a time (as topology.scan reads graphs)."""
+class _Stream(JsonStream):
+    """The trace as a JSON stream (topology.jsonstream), its errors saying what the file should have been."""
 
-    def __init__(self, handle: IO[str], name: str) -> None:
-        self.handle, self.name = handle, name
-        self.buf, self.pos, self.done, self.base = "", 0, False, 0
-        decoder = json.JSONDecoder()
-        self._scan, self._loads = decoder.scan_once, decoder.decode
-
-    def _bad(self, what: str) -> InputError:
+    def fail(self, what: str) -> InputError:
         return InputError(f"{self.name}: not a Kineto trace: {what} at character {self.base + self.pos}")
 
-    def _more(self) -> bool:
-        if self.done:
-            return False
-        chunk = self.handle.read(CHUNK)
-        self.done = not chunk
-        self.base += self.pos
-        self.buf = self.buf[self.pos:] + chunk
-        self.pos = 0
-        return bool(chunk)
+    def invalid(self, what: str) -> InputError:
+        return self.fail(f"not valid JSON ({what})")
 
-    def peek(self) -> str:
-        while True:
-            found = _NOT_SPACE.search(self.buf, self.pos)
-            if found:
-                self.pos = found.start()
-                return self.buf[self.pos]
-            self.pos = len(self.buf)
-            if not self._more():
-                return ""
-
-    def expect(self, char: str) -> None:
-        found = self.peek()
-        if found != char:
-            raise self._bad(f"not valid JSON (expected {char!r}, found {repr(found) if found else 'the end'})")
-        self.pos += 1
-
-    def value(self) -> Any:
-        self.peek()
-        while True:
-            try:
-                value, end = self._scan(self.buf, self.pos)
-            except (StopIteration, json.JSONDecodeError) as exc:
-                if self._more():
-                    continue
-                what = exc.msg if isinstance(exc, json.JSONDecodeError) else "no JSON value"
-                raise self._bad(f"not valid JSON ({what})") from None
-            except RecursionError:
-                raise self._bad("JSON nested too deeply") from None
-            except ValueError as exc:
-                raise self._bad(f"a number too long to read ({exc})") from None
-            if end == len(self.buf) and not self.done and not isinstance(value, (dict, list, str)) and self._more():
-                continue  # a number may go on in the next chunk
-            self.pos = end
-            return value
-
-    def items(self):
-        """The values of the array at the front, a batch at a time: the whole items the buffer holds up to
-        its last '},' before a '{' (decoded in one call), else one by one (a cut inside an item fails to
-        decode, and that run is then read one value at a time)."""
-        self.expect("[")
-        if self.peek() == "]":
-            self.pos += 1
-            return
-        failed = -1  # the end of a run that did not decode
-        while True:
-            end = self.buf.rfind("},", self.pos) if self.base + self.pos > failed else -1
-            if end > self.pos and _NEXT_ITEM.match(self.buf, end + 2):
-                try:
-                    batch = self._loads("[" + self.buf[self.pos:end + 1] + "]")
-                except (ValueError, RecursionError):
-                    batch, failed = None, self.base + end
-                if batch is not None:
-                    self.pos = end + 2
-                    yield from batch
-                    continue
-            yield self.value()
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            self.expect("]")
-            return
-
-    def members(self):
-        """The keys of the object at the front; the caller reads each value."""
-        self.expect("{")
-        if self.peek() == "}":
-            self.pos += 1
-            return
-        while True:
-            key = self.value()
-            if not isinstance(key, str):
-                raise self._bad("not valid JSON (an object key that is not a string)")
-            self.expect(":")
-            yield key
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            self.expect("}")
-            return
+    def items(self) -> Iterator[Any]:
+        for batch in self.batches():
+            yield from batch
 
 
 # -- intervals --------------------------------------------------------------------------------------------
@@ -327,7 +236,7 @@ def _read(stream: _Stream, trace: _Trace) -> None:
     def events(items) -> None:
         for ev in items:
             if not isinstance(ev, dict):
-                raise stream._bad("a traceEvents item that is not an object")
+                raise stream.fail("a traceEvents item that is not an object")
             trace.events += 1
             if ev.get("ph") != "X":
                 continue
@@ -367,13 +276,13 @@ def _read(stream: _Stream, trace: _Trace) -> None:
         for key in stream.members():
             if key == "traceEvents":
                 if stream.peek() != "[":
-                    raise stream._bad("traceEvents is not an array")
+                    raise stream.fail("traceEvents is not an array")
                 events(stream.items())
                 trace.top[key] = True
             else:
                 trace.top[key] = stream.value()
         if stream.peek():
-            raise stream._bad("more data after the trace's object")
+            raise stream.fail("more data after the trace's object")
     _collect(trace, pending)
 
 
