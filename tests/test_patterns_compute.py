@@ -9,6 +9,7 @@ from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
 from diagnosis_graphs import assert_threshold, device, host, ipc, new_graph, process, thread, threshold_cases, uses
+from trace_graphs import kernel_busy, rank, step_idle, trace_graph
 
 
 def starvation(v):
@@ -77,6 +78,16 @@ def test_every_threshold_of_the_layer_has_a_builder():
 @pytest.mark.parametrize("pattern, name, level, limit, direction", threshold_cases(1))
 def test_threshold(pattern, name, level, limit, direction):
     assert_threshold(BUILDERS[(pattern, name)], pattern, level, limit, direction)
+
+
+# thresholds that trace ranks are judged under as well (a rank's kernel_busy_pct under util_pct)
+TRACE_BUILDERS = {("compute.accelerator_idle", "util_pct"): kernel_busy}
+
+
+@pytest.mark.parametrize("pattern, name, level, limit, direction",
+                         [c for c in threshold_cases(1) if tuple(c.values[:2]) in TRACE_BUILDERS])
+def test_threshold_on_trace_ranks(pattern, name, level, limit, direction):
+    assert_threshold(TRACE_BUILDERS[(pattern, name)], pattern, level, limit, direction)
 
 
 def test_saturation_of_the_workloads_own_cpus():
@@ -210,3 +221,48 @@ def test_many_short_waits_are_not_starvation():
     # the bound is a parameter of the pattern
     lowered = {"compute.cpu_starvation": {"min_wait_per_slice_us": 100}}
     assert diagnose(bursty(250.0), thresholds=lowered).finding("compute.cpu_starvation") is not None
+
+
+# -- training traces ----------------------------------------------------------------------------
+def test_idle_accelerator_of_a_trace_rank_names_the_rank_and_its_busy_share():
+    f = diagnose(kernel_busy(20.0)).finding("compute.accelerator_idle")
+    assert f.severity == "critical" and f.subjects == ["rank:trace:test:0"]
+    assert f.description.startswith("From training traces: 1 rank has a mostly idle accelerator: rank 0 "
+                                     "(rank:trace:test:0) runs kernels 20 % of its step (threshold < 30 %)"), \
+        f.description
+    assert "(host samples: not evaluated, no GPU or NPU" in f.description
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["kernel_busy_pct"].value == 20.0 and ev["kernel_busy_pct"].threshold == "< 30"
+    assert ev["free_ms"].value == 800.0 and ev["step_time_ms"].value == 1000.0
+
+
+def test_msprof_ranks_have_no_kernel_busy_share_and_the_reason_says_so():
+    d = diagnose(step_idle(60.0))  # an msprof rank: free and step times, no kernel_busy_pct
+    assert d.status("compute.accelerator_idle") == "not_evaluated"
+    reason = next(c.reason for c in d.coverage if c.pattern == "compute.accelerator_idle")
+    assert "1 trace rank (msprof) without kernel_busy_pct; msprof-analyze's step trace gives compute" in reason
+    assert "host samples: not evaluated, no GPU or NPU in this graph" in reason
+
+
+def test_idle_trace_rank_relates_to_its_idle_steps():
+    g = kernel_busy(20.0)  # free 800 ms of 1000: dataplane.pipeline_bubble fires on the same rank
+    d = diagnose(g)
+    f = d.finding("compute.accelerator_idle")
+    assert "dataplane.pipeline_bubble" in f.related and "See dataplane.pipeline_bubble" in f.description
+    assert "compute.accelerator_idle" in d.finding("dataplane.pipeline_bubble").related
+
+
+def test_host_device_and_trace_rank_both_judged():
+    g = idle_device(40.0)  # host: warning
+    rank(g, 0, step_time_ms=1000.0, kernel_busy_pct=80.0)  # traces: clear
+    f = diagnose(g).finding("compute.accelerator_idle")
+    assert f.severity == "warning" and f.description.startswith("From host samples: 1 accelerator in use")
+    assert "(training traces: 1 trace rank measured; lowest kernel_busy_pct 80 %" in f.description, f.description
+    rank(g, 1, step_time_ms=1000.0, kernel_busy_pct=10.0)  # traces: critical, reported first
+    f = diagnose(g).finding("compute.accelerator_idle")
+    assert f.severity == "critical" and f.description.startswith("From training traces: ")
+    assert " From host samples: " in f.description
+    assert {e.metric for e in f.evidence} >= {"kernel_busy_pct", "util_pct"}
+    g = trace_graph()
+    rank(g, 0, step_time_ms=1000.0, kernel_busy_pct=80.0)
+    assert diagnose(g).status("compute.accelerator_idle") == "clear"

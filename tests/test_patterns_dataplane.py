@@ -9,6 +9,7 @@ from witty_profiler.diagnosis import diagnose
 from witty_profiler.diagnosis.catalog import catalog
 
 from diagnosis_graphs import assert_threshold, device, ipc, new_graph, process, threshold_cases, uses
+from trace_graphs import loading_share, pipeline_stage, rank, step_idle, trace_graph
 
 
 def waiting_consumer(v, kind="pipe"):
@@ -44,8 +45,10 @@ def backlog(v):
 
 BUILDERS = {
     ("dataplane.data_loading_bottleneck", "consumer_cpu_util_pct"): waiting_consumer,
+    ("dataplane.data_loading_bottleneck", "loading_step_pct"): loading_share,
     ("dataplane.preprocessing_bottleneck", "loader_cpu_util_pct"): loaders,
     ("dataplane.pipeline_bubble", "bubble_pct"): bubble,
+    ("dataplane.pipeline_bubble", "step_idle_pct"): step_idle,
     ("dataplane.ipc_backlog", "queued_bytes_growth_per_s"): backlog,
 }
 
@@ -197,3 +200,75 @@ def test_consumers_without_any_ipc_data_are_not_evaluated_for_data_loading():
     process(g, 10, "train", cpu_util_pct=5.0, runqueue_wait_pct=1.0)
     row = next(c for c in diagnose(g).coverage if c.pattern == "dataplane.data_loading_bottleneck")
     assert row.status == "clear" and "none is fed by IPC" in row.reason, row
+
+
+# -- training traces ----------------------------------------------------------------------------
+def test_idle_share_of_a_trace_rank_names_its_free_time_and_the_source():
+    f = diagnose(step_idle(40.0)).finding("dataplane.pipeline_bubble")
+    assert f.severity == "warning" and f.subjects == ["rank:trace:test:0"]
+    assert f.description.startswith("From training traces: 1 rank leaves its accelerator idle"), f.description
+    assert "free 400 ms of its 1000 ms step" in f.description and "40 %" in f.description
+    assert "host samples: not evaluated" in f.description
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["step_idle_pct"].value == 40.0 and ev["step_idle_pct"].threshold == "> 30"
+    assert ev["free_ms"].value == 400.0
+
+
+def test_a_pipeline_bubble_counts_as_idle_and_msprofs_stage_leaves_it_out():
+    # Stage 800 ms without the receives, Bubble 200 ms: a 1000 ms step, (150 + 200) / 1000 idle
+    f = diagnose(pipeline_stage(free=150.0, bubble=200.0)).finding("dataplane.pipeline_bubble")
+    assert f.severity == "warning"
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["step_idle_pct"].value == 35.0
+    assert ev["bubble_ms"].value == 200.0 and ev["free_ms"].value == 150.0
+    assert "free 150 ms + bubble 200 ms of its 1000 ms step" in f.description, f.description
+
+
+def test_trace_ranks_without_idle_time_are_clear_and_without_free_time_not_evaluated():
+    d = diagnose(step_idle(5.0))
+    assert d.status("dataplane.pipeline_bubble") == "clear"
+    reason = next(c.reason for c in d.coverage if c.pattern == "dataplane.pipeline_bubble")
+    assert reason.startswith("training traces: 1 trace rank measured; the most idle, rank 0, free 50 ms"), reason
+    g = trace_graph()
+    rank(g, 0, compute_ms=100.0)
+    d = diagnose(g)
+    assert d.status("dataplane.pipeline_bubble") == "not_evaluated"
+
+
+def test_host_and_trace_bubbles_are_both_reported_the_worse_first():
+    g = bubble(40.0)  # host: warning
+    rank(g, 0, step_time_ms=1000.0, free_ms=600.0)  # traces: critical
+    f = diagnose(g).finding("dataplane.pipeline_bubble")
+    assert f.severity == "critical"
+    assert f.description.startswith("From training traces: ") and " From host samples: " in f.description
+    assert {e.metric for e in f.evidence} >= {"step_idle_pct", "free_ms", "bubble_pct"}
+    assert "rank:trace:test:0" in f.subjects and any(s.startswith("gpu:") for s in f.subjects), f.subjects
+    g = bubble(60.0)  # host: critical, traces: clear
+    rank(g, 0, step_time_ms=1000.0, free_ms=10.0)
+    f = diagnose(g).finding("dataplane.pipeline_bubble")
+    assert f.severity == "critical" and f.description.startswith("From host samples: ")
+    assert "(training traces: 1 trace rank measured" in f.description
+    assert all(e.metric != "step_idle_pct" for e in f.evidence)
+
+
+def test_trace_data_loading_needs_the_accelerator_free_meanwhile():
+    f = diagnose(loading_share(20.0)).finding("dataplane.data_loading_bottleneck")
+    assert f.severity == "warning" and f.subjects == ["rank:trace:test:0"]
+    assert "spends 200 ms of its 1000 ms step in the data loader (20 %" in f.description, f.description
+    assert f.description.startswith("From training traces: ")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["data_loading_step_pct"].value == 20.0 and ev["free_ms"].value == 200.0
+    # loading under the kernels (prefetching): the accelerator is busy meanwhile
+    d = diagnose(loading_share(20.0, free_of_loading=0.1))
+    assert d.status("dataplane.data_loading_bottleneck") == "clear"
+
+
+def test_msprof_ranks_have_no_data_loading_time_and_the_reason_says_so():
+    g = trace_graph()
+    rank(g, 0, step_time_ms=1000.0, free_ms=500.0)
+    d = diagnose(g)
+    assert d.status("dataplane.data_loading_bottleneck") == "not_evaluated"
+    reason = next(c.reason for c in d.coverage if c.pattern == "dataplane.data_loading_bottleneck")
+    assert "1 trace rank (msprof) without data_loading_ms" in reason
+    assert "msprof-analyze's step trace has no data-loading time" in reason
+    assert "host samples: not evaluated" in reason

@@ -73,3 +73,43 @@ def link_peers(v: float) -> Graph:
     """int(v) ranks, the last at 4 GB/s and the others at 10 GB/s (2.5x slower: critical)."""
     n = int(v)
     return link_bandwidths([10.0] * (n - 1) + [4.0] if n else [])
+
+
+def step_idle(v: float) -> Graph:
+    """One rank whose 1000 ms step leaves the accelerator free 10 v ms: v % of the step idle."""
+    g = trace_graph()
+    rank(g, 0, step_time_ms=1000.0, compute_ms=1000.0 - 10 * v, comm_exposed_ms=0.0, free_ms=10 * v, steps=3)
+    return g
+
+
+def pipeline_stage(free: float, bubble: float, stage: float = 800.0) -> Graph:
+    """One msprof rank of a pipeline stage: Stage (without the receive operators) `stage` ms, of it free `free` ms,
+    and a Bubble (the receives) of `bubble` ms."""
+    g = trace_graph()
+    rank(g, 0, step_time_ms=stage, compute_ms=stage - free, comm_exposed_ms=bubble, free_ms=free, bubble_ms=bubble,
+         steps=1)
+    return g
+
+
+def loading_share(v: float, free_of_loading: float = 1.0) -> Graph:
+    """One Kineto rank whose 1000 ms step spends 10 v ms in the data loader (v % of the step) while its accelerator
+    is free free_of_loading times as long."""
+    g = trace_graph()
+    rid = rank(g, 0, step_time_ms=1000.0, data_loading_ms=10 * v, free_ms=10 * v * free_of_loading,
+               kernel_busy_pct=90.0, steps=3)
+    g.entity(rid).attrs["source"] = "kineto"
+    return g
+
+
+def loading_free(v: float) -> Graph:
+    """Data loading 300 ms of a 1000 ms step (30 %: critical), the accelerator free v times as long."""
+    return loading_share(30.0, v)
+
+
+def kernel_busy(v: float) -> Graph:
+    """One Kineto rank whose kernels run v % of its step."""
+    g = trace_graph()
+    rid = rank(g, 0, step_time_ms=1000.0, compute_ms=10 * v, comm_ms=0.0, free_ms=1000.0 - 10 * v,
+               kernel_busy_pct=v, steps=3)
+    g.entity(rid).attrs["source"] = "kineto"
+    return g

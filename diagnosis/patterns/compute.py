@@ -31,6 +31,8 @@ from witty_profiler.diagnosis.rules import (
     slices_per_s,
     workload_devices,
 )
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.patterns.traces import rank_label, sources, sources_of, with_traces
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set
@@ -263,7 +265,61 @@ CPU_SATURATION = Pattern(
 
 
 # -- compute.accelerator_idle -------------------------------------------------------------
+TRACE_DATAPLANE = ("dataplane.data_loading_bottleneck", "dataplane.pipeline_bubble")
+
+
 def _accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
+    return with_traces(scope, lambda: _host_accelerator_idle(scope, t),
+                       lambda ranks: _trace_accelerator_idle(scope, ranks, t))
+
+
+def _trace_accelerator_idle(scope: Scope, ranks: list[Entity], t: dict[str, Any]) -> Verdict:
+    """Per rank, the share of the step the accelerator runs kernels (kernel_busy_pct), under util_pct's levels:
+    both are the device's busy share of time."""
+    levels = t["util_pct"]
+    measured = [r for r in ranks if num(r, M.KERNEL_BUSY_PCT) is not None]
+    lacking = [r for r in ranks if num(r, M.KERNEL_BUSY_PCT) is None]
+    if not measured:
+        why = {"msprof": "msprof-analyze's step trace gives compute, communication and free times, not the kernels' "
+                         "busy share"}
+        return not_evaluated(f"{ev.counted(len(lacking), 'trace ranks')} ({sources_of(lacking)}) without "
+                             f"{M.KERNEL_BUSY_PCT}" + "".join(f"; {why[s]}" for s in sources(lacking) if s in why)
+                             + " (dataplane.pipeline_bubble judges their free time)")
+    a = assess(measured, levels, metric_of(M.KERNEL_BUSY_PCT))
+    unjudged = f"; {ev.counted(len(lacking), 'ranks')} without {M.KERNEL_BUSY_PCT} not judged" if lacking else ""
+    if not a.hits:
+        return clear(clear_text(a, "trace ranks", M.KERNEL_BUSY_PCT) + unjudged)
+    hit_ids = {r.id for r, _, _ in a.hits}
+    explained = []
+    for pid in TRACE_DATAPLANE:
+        v = scope.verdict(pid)
+        if v is not None and v.status == "finding" and hit_ids & set(v.subjects):
+            explained.append(pid)
+
+    def context(rank: Entity) -> list[Evidence]:
+        items = []
+        for metric in (M.COMPUTE_MS, M.COMM_MS, M.FREE_MS, M.STEP_TIME_MS):
+            if num(rank, metric) is not None:
+                items.append(ev.entity(rank.id, metric, num(rank, metric), "ms", note="per step, mean of "
+                                       + ev.counted(int(num(rank, M.STEPS) or 1), "steps")))
+        return items
+
+    items = hit_evidence(a, M.KERNEL_BUSY_PCT, extra=context,
+                         note=lambda r, v: f"{rank_label(r)}: kernels running, share of the step" + (
+                             f"; p95 {ev.fmt(num(r, M.KERNEL_BUSY_PCT + '_p95'), '%')}"
+                             if num(r, M.KERNEL_BUSY_PCT + "_p95") is not None else ""))
+    rank, value, sev = a.hits[0]
+    text = (f"{ev.counted(len(a.hits), 'ranks', 'have')} a mostly idle accelerator: {rank_label(rank)} ({rank.id}) "
+            f"runs kernels {ev.fmt(value, '%')} of its step (threshold < {number(levels.limit(sev))} %)")
+    if num(rank, M.FREE_MS) is not None and num(rank, M.STEP_TIME_MS):
+        text += f", free {ev.fmt(num(rank, M.FREE_MS), 'ms')} of {ev.fmt(num(rank, M.STEP_TIME_MS), 'ms')}"
+    text += unjudged + "."
+    if explained:
+        text += f" See {', '.join(explained)} for what it waits for."
+    return finding(a.severity or "warning", text, items, subjects=[r.id for r, _, _ in a.hits], related=explained)
+
+
+def _host_accelerator_idle(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["util_pct"]
     devices = workload_devices(scope)
     if not devices:
@@ -303,11 +359,15 @@ ACCELERATOR_IDLE = Pattern(
     id="compute.accelerator_idle", layer=1, title="Accelerator idle",
     why="The GPU/NPU is the expensive part; when it is busy less than half the time, the step is bound "
         "by something else (input pipeline, host CPU, communication, synchronisation).",
-    metrics=("gpu.util_pct", "npu.util_pct", E.USES_DEVICE),
-    thresholds=(Threshold("util_pct", "%", "below", "busy share of a device the workload uses",
+    metrics=("gpu.util_pct", "npu.util_pct", E.USES_DEVICE, "rank.kernel_busy_pct"),
+    thresholds=(Threshold("util_pct", "%", "below", "busy share of a device the workload uses; from training "
+                          "traces, a rank's kernel_busy_pct (kernels running, share of the step): the same measure",
                           critical=30, warning=50),),
     evidence="Each device in use under the threshold and the processes using it. When a data-plane finding "
-             "covers those processes, the finding points to it as the cause.",
+             "covers those processes, the finding points to it as the cause. From training traces (import-trace): "
+             "each rank under the threshold with its kernel_busy_pct and compute, communication, free and step time "
+             "per step; related to the data-plane findings on the same ranks. With both, the worse first and the "
+             "other's evidence after it; the text names the source.",
     recommendations=(
         "Follow the related data-plane finding if there is one: feed the device faster (more loader "
         "workers, prefetching, pinned memory).",

@@ -11,6 +11,7 @@ from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import (
+    LEVELS,
     Param,
     Pattern,
     Threshold,
@@ -31,6 +32,7 @@ from witty_profiler.diagnosis.rules import (
     runnable_pct,
     workload_devices,
 )
+from witty_profiler.diagnosis.patterns.traces import full_step_ms, rank_label, sources, sources_of, with_traces
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Edge, Entity
 from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
@@ -69,6 +71,82 @@ def _device_util(scope: Scope, consumer: Entity) -> list[tuple[Entity, float]]:
 
 # -- dataplane.data_loading_bottleneck ----------------------------------------------------
 def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
+    return with_traces(scope, lambda: _host_data_loading(scope, t), lambda ranks: _trace_data_loading(ranks, t))
+
+
+LOADING_MISSING = {
+    "msprof": "msprof-analyze's step trace has no data-loading time",
+    "kineto": "the Kineto trace holds no DataLoader spans (enumerate(DataLoader)#...__next__) within its profiled "
+              "steps",
+}
+
+
+def _trace_data_loading(ranks: list[Entity], t: dict[str, Any]) -> Verdict:
+    """Per rank, the data loader's share of the step while the accelerator is free for at least
+    min_free_of_loading of that time: the step waits for its input."""
+    levels, ratio = t["loading_step_pct"], t["min_free_of_loading"]
+    measured, lacking = [], []
+    for rank in ranks:
+        loading, step = num(rank, M.DATA_LOADING_MS), full_step_ms(rank)
+        if loading is None or not step or step <= 0:
+            lacking.append(rank)
+            continue
+        measured.append((rank, round(loading * 100 / step, 6), loading, num(rank, M.FREE_MS), step))
+    if not measured:
+        return not_evaluated(f"{ev.counted(len(lacking), 'trace ranks')} ({sources_of(lacking)}) without "
+                             f"{M.DATA_LOADING_MS}: " + "; ".join(LOADING_MISSING.get(source, "its format has no "
+                                                                                           "data-loading time")
+                                                                  for source in sources(lacking)))
+    hits = []
+    for rank, share, loading, free, step in measured:
+        sev = levels.severity(share)
+        if sev and free is not None and free >= ratio * loading:
+            hits.append((rank, share, loading, free, step, sev))
+    unjudged = f"; {ev.counted(len(lacking), 'ranks')} without {M.DATA_LOADING_MS} not judged" if lacking else ""
+    if not hits:
+        rank, share, loading, free, step = max(measured, key=lambda m: (m[1], m[0].id))
+        return clear(f"{ev.counted(len(measured), 'trace ranks')} with {M.DATA_LOADING_MS}; the most loading per "
+                     f"step is {rank_label(rank)}'s {ev.fmt(loading, 'ms')} of {ev.fmt(step, 'ms')} "
+                     f"({ev.fmt(share, '%')}), free {ev.fmt(free, 'ms')}: none over {number(levels.limit())} % with "
+                     f"the accelerator free at least {number(ratio)} times as long{unjudged}")
+    hits.sort(key=lambda h: (LEVELS.index(h[5]), -h[1], h[0].id))
+    items: list[Evidence] = []
+    for rank, share, loading, free, step, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(rank.id, "data_loading_step_pct", share, levels=levels, severity=sev,
+                               note=f"{rank_label(rank)}: data loading {ev.fmt(loading, 'ms')} of a "
+                                    f"{ev.fmt(step, 'ms')} step"))
+        items.append(ev.entity(rank.id, M.DATA_LOADING_MS, loading, "ms", note=_per_step(rank, M.DATA_LOADING_MS)))
+        items.append(ev.entity(rank.id, M.FREE_MS, free, "ms", bound=(">=", round(ratio * loading, 3)),
+                               note=f"accelerator free {ev.fmt(free * 100 / step, '%')} of the step; "
+                                    + _per_step(rank, M.FREE_MS)))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "ranks waiting for input"))
+    rank, share, loading, free, step, _ = hits[0]
+    text = (f"{ev.counted(len(hits), 'ranks')} {ev.agree(len(hits), 'wait')} for input every step: "
+            f"{rank_label(rank)} ({rank.id}) spends {ev.fmt(loading, 'ms')} of its {ev.fmt(step, 'ms')} step in the "
+            f"data loader ({ev.fmt(share, '%')}, threshold > {number(levels.limit(hits[0][5]))} %) while its "
+            f"accelerator is free {ev.fmt(free, 'ms')} ({ev.fmt(free * 100 / step, '%')})")
+    if len(hits) > 1:
+        text += f"; {ev.counted(len(hits) - 1, 'more ranks')} likewise"
+    return finding(worst(*(h[5] for h in hits)) or "warning", text + unjudged + ".", items,
+                   subjects=[h[0].id for h in hits])
+
+
+def _per_step(rank: Entity, metric: str) -> str:
+    """'mean of 3 steps, p95 25.6 ms, max 26 ms'."""
+    steps = num(rank, M.STEPS)
+    if steps is None:
+        text = "per step"
+    else:
+        text = "1 step" if int(steps) == 1 else f"mean of {int(steps)} steps"
+    for suffix in ("p95", "max"):
+        value = num(rank, f"{metric}_{suffix}")
+        if value is not None:
+            text += f", {suffix} {ev.fmt(value, 'ms')}"
+    return text
+
+
+def _host_data_loading(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
     levels = t["consumer_cpu_util_pct"]
@@ -145,20 +223,33 @@ def _data_loading_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
 DATA_LOADING_BOTTLENECK = Pattern(
     id="dataplane.data_loading_bottleneck", layer=7, title="Data loading bottleneck",
     why="The consumer (trainer, inference engine, the device behind it) is only as fast as its input: when it "
-        "spends the window blocked while the producers that feed it are busy, the input pipeline sets the pace.",
+        "spends the window blocked while the producers that feed it are busy, the input pipeline sets the pace. "
+        "In a training trace, the same shows as time in the data loader every step while the accelerator is free.",
     metrics=("process.cpu_util_pct", "process.voluntary_ctxt_switches_per_s", "process.runqueue_wait_pct",
-             E.PIPE, E.UNIX_SOCKET, E.TCP, E.SHM, E.MSG_QUEUE, "gpu.util_pct", "npu.util_pct"),
+             E.PIPE, E.UNIX_SOCKET, E.TCP, E.SHM, E.MSG_QUEUE, "gpu.util_pct", "npu.util_pct",
+             "rank.data_loading_ms", "rank.free_ms", "rank.step_time_ms"),
     thresholds=(Threshold("consumer_cpu_util_pct", "%", "below", "CPU use of the waiting consumer, % of one core",
-                          critical=20, warning=50),),
+                          critical=20, warning=50),
+                Threshold("loading_step_pct", "%", "above", "training traces: a rank's data_loading_ms / step time "
+                          "(step_time_ms, + bubble_ms for msprof), counted only where the accelerator is free for "
+                          "min_free_of_loading of that time. A loader that keeps up (workers, prefetching) hands the "
+                          "next batch over in well under 1 % of a step; 5 % of every step spent waiting for it is "
+                          "worth a look, 10 % is a step one tenth slower than it needs to be, 25 % a quarter of the "
+                          "accelerator time paid for and lost", critical=25, warning=10, notice=5)),
     params=(Param("producer_busy_pct", 50, "%", "a producer running or waiting for a CPU (cpu_util_pct + run-queue "
                   "wait) more than this share of the window counts as busy"),
             Param("max_cpu_wait_pct", 50, "%", "a consumer waiting for a CPU (run queue) more than this share of the "
                   "window is starved for CPU, not for input"),
             Param("device_busy_pct", 50, "%", "a consumer whose accelerator is busier than this is not input-bound"),
-            Param("device_idle_pct", 30, "%", "an accelerator of the consumer below this makes the finding critical")),
+            Param("device_idle_pct", 30, "%", "an accelerator of the consumer below this makes the finding critical"),
+            Param("min_free_of_loading", 0.5, "ratio", "training traces: a rank's data loading counts as waited for "
+                  "only where the accelerator is free (free_ms) at least this many times the data-loading time per "
+                  "step; loading that runs while the kernels do (prefetching) costs the step nothing")),
     evidence="The consumer's CPU use, voluntary context switches and run-queue wait; each busy producer (running or "
              "runnable share, CPU use, run-queue wait) with the IPC edge (and its volume) that links it; the "
-             "consumer's accelerators and their utilisation.",
+             "consumer's accelerators and their utilisation. From training traces (import-trace): each rank over "
+             "the threshold with its data-loading share of the step, data_loading_ms and free_ms per step (mean, "
+             "p95, max). With both, the worse first and the other's evidence after it; the text names the source.",
     recommendations=(
         "Add producers: more DataLoader workers (num_workers) or preprocessing processes, on CPUs of the "
         "consumer's NUMA node.",
@@ -259,6 +350,68 @@ def _bubble(e: Entity, metric: str, min_busy: float) -> float | None:
 
 
 def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
+    return with_traces(scope, lambda: _host_pipeline_bubble(scope, t), lambda ranks: _trace_bubble(ranks, t))
+
+
+def _trace_bubble(ranks: list[Entity], t: dict[str, Any]) -> Verdict:
+    """Per rank, the share of the step the accelerator is idle: free (neither computing nor communicating)
+    plus msprof's bubble (receive operators waiting for the previous pipeline stage)."""
+    levels = t["step_idle_pct"]
+    measured, lacking = [], []
+    for rank in ranks:
+        free, bubble, step = num(rank, M.FREE_MS), num(rank, M.BUBBLE_MS), full_step_ms(rank)
+        if (free is None and bubble is None) or not step or step <= 0:
+            lacking.append(rank)
+            continue
+        measured.append((rank, round(((free or 0.0) + (bubble or 0.0)) * 100 / step, 6), free, bubble, step))
+    if not measured:
+        return not_evaluated(f"{ev.counted(len(lacking), 'trace ranks')} ({sources_of(lacking)}) without "
+                             f"{M.FREE_MS} or {M.BUBBLE_MS} and a step time")
+    unjudged = (f"; {ev.counted(len(lacking), 'ranks')} without {M.FREE_MS} or a step time not judged"
+                if lacking else "")
+    hits = [(r, share, free, bubble, step, levels.severity(share)) for r, share, free, bubble, step in measured
+            if levels.severity(share)]
+    if not hits:
+        rank, share, free, bubble, step = max(measured, key=lambda m: (m[1], m[0].id))
+        return clear(f"{ev.counted(len(measured), 'trace ranks')} measured; the most idle, {rank_label(rank)}, "
+                     f"{_idle_parts(free, bubble)} of a {ev.fmt(step, 'ms')} step ({ev.fmt(share, '%')}), none over "
+                     f"{number(levels.limit())} %{unjudged}")
+    hits.sort(key=lambda h: (LEVELS.index(h[5]), -h[1], h[0].id))
+    items: list[Evidence] = []
+    for rank, share, free, bubble, step, sev in hits[:ev.MAX_SUBJECTS]:
+        items.append(ev.entity(rank.id, "step_idle_pct", share, levels=levels, severity=sev,
+                               note=f"{rank_label(rank)}: {_idle_parts(free, bubble, every=True)} of a "
+                                    f"{ev.fmt(step, 'ms')} step ({_per_step(rank, M.STEP_TIME_MS)})"))
+        if free is not None:
+            items.append(ev.entity(rank.id, M.FREE_MS, free, "ms", note="accelerator neither computing nor "
+                                                                         "communicating; " + _per_step(rank, M.FREE_MS)))
+        if bubble:
+            items.append(ev.entity(rank.id, M.BUBBLE_MS, bubble, "ms", note="pipeline bubble (receive operators "
+                                                                             "waiting for the previous stage); "
+                                                                             + _per_step(rank, M.BUBBLE_MS)))
+    if len(hits) > ev.MAX_SUBJECTS:
+        items.append(ev.more(len(hits) - ev.MAX_SUBJECTS, "idle ranks"))
+    rank, share, free, bubble, step, sev = hits[0]
+    devices = "accelerator" if len(hits) == 1 else "accelerators"
+    text = (f"{ev.counted(len(hits), 'ranks', 'leave')} {ev.their(len(hits))} {devices} idle for much of each step: "
+            f"{rank_label(rank)} ({rank.id}) {_idle_parts(free, bubble)} of its {ev.fmt(step, 'ms')} step "
+            f"({_per_step(rank, M.STEP_TIME_MS).split(',')[0]}), {ev.fmt(share, '%')} (threshold > "
+            f"{number(levels.limit(sev))} %)")
+    if len(hits) > 1:
+        low = min(hits, key=lambda h: (h[1], h[0].id))
+        text += f"; the least idle of them, {rank_label(low[0])}, {ev.fmt(low[1], '%')}"
+    return finding(worst(*(h[5] for h in hits)) or "warning", text + unjudged + ".", items,
+                   subjects=[h[0].id for h in hits])
+
+
+def _idle_parts(free: float | None, bubble: float | None, every: bool = False) -> str:
+    """'free 169.9 ms', 'free 12 ms + bubble 30 ms' (a bubble of 0 ms only with every)."""
+    parts = [f"{name} {ev.fmt(v, 'ms')}" for name, v in (("free", free), ("bubble", bubble))
+             if v or (every and v is not None)]
+    return " + ".join(parts) if parts else "free 0 ms"
+
+
+def _host_pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
     if (skip := needs_workload(scope)) is not None:
         return skip
     levels = t["bubble_pct"]
@@ -285,14 +438,24 @@ def _pipeline_bubble(scope: Scope, t: dict[str, Any]) -> Verdict:
 PIPELINE_BUBBLE = Pattern(
     id="dataplane.pipeline_bubble", layer=7, title="Pipeline bubbles",
     why="A consumer that is busy in bursts with idle gaps between them (mean far below its busy level) loses "
-        "the gaps every step: synchronous input, host-device copies or pipeline-parallel bubbles.",
-    metrics=("gpu.util_pct", "gpu.util_pct_p95", "npu.util_pct_p95", "process.cpu_util_pct_p95"),
+        "the gaps every step: synchronous input, host-device copies or pipeline-parallel bubbles. A training "
+        "trace measures the gaps directly: the accelerator's free time and pipeline bubble in each step.",
+    metrics=("gpu.util_pct", "gpu.util_pct_p95", "npu.util_pct_p95", "process.cpu_util_pct_p95", "rank.free_ms",
+             "rank.bubble_ms", "rank.step_time_ms"),
     thresholds=(Threshold("bubble_pct", "%", "above", "(p95 - mean) / p95 of the consumer's utilisation over the "
-                          "window's samples; a process's run-queue wait counts as busy", critical=50, warning=30),),
+                          "window's samples; a process's run-queue wait counts as busy", critical=50, warning=30),
+                Threshold("step_idle_pct", "%", "above", "training traces: a rank's (free_ms + bubble_ms) / step time "
+                          "(step_time_ms, + bubble_ms for msprof, whose Stage leaves the receive operators out), per "
+                          "step. The warning and critical levels are bubble_pct's: idle a third, half of the time it "
+                          "could be busy. A step tuned for throughput keeps its accelerator idle well under 10 % "
+                          "(launch gaps, the optimizer's host work); more idle time, recurring every step, is host-"
+                          "side work or synchronisation the device waits for", critical=50, warning=30, notice=10)),
     params=(Param("min_busy_pct", 50, "%", "only consumers whose p95 utilisation reaches this have busy phases to "
                   "compare with"),),
     evidence="Each device of the workload (else each consumer process) over the threshold, with its mean, p95 and "
-             "maximum utilisation.",
+             "maximum utilisation. From training traces (import-trace): each rank over step_idle_pct with its idle "
+             "share, free_ms and bubble_ms (mean, p95, max per step) and step time. With both, the worse first and "
+             "the other's evidence after it; the text names the source.",
     recommendations=(
         "Prefetch the next batch while the current one computes (DataLoader prefetch, CUDA streams).",
         "Remove synchronisation points in the step (.item(), .cpu(), logging every step).",

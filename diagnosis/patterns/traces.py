@@ -16,11 +16,22 @@ AllReduce/AllGather whose mean duration is over a latency threshold.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from statistics import median
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Param, Pattern, Threshold, Verdict, clear, finding, not_evaluated, worst
+from witty_profiler.diagnosis.catalog import (
+    LEVELS,
+    Param,
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    worst,
+)
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
@@ -113,6 +124,71 @@ def _votes(scope: Scope, ranks: list[Entity]) -> tuple[dict[str, int], int]:
             votes[waits[0][1]] += 1
             total += 1
     return dict(votes), total
+
+
+# -- trace ranks for the host-side patterns that also read them ---------------------------
+def trace_ranks(scope: Scope) -> list[Entity]:
+    """The graph's trace ranks, in id order."""
+    return sorted(scope.graph.entities(T.RANK), key=lambda r: r.id)
+
+
+def full_step_ms(rank: Entity) -> float | None:
+    """The wall time of one step of a rank: step_time_ms plus bubble_ms where the rank has one (msprof's Stage
+    excludes the receive operators that its Bubble sums); without step_time_ms, compute + exposed communication +
+    free (+ bubble)."""
+    step = num(rank, M.STEP_TIME_MS)
+    if step is None:
+        parts = [num(rank, m) for m in STEP_PARTS]
+        if any(p is None for p in parts):
+            return None
+        step = sum(parts)  # type: ignore[arg-type]
+    return step + (num(rank, M.BUBBLE_MS) or 0.0)
+
+
+def rank_label(rank: Entity) -> str:
+    return _label(rank)
+
+
+def sources(ranks: list[Entity]) -> list[str]:
+    """The trace formats the ranks came from (kineto, msprof), sorted."""
+    return sorted({str(r.attrs.get("source") or "unknown format") for r in ranks})
+
+
+def sources_of(ranks: list[Entity]) -> str:
+    """'msprof', 'kineto and msprof'."""
+    return " and ".join(sources(ranks))
+
+
+def with_traces(scope: Scope, host: Callable[[], Verdict], traces: Callable[[list[Entity]], Verdict]) -> Verdict:
+    """A host-side pattern that also judges trace ranks: without ranks in the graph, exactly the host-side
+    verdict; with ranks, both, combined: the worse finding first with the other's evidence after it, or where
+    neither finds anything, both reasons. The text names the source of each part."""
+    ranks = trace_ranks(scope)
+    if not ranks:
+        return host()
+    return combine_sources(traces(ranks), host())
+
+
+def combine_sources(trace: Verdict, host: Verdict) -> Verdict:
+    parts = [("training traces", trace), ("host samples", host)]
+    found = [(name, v) for name, v in parts if v.status == "finding"]
+    found.sort(key=lambda nv: LEVELS.index(nv[1].severity) if nv[1].severity in LEVELS else len(LEVELS))
+    others = [(name, v) for name, v in parts if v.status != "finding"]
+    if not found:
+        text = "; ".join(f"{name}: {_status_word(v)}{v.reason}" for name, v in parts)
+        if any(v.status == "clear" for _, v in parts):
+            return clear(text)
+        return not_evaluated(text)
+    description = " ".join(f"From {name}: {v.description}" for name, v in found)
+    description += "".join(f" ({name}: {_status_word(v)}{v.reason})" for name, v in others)
+    return finding(worst(*(v.severity for _, v in found)) or "warning", description,
+                   [e for _, v in found for e in v.evidence], subjects=[s for _, v in found for s in v.subjects],
+                   related=[r for _, v in found for r in v.related],
+                   recommendations=[r for _, v in found for r in v.recommendations])
+
+
+def _status_word(v: Verdict) -> str:
+    return {"clear": "", "not_evaluated": "not evaluated, "}.get(v.status, "")
 
 
 # -- control.slow_rank --------------------------------------------------------------------
