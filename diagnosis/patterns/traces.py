@@ -1,5 +1,7 @@
 """Patterns on training traces (`witty-profiler import-trace`): the ranks and collectives of a job as
-its profiler saw them. Listed in their layers: control.slow_rank (6) and network.slow_link (4).
+its profiler saw them. Listed in their layers: control.slow_rank (6) and network.slow_link (4). The
+helpers under "trace ranks" let host-side patterns (dataplane.pipeline_bubble,
+dataplane.data_loading_bottleneck, compute.accelerator_idle) judge the ranks as well.
 
 control.slow_rank applies msprof-analyze's slow-rank rule: for each step component (compute, exposed
 communication, free, bubble) over the ranks of one job, (max - min) / mean step time, where the step
