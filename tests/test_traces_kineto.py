@@ -333,3 +333,20 @@ def test_import_trace_puts_both_ranks_of_a_job_in_one_graph(tmp_path):
     pooled = sum(e.metrics[M.CALLS] * e.metrics[M.DURATION_MS] for e in edges) / calls
     assert collective.metrics[M.DURATION_MS] == pytest.approx(pooled, abs=1e-3)
     assert collective.metrics[M.DURATION_MS + "_max"] == max(e.metrics[M.DURATION_MS + "_max"] for e in edges)
+
+
+@pytest.mark.slow
+def test_a_trace_without_a_hostname_joins_the_one_host_process_that_was_already_running():
+    """Kineto traces seldom name their host: with one host in the graph, the trace's pid is that host's
+    process only if it had started before the trace (a pid alone may have been reused since)."""
+    from witty_profiler.topology.graph import Graph
+    from witty_profiler.topology.models import Meta
+    from witty_profiler.traces.importer import import_traces
+
+    path = _fixture("nccl_2rank_rank0.json.gz")
+    for started, joined in (("2020-01-01T00:00:00Z", True), ("2099-01-01T00:00:00Z", False)):
+        host = Graph(Meta(hosts=["gpu7"], source="live"))
+        host.entity_of(T.PROCESS, "process:gpu7:2910249", {"pid": 2910249, "name": "python", "started_at": started})
+        graph = import_traces([path], into=host)
+        edges = [(e.source, e.target) for e in graph.edges(E.TRACE_OF)]
+        assert edges == ([(f"rank:{JOB}:0", "process:gpu7:2910249")] if joined else []), started

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import gzip
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import process_id
-from witty_profiler.topology.models import Meta
+from witty_profiler.topology.models import Entity, Meta
 from witty_profiler.topology.query import GraphQuery
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.traces.common import DEFAULT_JOB
@@ -135,19 +136,37 @@ def pool_collectives(graph: Graph) -> None:
 
 
 def join_processes(graph: Graph) -> int:
-    """`trace_of` edges from each rank whose attrs pid and hostname name a process of the graph's host(s);
-    returns how many."""
+    """`trace_of` edges from each rank to the process it was: the trace's pid on the host its hostname names;
+    or, where the trace names no host and the graph holds one, the pid there if that process had started
+    before the trace did (a pid alone may since have been reused). Returns how many."""
     hosts = set(graph.meta.hosts)
     joined = 0
     for rank in graph.entities(T.RANK):
         pid, hostname = rank.attrs.get("pid"), rank.attrs.get("hostname")
-        if not isinstance(pid, int) or not isinstance(hostname, str):
+        if not isinstance(pid, int):
             continue
-        candidates = [h for h in hosts if h == hostname or h.split(".", 1)[0] == hostname.split(".", 1)[0]]
-        for host in sorted(candidates):
+        if isinstance(hostname, str):
+            candidates = sorted(h for h in hosts if h == hostname or h.split(".", 1)[0] == hostname.split(".", 1)[0])
+        else:
+            candidates = [h for h in hosts if len(hosts) == 1 and _started_before(graph.entity(process_id(h, pid)), rank)]
+        for host in candidates:
             pid_id = process_id(host, pid)
             if pid_id in graph:
                 graph.edge_of(E.TRACE_OF, rank.id, pid_id)
                 joined += 1
                 break
     return joined
+
+
+def _started_before(process: Entity | None, rank: Entity) -> bool:
+    started, traced = (process.attrs.get("started_at") if process else None), rank.attrs.get("started_at")
+    if not isinstance(started, str) or not isinstance(traced, str):
+        return False
+    try:
+        return _when(started) <= _when(traced)
+    except ValueError:
+        return False
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
