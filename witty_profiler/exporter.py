@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import sys
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -346,6 +346,9 @@ class WindowLoop:
                 self.one()
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - the endpoint keeps serving the last good window
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.last_error:
+                    print(f"witty-profiler export: window failed, serving the previous one: {error}",
+                          file=sys.stderr, flush=True)
+                self.last_error = error
                 self.stop.wait(min(self.duration_s, 5.0))
-            time.sleep(0)
