@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 # the folders at the top of the repository that install as witty_profiler.<folder>
-PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server", "cluster", "traces")
+PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server", "cluster", "traces", "sources")
 
 
 def _tracked(*patterns: str) -> list[str]:
@@ -132,7 +132,8 @@ ALLOWED_IMPORTS = {
     "diagnosis": {"topology"},
     "cluster": {"topology", "diagnosis"},
     "traces": {"topology"},
-    "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster", "traces"},
+    "sources": {"topology"},
+    "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster", "traces", "sources"},
 }
 
 

@@ -1,0 +1,418 @@
+"""A past window of many hosts from Prometheus: node_exporter series -> graph JSON v1.
+
+One range query per metric family over all hosts (in batches of BATCH_HOSTS instances), with a
+step that keeps every series under Prometheus's 11,000 points. Counters are read raw at each step
+(Prometheus's value at a step is the newest sample at or before it) and turned into rates here the
+way the live collectors do: the rate over the window, and p95/max of the per-step rates; a
+counter that went down was reset (a reboot, an exporter restart) and counts from zero. Where a
+family is summed on the server (per-CPU busy and total ticks), a reset of one summed series is
+read as a reset of the sum. Gauges (memory, load, link speed) are the value at the end of the
+window, as the live collectors read them at its end.
+
+Entities have the live collectors' types, ids and metric names: host:<host>, cpu:<host>:<n>,
+block_device:<host>:<name>, nic:<host>:<name>. A host is the `instance` label without its port,
+or another label (`host_label`, e.g. nodename from node_uname_info).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from witty_profiler import __version__
+from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
+from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.ids import cpu_id, entity_id, host_id
+from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.vocabulary import M, T
+
+BATCH_HOSTS = 50  # instances per range query: bounds a query's series and the answer's size
+BUSY_MODES = "user|nice|system|irq|softirq"  # as collectors/cpu.py: guest time is inside user
+_BAD_HOST_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+_PSI = {"cpu_waiting": M.PSI_CPU_SOME_PCT, "io_waiting": M.PSI_IO_SOME_PCT, "io_stalled": M.PSI_IO_FULL_PCT,
+        "memory_waiting": M.PSI_MEMORY_SOME_PCT, "memory_stalled": M.PSI_MEMORY_FULL_PCT}
+_VMSTAT = {"pgmajfault": M.MAJOR_FAULTS_PER_S, "pswpin": M.SWAP_IN_PAGES_PER_S, "pswpout": M.SWAP_OUT_PAGES_PER_S}
+_DISK = {"read_bytes": M.READ_BYTES_PER_S, "written_bytes": M.WRITE_BYTES_PER_S, "reads_completed": M.READ_IOPS,
+         "writes_completed": M.WRITE_IOPS}
+_NIC = {"receive_bytes": M.RX_BYTES_PER_S, "transmit_bytes": M.TX_BYTES_PER_S,
+        "receive_packets": M.RX_PACKETS_PER_S, "transmit_packets": M.TX_PACKETS_PER_S,
+        "receive_drop": M.RX_DROPS_PER_S, "transmit_drop": M.TX_DROPS_PER_S,
+        "receive_errs": M.RX_ERRORS_PER_S, "transmit_errs": M.TX_ERRORS_PER_S}
+
+
+# -- counters over the window ---------------------------------------------------------------
+def p95(values: list[float]) -> float | None:
+    """Nearest-rank 95th percentile, as collectors.sampling computes it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+class Steps:
+    """The increases of one counter (or a sum of counters) per step: t -> (seconds, increase)."""
+
+    def __init__(self) -> None:
+        self.dv: dict[float, float] = defaultdict(float)
+        self.dt: dict[float, float] = {}
+
+    def add(self, values: list[tuple[float, float]]) -> Steps:
+        for (t0, v0), (t1, v1) in zip(values, values[1:]):
+            self.dv[t1] += v1 - v0 if v1 >= v0 else v1  # went down: reset, counts from zero
+            self.dt[t1] = max(self.dt.get(t1, 0.0), t1 - t0)
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self.dt)
+
+    def rate(self) -> float | None:
+        span = sum(self.dt.values())
+        return sum(self.dv.values()) / span if span > 0 else None
+
+    def step_rates(self) -> list[float]:
+        return [self.dv[t] / self.dt[t] for t in sorted(self.dt) if self.dt[t] > 0]
+
+
+def stats(name: str, overall: float | None, per_step: list[float], digits: int = 3) -> dict[str, float]:
+    if overall is None:
+        return {}
+    out = {name: round(overall, digits)}
+    if len(per_step) >= 2:
+        out[f"{name}_p95"] = round(p95(per_step), digits)  # type: ignore[arg-type]
+        out[f"{name}_max"] = round(max(per_step), digits)
+    return out
+
+
+def rate_metrics(name: str, steps: Steps, scale: float = 1.0, digits: int = 3) -> dict[str, float]:
+    if not steps:
+        return {}
+    if steps.dv and all(v == 0 for v in steps.dv.values()) and len(steps.dt) >= 2:
+        return {name: 0.0, f"{name}_p95": 0.0, f"{name}_max": 0.0}
+    rate = steps.rate()
+    return stats(name, None if rate is None else rate * scale, [r * scale for r in steps.step_rates()], digits)
+
+
+def ratio_metrics(name: str, num: Steps, den: Steps, scale: float = 100.0, digits: int = 3) -> dict[str, float]:
+    total = sum(den.dv.values())
+    if not num or not den or total <= 0:
+        return {}
+    per = [num.dv.get(t, 0.0) / den.dv[t] * scale for t in sorted(den.dv) if den.dv[t] > 0]
+    return stats(name, sum(num.dv.values()) / total * scale, per, digits)
+
+
+# -- hosts --------------------------------------------------------------------------------
+def host_name(value: str, strip_port: bool = True) -> str:
+    """A host name for ids from a label value: '10.0.0.2:9100' -> '10.0.0.2', '[::1]:9100' -> '--1'."""
+    if strip_port:
+        if value.startswith("[") and "]" in value:
+            value = value[1:value.index("]")]
+        elif value.count(":") == 1:
+            value = value.split(":", 1)[0]
+    name = _BAD_HOST_CHARS.sub("-", value)[:253] or "unknown"
+    return name if name[0] not in ".-" else f"h{name}"
+
+
+def selector(match: str | None) -> str:
+    """The matchers inside a '{job="node"}' selector, without the braces ('' for none)."""
+    text = (match or "").strip()
+    if not text:
+        return ""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise InputError(f"bad --match {text!r}: give a label selector such as '{{job=\"node\"}}'")
+    return text[1:-1].strip().rstrip(",")
+
+
+def _escape(value: str) -> str:
+    return re.escape(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass
+class Family:
+    name: str
+    what: str  # the series it needs, for messages
+    hosts: set[str] = field(default_factory=set)
+
+
+@dataclass
+class PromWindow:
+    """What one build read: the graph and the cost of reading it."""
+    graph: Graph
+    requests: int
+    bytes: int
+    seconds: float
+    series: int
+    points: int
+
+
+class NodeSource:
+    def __init__(self, api: PrometheusAPI, start: float, end: float, step: float | None = None,
+                 match: str | None = None, host_label: str = "instance", batch_hosts: int = BATCH_HOSTS) -> None:
+        if end <= start:
+            raise InputError(f"the window ends ({iso(end)}) before it starts ({iso(start)})")
+        self.api, self.start, self.end = api, start, end
+        self.step = float(step) if step else auto_step(end - start)
+        if self.step <= 0:
+            raise InputError("--step must be above 0")
+        self.match = selector(match)
+        self.host_label = host_label
+        self.batch_hosts = max(1, batch_hosts)
+        self.host_of_instance: dict[str, str] = {}
+        self.times: dict[str, list[float]] = defaultdict(list)  # host -> first/last sample times seen
+        self.families: dict[str, Family] = {}
+
+    # -- queries --------------------------------------------------------------------------
+    def _sel(self, *extra: str) -> str:
+        parts = [p for p in (*extra, self.match) if p]
+        return "{" + ", ".join(parts) + "}"
+
+    def _range(self, query: str) -> list[dict[str, Any]]:
+        return self.api.query_range(query, self.start, self.end, self.step)
+
+    def discover(self) -> list[str]:
+        """The instances with node_exporter series in the window, and each one's host name."""
+        for probe in ("node_uname_info", "node_load1", "node_cpu_seconds_total"):
+            series = self._range(f"max by (instance, {self.host_label}) ({probe}{self._sel()})"
+                                 if self.host_label != "instance" else f"count by (instance) ({probe}{self._sel()})")
+            if series:
+                break
+        else:
+            raise InputError(f"no node_exporter series (node_uname_info, node_load1, node_cpu_seconds_total) "
+                             f"matching {self._sel() if self.match else 'any selector'} between {iso(self.start)} "
+                             f"and {iso(self.end)} on {self.api.name}")
+        for item in series:
+            labels = item["metric"]
+            instance = labels.get("instance")
+            if instance is None:
+                continue
+            if self.host_label == "instance":
+                self.host_of_instance[instance] = host_name(instance)
+            elif labels.get(self.host_label):
+                self.host_of_instance[instance] = host_name(labels[self.host_label], strip_port=False)
+        if not self.host_of_instance:
+            raise InputError(f"no node_exporter series with a {self.host_label!r} label "
+                             f"(and an instance label) on {self.api.name}")
+        hosts = list(self.host_of_instance.values())
+        twice = sorted({h for h in hosts if hosts.count(h) > 1})
+        if twice:
+            raise InputError(f"host name {twice[0]} stands for several instances: use --host-label with a label that "
+                             "tells them apart")
+        return sorted(self.host_of_instance)
+
+    def _family(self, key: str, what: str, query_of: Any, instances: list[str]) -> list[tuple[str, dict, list]]:
+        """(host, labels, values) of one family, queried in batches of instances."""
+        fam = self.families.setdefault(key, Family(key, what))
+        out = []
+        for i in range(0, len(instances), self.batch_hosts):
+            batch = instances[i:i + self.batch_hosts]
+            only = f'instance=~"{"|".join(_escape(b) for b in batch)}"'
+            for item in self._range(query_of(only)):
+                host = self.host_of_instance.get(item["metric"].get("instance", ""))
+                if host is None or not item["values"]:
+                    continue
+                fam.hosts.add(host)
+                times = self.times[host]
+                times[:] = [min([item["values"][0][0], *times[:1]]), max([item["values"][-1][0], *times[1:2]])]
+                out.append((host, item["metric"], item["values"]))
+        return out
+
+    # -- the graph ------------------------------------------------------------------------
+    def build(self) -> Graph:
+        instances = self.discover()
+        hosts = sorted(self.host_of_instance[i] for i in instances)
+        g = Graph(Meta(hosts=hosts, tool_version=__version__, started_at=iso(self.start), duration_s=round(self.end - self.start, 3),
+                       interval_s=self.step, source="prometheus"))
+        host_metrics: dict[str, dict[str, float]] = {h: {} for h in hosts}
+        self._cpu(g, host_metrics, instances)
+        self._memory(host_metrics, instances)
+        self._pressure(host_metrics, instances)
+        self._disks(g, instances)
+        self._nics(g, instances)
+        self._tcp(host_metrics, instances)
+        for instance in instances:
+            host = self.host_of_instance[instance]
+            g.entity_of(T.HOST, host_id(host), {"name": host, "instance": instance}, host_metrics[host])
+        windows = {}
+        for host in hosts:
+            seen = self.times.get(host)
+            if seen:
+                windows[host] = {"started_at": iso(seen[0]), "duration_s": round(seen[1] - seen[0], 3)}
+        g.meta.extra["windows"] = windows
+        cpus = defaultdict(int)
+        for e in g.entities(T.CPU):
+            cpus[e.id.split(":")[1]] += 1
+        g.meta.host_info = {h: {"cpus": cpus[h]} for h in hosts if cpus.get(h)}
+        g.meta.collectors = {"prometheus.node": self._status(hosts), **self._accelerators()}
+        return g
+
+    def _status(self, hosts: list[str]) -> CollectorStatus:
+        missing = []
+        for fam in self.families.values():
+            if not fam.hosts:
+                missing.append(f"no {fam.what} series")
+            elif len(fam.hosts) < len(hosts):
+                lacking = sorted(set(hosts) - fam.hosts)
+                missing.append(f"no {fam.what} series on {len(lacking)} of {len(hosts)} hosts "
+                               f"({', '.join(lacking[:3])}{' …' if len(lacking) > 3 else ''})")
+        if missing:
+            return CollectorStatus("partial", "; ".join(missing))
+        return CollectorStatus("ok")
+
+    def _accelerators(self) -> dict[str, CollectorStatus]:
+        out = {}
+        for name, pattern, what in (("prometheus.dcgm", "DCGM_FI_.*", "DCGM_FI_*"),
+                                    ("prometheus.npu", "npu_chip_info_.*", "npu_chip_info_*")):
+            data = self.api.get("query", {"query": f'count({self._sel(f"__name__=~{chr(34)}{pattern}{chr(34)}")})',
+                                          "time": f"{self.end:.3f}"})
+            found = bool((data or {}).get("result"))
+            out[name] = CollectorStatus("unavailable", f"{what} series are not read yet" if found
+                                        else f"no {what} series")
+        return out
+
+    def _cpu(self, g: Graph, host_metrics: dict, instances: list[str]) -> None:
+        by = "instance" if self.host_label == "instance" else f"instance, {self.host_label}"
+        host_rows = self._family(
+            "cpu", "node_cpu_seconds_total",
+            lambda only: f"sum by ({by}, mode) (node_cpu_seconds_total{self._sel(only)})", instances)
+        modes: dict[str, dict[str, Steps]] = defaultdict(lambda: defaultdict(Steps))
+        for host, labels, values in host_rows:
+            modes[host][labels.get("mode", "")].add(values)
+            modes[host]["total"].add(values)
+        for host, m in modes.items():
+            parts = {"busy": ("user", "nice", "system", "irq", "softirq"), "user": ("user", "nice"),
+                     "system": ("system", "irq", "softirq"), "iowait": ("iowait",), "steal": ("steal",)}
+            for metric, part in ((M.CPU_UTIL_PCT, "busy"), (M.CPU_USER_PCT, "user"), (M.CPU_SYSTEM_PCT, "system"),
+                                 (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal")):
+                num = Steps()
+                for mode in parts[part]:
+                    if mode in m:
+                        for t in m[mode].dt:
+                            num.dt[t] = m[mode].dt[t]
+                            num.dv[t] += m[mode].dv[t]
+                if not num:
+                    num.dt = dict(m["total"].dt)
+                    num.dv = defaultdict(float, {t: 0.0 for t in m["total"].dt})
+                host_metrics[host].update(ratio_metrics(metric, num, m["total"], digits=2))
+        per_cpu = self._family(
+            "cpu", "node_cpu_seconds_total",
+            lambda only: (f'sum by ({by}, cpu, busy) (label_replace(node_cpu_seconds_total{self._sel(only)}, '
+                          f'"busy", "1", "mode", "{BUSY_MODES}"))'), instances)
+        cpus: dict[tuple[str, str], dict[str, Steps]] = defaultdict(lambda: {"busy": Steps(), "total": Steps()})
+        for host, labels, values in per_cpu:
+            c = cpus[(host, labels.get("cpu", ""))]
+            c["total"].add(values)
+            if labels.get("busy") == "1":
+                c["busy"].add(values)
+        for (host, cpu), c in sorted(cpus.items()):
+            if not cpu.isdigit():
+                continue
+            g.entity_of(T.CPU, cpu_id(host, int(cpu)), {"cpu": int(cpu)},
+                        ratio_metrics(M.CPU_UTIL_PCT, c["busy"], c["total"], digits=2))
+        for host, _, values in self._family("load", "node_load1", lambda only: f"node_load1{self._sel(only)}",
+                                            instances):
+            host_metrics[host][M.LOAD1] = values[-1][1]
+
+    def _memory(self, host_metrics: dict, instances: list[str]) -> None:
+        rows = self._family("memory", "node_memory_*_bytes", lambda only: self._sel(
+            f'__name__=~"node_memory_(MemTotal|MemAvailable|SwapTotal|SwapFree)_bytes"', only), instances)
+        last: dict[str, dict[str, float]] = defaultdict(dict)
+        for host, labels, values in rows:
+            last[host][labels["__name__"][len("node_memory_"):-len("_bytes")]] = values[-1][1]
+        for host, info in last.items():
+            m = host_metrics[host]
+            if "MemTotal" in info:
+                m[M.MEM_TOTAL_BYTES] = info["MemTotal"]
+                if "MemAvailable" in info and info["MemTotal"] > 0:
+                    m[M.MEM_AVAILABLE_BYTES] = info["MemAvailable"]
+                    m[M.MEM_USED_PCT] = round((1 - info["MemAvailable"] / info["MemTotal"]) * 100, 2)
+            if "SwapTotal" in info:
+                m[M.SWAP_TOTAL_BYTES] = info["SwapTotal"]
+                m[M.SWAP_USED_BYTES] = info["SwapTotal"] - info.get("SwapFree", 0)
+        rows = self._family("vmstat", "node_vmstat_pgmajfault", lambda only: self._sel(
+            f'__name__=~"node_vmstat_({"|".join(_VMSTAT)})"', only), instances)
+        for host, labels, values in rows:
+            host_metrics[host].update(rate_metrics(_VMSTAT[labels["__name__"][len("node_vmstat_"):]],
+                                                   Steps().add(values), digits=2))
+
+    def _pressure(self, host_metrics: dict, instances: list[str]) -> None:
+        rows = self._family("pressure", "node_pressure_* (PSI)", lambda only: self._sel(
+            f'__name__=~"node_pressure_({"|".join(_PSI)})_seconds_total"', only), instances)
+        for host, labels, values in rows:
+            key = labels["__name__"][len("node_pressure_"):-len("_seconds_total")]
+            host_metrics[host].update(rate_metrics(_PSI[key], Steps().add(values), scale=100.0))  # s/s -> %
+
+    def _disks(self, g: Graph, instances: list[str]) -> None:
+        names = "read_bytes|written_bytes|reads_completed|writes_completed|io_time_seconds|read_time_seconds|" \
+                "write_time_seconds"
+        rows = self._family("disk", "node_disk_*", lambda only: self._sel(
+            f'__name__=~"node_disk_({names})_total"', only), instances)
+        devs: dict[tuple[str, str], dict[str, Steps]] = defaultdict(lambda: defaultdict(Steps))
+        for host, labels, values in rows:
+            counter = labels["__name__"][len("node_disk_"):-len("_total")]
+            d = devs[(host, labels.get("device", "?"))]
+            d[counter].add(values)
+            if counter in ("reads_completed", "writes_completed"):
+                d["ios"].add(values)
+            if counter in ("read_time_seconds", "write_time_seconds"):
+                d["wait_s"].add(values)
+        for (host, dev), d in sorted(devs.items()):
+            metrics: dict[str, float] = {}
+            metrics.update(rate_metrics(M.DISK_UTIL_PCT, d["io_time_seconds"], scale=100.0))
+            for counter, metric in _DISK.items():
+                metrics.update(rate_metrics(metric, d[counter]))
+            metrics.update(ratio_metrics(M.AWAIT_MS, d["wait_s"], d["ios"], scale=1000.0))
+            g.entity_of(T.BLOCK_DEVICE, entity_id(T.BLOCK_DEVICE, host, dev), {"name": dev}, metrics)
+
+    def _nics(self, g: Graph, instances: list[str]) -> None:
+        rows = self._family("network", "node_network_*", lambda only: self._sel(
+            '__name__=~"node_network_(receive|transmit)_(bytes|packets|drop|errs)_total|node_network_speed_bytes"',
+            only), instances)
+        nics: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: defaultdict(Steps))
+        for host, labels, values in rows:
+            name = labels["__name__"]
+            n = nics[(host, labels.get("device", "?"))]
+            if name == "node_network_speed_bytes":
+                n["speed"] = values[-1][1]
+            else:
+                n[name[len("node_network_"):-len("_total")]].add(values)
+        for (host, dev), n in sorted(nics.items()):
+            metrics: dict[str, float] = {}
+            for counter, metric in _NIC.items():
+                if counter in n:
+                    metrics.update(rate_metrics(metric, n[counter]))
+            speed = n.get("speed")
+            if isinstance(speed, float) and speed > 0:
+                mbps = speed * 8 / 1e6
+                metrics[M.SPEED_MBPS] = round(mbps, 3)
+                rx, tx = n.get("receive_bytes"), n.get("transmit_bytes")
+                if rx and tx and rx.rate() is not None and tx.rate() is not None:
+                    per = [max(a, b) * 8 / (mbps * 1e6) * 100 for a, b in zip(rx.step_rates(), tx.step_rates())]
+                    metrics.update(stats(M.LINK_UTIL_PCT, max(rx.rate(), tx.rate()) * 8 / (mbps * 1e6) * 100, per))
+            g.entity_of(T.NIC, entity_id(T.NIC, host, dev), {"name": dev}, metrics)
+
+    def _tcp(self, host_metrics: dict, instances: list[str]) -> None:
+        rows = self._family("tcp", "node_netstat_Tcp_RetransSegs/OutSegs", lambda only: self._sel(
+            '__name__=~"node_netstat_Tcp_(OutSegs|RetransSegs)"', only), instances)
+        tcp: dict[str, dict[str, Steps]] = defaultdict(lambda: defaultdict(Steps))
+        for host, labels, values in rows:
+            tcp[host][labels["__name__"].rsplit("_", 1)[1]].add(values)
+        for host, t in tcp.items():
+            if "OutSegs" not in t or "RetransSegs" not in t:
+                continue
+            host_metrics[host].update({**rate_metrics(M.TCP_OUT_SEGS_PER_S, t["OutSegs"]),
+                                       **rate_metrics(M.TCP_RETRANS_SEGS_PER_S, t["RetransSegs"]),
+                                       **ratio_metrics(M.TCP_RETRANS_PCT, t["RetransSegs"], t["OutSegs"])})
+
+
+def collect_window(url: str, start: float, end: float, *, step: float | None = None, match: str | None = None,
+                   host_label: str = "instance", auth: str | None = None, timeout_s: float = 30.0,
+                   batch_hosts: int = BATCH_HOSTS) -> PromWindow:
+    """The graph of [start, end] (Unix seconds) from the Prometheus at `url`, with the cost of the queries."""
+    api = PrometheusAPI(url, auth=auth, timeout_s=timeout_s)
+    graph = NodeSource(api, start, end, step=step, match=match, host_label=host_label,
+                       batch_hosts=batch_hosts).build()
+    s = api.stats
+    return PromWindow(graph, s.requests, s.bytes, round(s.seconds, 3), s.series, s.points)
