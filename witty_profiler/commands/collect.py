@@ -1,4 +1,5 @@
-"""`witty-profiler collect`: one live window on this host -> graph JSON v1."""
+"""`witty-profiler collect`: one live window on this host -> graph JSON v1; or, with --prometheus, a past
+window of many hosts read from Prometheus's HTTP API (node_exporter series)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,41 @@ def _collectors(text: str | None) -> list[str] | None:
     return names
 
 
+def _summary(graph, target: str, quiet: bool) -> None:
+    if target != "-" and not quiet:
+        counts = f"{graph.entity_count()} entities, {graph.edge_count()} edges"
+        not_ok = [f"{n} {c.status}" for n, c in graph.meta.collectors.items() if c.status != "ok"]
+        print(f"wrote {target}: {counts}" + (f" ({', '.join(not_ok)})" if not_ok else ""), file=sys.stderr)
+
+
+def run_prometheus(args: argparse.Namespace) -> int:
+    from witty_profiler.sources.prometheus import collect_window
+    from witty_profiler.sources.promapi import parse_time, read_auth
+    from witty_profiler.topology import dumps_graph
+    if args.start is None:
+        raise InputError("--prometheus needs --start (RFC 3339, Unix seconds or relative such as -1h)")
+    if args.pid or args.job or args.collectors or args.host:
+        raise InputError("--pid, --job, --collectors and --host are for a live window; with --prometheus the hosts "
+                         "come from the series (--host-label, --match)")
+    start, end = parse_time(args.start), parse_time(args.end)
+    target = args.output or DEFAULT_FILE
+    check_output(target, args.force)
+    window = collect_window(args.prometheus, start, end, step=args.step, match=args.match,
+                            host_label=args.host_label, auth=read_auth(args.prometheus_auth_file),
+                            timeout_s=args.timeout)
+    write_output(dumps_graph(window.graph), target, force=True)
+    if not args.quiet:
+        print(f"read {window.series} series in {window.requests} requests ({window.bytes} bytes, "
+              f"{window.seconds:.2f} s) from {args.prometheus.split('?')[0]}", file=sys.stderr)
+    _summary(window.graph, target, args.quiet)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.prometheus:
+        return run_prometheus(args)
+    if args.start is not None or args.end != "now" or args.match or args.step is not None:
+        raise InputError("--start, --end, --step and --match read a past window from Prometheus: add --prometheus URL")
     from witty_profiler.collectors.engine import run_window
     from witty_profiler.topology import dumps_graph
     validate_window(args.duration, args.interval)
@@ -44,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
     graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=_collectors(args.collectors),
                        progress=None if args.quiet else _progress(sys.stderr), host=args.host, job=args.job)
     write_output(dumps_graph(graph), target, force=True)  # checked before the window started
-    if target != "-" and not args.quiet:
-        counts = f"{graph.entity_count()} entities, {graph.edge_count()} edges"
-        not_ok = [f"{n} {c.status}" for n, c in graph.meta.collectors.items() if c.status != "ok"]
-        print(f"wrote {target}: {counts}" + (f" ({', '.join(not_ok)})" if not_ok else ""), file=sys.stderr)
+    _summary(graph, target, args.quiet)
     return 0
 
 
@@ -72,4 +104,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offline", action="store_true",
                    help="accepted for compatibility: collection never uses the network")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    prom = p.add_argument_group("a past window from Prometheus (node_exporter series of many hosts)")
+    prom.add_argument("--prometheus", metavar="URL", help="read the window from this Prometheus server's HTTP API "
+                      "instead of collecting live, e.g. http://prometheus:9090")
+    prom.add_argument("--start", metavar="T", help="window start: RFC 3339, Unix seconds, or relative (now-1h, or --start=-1h)")
+    prom.add_argument("--end", metavar="T", default="now", help="window end (default now)")
+    prom.add_argument("--step", type=float, metavar="S", help="query step in seconds (default 15, more where the "
+                      "window would exceed 11,000 points per series); keep it at or above the scrape interval")
+    prom.add_argument("--match", metavar="SELECTOR", help="only series matching this selector, e.g. '{job=\"node\"}'")
+    prom.add_argument("--host-label", default="instance", metavar="LABEL",
+                      help="the label that names a host (default instance, without its port; e.g. nodename, "
+                      "read from node_uname_info)")
+    prom.add_argument("--prometheus-auth-file", metavar="FILE", help="a file holding a bearer token or user:password "
+                      "(basic auth); else the WITTY_PROMETHEUS_TOKEN environment variable is used if set")
+    prom.add_argument("--timeout", type=float, default=30.0, metavar="S", help="per-request timeout (default 30 s)")
     p.set_defaults(handler=run)
