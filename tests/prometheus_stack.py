@@ -1,0 +1,147 @@
+"""Three hosts behind real node_exporters and a real Prometheus scraping them every second.
+
+Each host is a network namespace with two veth links to this machine: eth0 (10.213.N.2), which
+Prometheus scrapes, and eth1 (10.214.N.2), a data link on which a sender in the namespace puts
+200 frames of 1000 bytes a second. A node_exporter runs inside each namespace, so its
+/proc/net/dev, /proc/net/snmp and /sys/class/net are that host's own. Host 3's data link has its
+far end down: the kernel drops every frame sent on it and counts them (eth1 tx_dropped), as a
+real host whose link partner went away would. CPU, memory and disks are this machine's for all
+three (one /proc/stat), so only the network tells the hosts apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+PROMETHEUS = "/usr/bin/prometheus"
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+FRAMES_PER_S = 200
+SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dest, rate = (sys.argv[1], 9), int(sys.argv[2])
+nxt = time.monotonic()
+while True:
+    for _ in range(rate // 10):
+        s.sendto(b"x" * 1000, dest)
+    nxt += 0.1
+    time.sleep(max(0.0, nxt - time.monotonic()))
+"""
+
+
+def missing() -> str | None:
+    """Why the stack cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in (PROMETHEUS, NODE_EXPORTER, shutil.which("ip")):
+        if not tool or not os.access(tool, os.X_OK):
+            return f"{tool or 'ip'} is not installed"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+class PrometheusStack:
+    def __init__(self, root: Path, hosts: int = 3, odd: int = 3) -> None:
+        self.root, self.count, self.odd = root, hosts, odd
+        tag = os.getpid() % 10000
+        self.namespaces = [f"wpm{tag}h{i}" for i in range(1, hosts + 1)]
+        self.links = [f"wpm{tag}s{i}" for i in range(1, hosts + 1)] + [f"wpm{tag}d{i}" for i in range(1, hosts + 1)]
+        self.hosts = [f"10.213.{i}.2" for i in range(1, hosts + 1)]
+        self.procs: list[subprocess.Popen] = []
+        self.url = ""
+
+    # -- life cycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        for i, ns in enumerate(self.namespaces, 1):
+            self._host(i, ns)
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = self.root / "prometheus.yml"
+        targets = ", ".join(f'"{h}:9100"' for h in self.hosts)
+        config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
+                          f"scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: [{targets}]\n")
+        self._spawn("prometheus", [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={self.root / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"])
+        self.wait_up()
+
+    def _host(self, i: int, ns: str) -> None:
+        scrape, data = self.links[i - 1], self.links[self.count + i - 1]
+        _ip("netns", "add", ns)
+        _ip("link", "add", scrape, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("link", "add", data, "type", "veth", "peer", "name", "eth1", "netns", ns)
+        _ip("addr", "add", f"10.213.{i}.1/24", "dev", scrape)
+        _ip("link", "set", scrape, "up")
+        if i != self.odd:  # the odd host's data link has its far end down
+            _ip("link", "set", data, "up")
+        inside = ["netns", "exec", ns, "ip"]
+        _ip(*inside, "link", "set", "lo", "up")
+        _ip(*inside, "addr", "add", f"10.213.{i}.2/24", "dev", "eth0")
+        _ip(*inside, "link", "set", "eth0", "up")
+        _ip(*inside, "addr", "add", f"10.214.{i}.2/24", "dev", "eth1")
+        _ip(*inside, "link", "set", "eth1", "up")
+        # a peer at a known address, so that frames go out without ARP
+        _ip(*inside, "neigh", "add", f"10.214.{i}.9", "lladdr", "02:00:00:00:00:09", "dev", "eth1", "nud", "permanent")
+        self._spawn(f"node{i}", ["ip", "netns", "exec", ns, NODE_EXPORTER, f"--web.listen-address=10.213.{i}.2:9100"])
+        self._spawn(f"sender{i}", ["ip", "netns", "exec", ns, "python3", "-c", SENDER, f"10.214.{i}.9",
+                                   str(FRAMES_PER_S)])
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.root / f"{name}.log", "w")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+
+    def api(self, path: str, **params: object) -> dict:
+        query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as r:
+            return json.loads(r.read())["data"]
+
+    def wait_up(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                targets = self.api("targets")["activeTargets"]
+                if len(targets) == self.count and all(t["health"] == "up" for t in targets):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                logs = {p.name: p.read_text()[-800:] for p in self.root.glob("*.log")}
+                raise RuntimeError(f"Prometheus targets not up in {timeout:g} s: {logs}")
+            time.sleep(0.5)
+
+    def value(self, query: str, at: float) -> dict[str, float]:
+        """instance -> value of an instant query at `at` (Prometheus's own answer)."""
+        return {r["metric"].get("instance", ""): float(r["value"][1])
+                for r in self.api("query", query=query, time=f"{at:.3f}")["result"]}
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for link in self.links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=30)
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
