@@ -102,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--offline", action="store_true",
-                   help="accepted for compatibility: collection never uses the network")
+                   help="accepted for compatibility: live collection never uses the network (--prometheus does)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     prom = p.add_argument_group("a past window from Prometheus (node_exporter series of many hosts)")
     prom.add_argument("--prometheus", metavar="URL", help="read the window from this Prometheus server's HTTP API "
