@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-command", default="witty-profiler", metavar="CMD",
                    help="how cluster hosts run witty-profiler (default witty-profiler)")
     p.add_argument("--kubectl", default="kubectl", metavar="PATH", help="the kubectl for kubectl_selector")
+    p.add_argument("--prometheus", metavar="URL", help="the Prometheus whose past windows collect reads (past)")
+    p.add_argument("--prometheus-match", metavar="SELECTOR", help="its series to read, e.g. '{job=\"node\"}'")
+    p.add_argument("--prometheus-auth-file", metavar="FILE", help="its bearer token or user:password (or set "
+                   "WITTY_PROMETHEUS_TOKEN)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -78,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None,
                        report_dir=Path(args.report_dir) if args.report_dir else None,
                        launch=Launch(remote_command=args.remote_command, ssh_options=args.ssh_option,
-                                     ssh_config=args.ssh_config, kubectl=args.kubectl))
+                                     ssh_config=args.ssh_config, kubectl=args.kubectl),
+                       prometheus=args.prometheus, prometheus_auth_file=args.prometheus_auth_file,
+                       prometheus_match=args.prometheus_match)
     server = build_server(tools, tool_timeout=args.tool_timeout)
     logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
     try:

@@ -42,18 +42,19 @@ class CollectInput(_In):
     duration_s: float = Field(default=10.0, gt=0, json_schema_extra={"maximum": MAX_DURATION_S},
                               description="capture window, seconds")
     interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples")
-    pids: list[int] | None = Field(default=None, description="focus: these and descendants; default: AI "
-                                   "workloads found")
-    collectors: list[str] | None = Field(default=None, description="to run, '-name' skips one; default: all that "
-                                         "apply")
+    pids: list[int] | None = Field(default=None, description="these and descendants; default: AI "
+                                   "workloads")
+    collectors: list[str] | None = Field(default=None, description="to run, '-name' skips one; default: all")
     # a cluster: the hosts named one way, each collected into output_dir/<host>.json
     hosts: list[str] | None = Field(default=None, max_length=4096, description="ssh targets")
     slurm_job: str | None = Field(default=None, description="its nodes")
     slurm_nodes: str | None = Field(default=None, description="e.g. n[1-8]")
-    kubectl_selector: str | None = Field(default=None, description="witty-profiler pods' labels")
+    kubectl_selector: str | None = Field(default=None, description="pods' labels")
     namespace: str | None = Field(default=None, description="default witty-profiler")
-    output_dir: str | None = Field(default=None, description="new folder in the report directory")
-    diagnose: bool = Field(default=False, description="add the cluster summary")
+    output_dir: str | None = Field(default=None, description="new folder in the reports")
+    diagnose: bool = Field(default=False, description="and its summary")
+    # a past window of many hosts, read from the Prometheus this server was started with
+    past: str | None = Field(default=None, description="START[..END] from Prometheus")
 
     def cluster(self) -> bool:
         return any((self.hosts, self.slurm_job, self.slurm_nodes, self.kubectl_selector))

@@ -274,8 +274,8 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
 
     add_tool(server, "collect", "Collect a live window",
              "Capture this host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, network, storage and IPC "
-             "over a window into a new graph, with progress; returns graph_id and summary. Or a cluster's hosts, each "
-             "into output_dir.",
+             "over a window into a new graph, with progress; returns graph_id and summary. Or cluster hosts into "
+             "output_dir, or a past window.",
              s.CollectInput, s.CollectResult,
              ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                              open_world_hint=False), collect)

@@ -101,10 +101,11 @@ class GraphStore:
         native = f'"format":"{FORMAT_NAME}"'.encode() in raw[:256].replace(b" ", b"")
         return self.add(graph, "load", graph_id, loaded_from=str(p.resolve()), raw=raw if native else None), graph
 
-    def add_live(self, graph: Graph) -> GraphRecord:
+    def add_live(self, graph: Graph, kind: str = "live") -> GraphRecord:
+        """A collected window, named by how it was collected, its (first) host and its start."""
         host = graph.meta.hosts[0] if graph.meta.hosts else "host"
         stamp = (graph.meta.started_at or _now()).replace("-", "").replace(":", "")
-        base = f"live-{slug(host, 30)}-{slug(stamp, 20)}"
+        base = f"{kind}-{slug(host, 30)}-{slug(stamp, 20)}"
         graph_id, n = base, 1
         with self._lock:  # the id is taken at once; the file is written after, without the lock
             while graph_id in self._records:

@@ -67,7 +67,9 @@ class WittyTools:
     thresholds files are read from, the report directory) and one method per tool."""
 
     def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
-                 workdir: Path | None = None, report_dir: Path | None = None, launch: Any = None) -> None:
+                 workdir: Path | None = None, report_dir: Path | None = None, launch: Any = None,
+                 prometheus: str | None = None, prometheus_auth_file: str | None = None,
+                 prometheus_match: str | None = None) -> None:
         self.store = store or GraphStore()
         self.thresholds_path = thresholds_path
         self.workdir = (workdir or Path.cwd()).resolve()
@@ -77,6 +79,9 @@ class WittyTools:
         # operator decides, not the client (a ProxyCommand or a remote command would run anything)
         from witty_profiler.cluster.collect import Launch
         self.launch: Launch = launch or Launch()
+        # the Prometheus of past windows, its credentials and series: the operator's too
+        self.prometheus, self.prometheus_auth_file, self.prometheus_match = prometheus, prometheus_auth_file, \
+            prometheus_match
         self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._parts: OrderedDict[tuple[str, str], Graph] = OrderedDict()  # one host of a merged graph
         self._queries: OrderedDict[str, Rows] = OrderedDict()  # last queries' rows, for their next pages
@@ -93,6 +98,8 @@ class WittyTools:
         if inp.interval_s > inp.duration_s:
             raise InputError(f"interval_s={inp.interval_s:g} is longer than duration_s={inp.duration_s:g}: "
                              f"use an interval shorter than the window, e.g. interval_s=1")
+        if inp.past is not None:
+            return self._collect_past(inp)
         if inp.cluster() or inp.output_dir is not None or inp.namespace is not None or inp.diagnose:
             return self._collect_cluster(inp, progress)
         graph = wp.collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
@@ -101,6 +108,25 @@ class WittyTools:
             raise InputError("collect was cancelled; the window was not saved")
         record = self.store.add_live(graph)
         summary, text = self._summary(record, graph, 8000)
+        return s.CollectResult(**summary.model_dump()), text
+
+    def _collect_past(self, inp: s.CollectInput) -> tuple[Any, str]:
+        """A past window (START[..END], END default now) of the hosts this server's Prometheus monitors
+        (witty-mcp --prometheus URL [--prometheus-match SELECTOR]): the operator names the server, its
+        credentials and its series, the client only the window."""
+        from witty_profiler.sources.promapi import parse_time, read_auth
+        from witty_profiler.sources.prometheus import collect_window
+        if self.prometheus is None:
+            raise InputError("past reads a window from Prometheus, and this server has none: start witty-mcp with "
+                             "--prometheus URL (credentials in --prometheus-auth-file or WITTY_PROMETHEUS_TOKEN)")
+        if inp.cluster() or inp.pids or inp.collectors or inp.output_dir or inp.diagnose:
+            raise InputError("past reads Prometheus: drop pids, collectors and the cluster arguments")
+        since, _, until = inp.past.partition("..")
+        start, end = parse_time(since.strip()), parse_time(until.strip() or "now")
+        window = collect_window(self.prometheus, start, end, match=self.prometheus_match,
+                                auth=read_auth(self.prometheus_auth_file))
+        record = self.store.add_live(window.graph, kind="prometheus")
+        summary, text = self._summary(record, window.graph, 8000)
         return s.CollectResult(**summary.model_dump()), text
 
     def cluster_target(self, inp: s.CollectInput) -> Any:
