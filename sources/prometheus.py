@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from witty_profiler import __version__
+from witty_profiler.sources.promaccel import DCGM_SERIES, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
@@ -245,12 +246,13 @@ class NodeSource:
         for e in g.entities(T.CPU):
             cpus[e.id.split(":")[1]] += 1
         g.meta.host_info = {h: {"cpus": cpus[h]} for h in hosts if cpus.get(h)}
-        g.meta.collectors = {"prometheus.node": self._status(hosts), **self._accelerators()}
+        node = self._status(hosts)
+        g.meta.collectors = {"prometheus.node": node, **self._accelerators(g, hosts)}
         return g
 
     def _status(self, hosts: list[str]) -> CollectorStatus:
         missing = []
-        for fam in self.families.values():
+        for fam in (f for k, f in self.families.items() if not k.startswith("accel.")):
             if not fam.hosts:
                 missing.append(f"no {fam.what} series")
             elif len(fam.hosts) < len(hosts):
@@ -261,16 +263,32 @@ class NodeSource:
             return CollectorStatus("partial", "; ".join(missing))
         return CollectorStatus("ok")
 
-    def _accelerators(self) -> dict[str, CollectorStatus]:
-        out = {}
-        for name, pattern, what in (("prometheus.dcgm", "DCGM_FI_.*", "DCGM_FI_*"),
-                                    ("prometheus.npu", "npu_chip_info_.*", "npu_chip_info_*")):
-            data = self.api.get("query", {"query": f'count({self._sel(f"__name__=~{chr(34)}{pattern}{chr(34)}")})',
-                                          "time": f"{self.end:.3f}"})
-            found = bool((data or {}).get("result"))
-            out[name] = CollectorStatus("unavailable", f"{what} series are not read yet" if found
-                                        else f"no {what} series")
-        return out
+    def _accelerators(self, g: Graph, hosts: list[str]) -> dict[str, CollectorStatus]:
+        # exporters other than node_exporter run as other jobs: --match (node_exporter's selector) does not
+        # apply; a series belongs to a host by its instance's address or by dcgm-exporter's Hostname label
+        by_address = {host_name(i): h for i, h in self.host_of_instance.items()}
+        rows = {}
+        for key, names, what in (("dcgm", DCGM_SERIES, "DCGM_FI_*"), ("npu", NPU_SERIES, "npu_chip_info_*")):
+            fam = self.families.setdefault(f"accel.{key}", Family(key, what))
+            found = []
+            for i in range(0, len(hosts), self.batch_hosts):
+                batch = hosts[i:i + self.batch_hosts]
+                addresses = [a for a, h in by_address.items() if h in batch]
+                name = f'__name__=~"{names}"'
+                query = f'{{{name}, instance=~"({"|".join(_escape(a) for a in addresses)})(:[0-9]+)?"}}'
+                if key == "dcgm":
+                    query += f' or {{{name}, Hostname=~"{"|".join(_escape(h) for h in batch)}"}}'
+                for item in self._range(query):
+                    labels = item["metric"]
+                    host = by_address.get(host_name(labels.get("instance", "")))
+                    if host is None and labels.get("Hostname") in batch:
+                        host = labels["Hostname"]
+                    if host is None or not item["values"]:
+                        continue
+                    fam.hosts.add(host)
+                    found.append((host, labels, item["values"]))
+            rows[key] = found
+        return {"prometheus.dcgm": add_gpus(g, rows["dcgm"]), "prometheus.npu": add_npus(g, rows["npu"])}
 
     def _cpu(self, g: Graph, host_metrics: dict, instances: list[str]) -> None:
         by = "instance" if self.host_label == "instance" else f"instance, {self.host_label}"
