@@ -7,6 +7,10 @@ Prometheus scrapes, and eth1 (10.214.N.2), a data link on which a sender in the 
 far end down: the kernel drops every frame sent on it and counts them (eth1 tx_dropped), as a
 real host whose link partner went away would. CPU, memory and disks are this machine's for all
 three (one /proc/stat), so only the network tells the hosts apart.
+
+Where asked (`replays`), a host also serves a recorded exporter exposition (tests/fixtures/*.prom:
+dcgm-exporter, npu-exporter) on its eth0 address, scraped by the same Prometheus as its own job: the
+accelerators this machine lacks, in their exporters' own format.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -35,6 +40,33 @@ while True:
     nxt += 0.1
     time.sleep(max(0.0, nxt - time.monotonic()))
 """
+
+REPLAY = """
+import http.server, sys
+body = open(sys.argv[1], "rb").read()
+class Metrics(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.split("?")[0] != "/metrics":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((sys.argv[2], int(sys.argv[3])), Metrics).serve_forever()
+"""
+
+
+@dataclass
+class Replay:
+    """A recorded exposition served by host `host` (1-based) on `port`, scraped as job `job`."""
+    job: str
+    host: int
+    port: int
+    fixture: Path
 
 
 def missing() -> str | None:
@@ -58,11 +90,12 @@ def _ip(*args: str) -> None:
 
 
 class PrometheusStack:
-    def __init__(self, root: Path, hosts: int = 3, odd: int = 3) -> None:
-        self.root, self.count, self.odd = root, hosts, odd
-        tag = os.getpid() % 10000
-        self.namespaces = [f"wpm{tag}h{i}" for i in range(1, hosts + 1)]
-        self.links = [f"wpm{tag}s{i}" for i in range(1, hosts + 1)] + [f"wpm{tag}d{i}" for i in range(1, hosts + 1)]
+    def __init__(self, root: Path, hosts: int = 3, odd: int = 3, replays: tuple[Replay, ...] = (),
+                 prefix: str = "wpm") -> None:
+        self.root, self.count, self.odd, self.replays = root, hosts, odd, replays
+        tag = f"{prefix}{os.getpid() % 10000}"
+        self.namespaces = [f"{tag}h{i}" for i in range(1, hosts + 1)]
+        self.links = [f"{tag}s{i}" for i in range(1, hosts + 1)] + [f"{tag}d{i}" for i in range(1, hosts + 1)]
         self.hosts = [f"10.213.{i}.2" for i in range(1, hosts + 1)]
         self.procs: list[subprocess.Popen] = []
         self.url = ""
@@ -75,8 +108,11 @@ class PrometheusStack:
         self.url = f"http://127.0.0.1:{port}"
         config = self.root / "prometheus.yml"
         targets = ", ".join(f'"{h}:9100"' for h in self.hosts)
+        jobs = f"  - job_name: node\n    static_configs:\n      - targets: [{targets}]\n"
+        for r in self.replays:
+            jobs += f'  - job_name: {r.job}\n    static_configs:\n      - targets: ["{self.hosts[r.host - 1]}:{r.port}"]\n'
         config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
-                          f"scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: [{targets}]\n")
+                          f"scrape_configs:\n{jobs}")
         self._spawn("prometheus", [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={self.root / 'data'}",
                                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"])
         self.wait_up()
@@ -99,6 +135,10 @@ class PrometheusStack:
         # a peer at a known address, so that frames go out without ARP
         _ip(*inside, "neigh", "add", f"10.214.{i}.9", "lladdr", "02:00:00:00:00:09", "dev", "eth1", "nud", "permanent")
         self._spawn(f"node{i}", ["ip", "netns", "exec", ns, NODE_EXPORTER, f"--web.listen-address=10.213.{i}.2:9100"])
+        for r in self.replays:
+            if r.host == i:
+                self._spawn(f"{r.job}{i}", ["ip", "netns", "exec", ns, "python3", "-c", REPLAY, str(r.fixture),
+                                            f"10.213.{i}.2", str(r.port)])
         self._spawn(f"sender{i}", ["ip", "netns", "exec", ns, "python3", "-c", SENDER, f"10.214.{i}.9",
                                    str(FRAMES_PER_S)])
 
@@ -116,7 +156,7 @@ class PrometheusStack:
         while True:
             try:
                 targets = self.api("targets")["activeTargets"]
-                if len(targets) == self.count and all(t["health"] == "up" for t in targets):
+                if len(targets) == self.count + len(self.replays) and all(t["health"] == "up" for t in targets):
                     return
             except OSError:
                 pass
