@@ -1,0 +1,173 @@
+"""Accelerators in the Prometheus source: GPUs from dcgm-exporter, NPUs from npu-exporter.
+
+The expositions are recorded fixtures in the exporters' own format (tests/fixtures/dcgm-exporter.prom,
+npu-exporter.prom), as this machine has neither GPU nor NPU. The quick tests read them as a range
+query would give them; the live ones replay them as scrape targets of the real Prometheus of
+tests/prometheus_stack.py (the dcgm-exporter on host 1, the npu-exporter on host 2) and read the
+window back through the HTTP API.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.prometheus_stack import PrometheusStack, Replay, missing
+from witty_profiler.sources.promaccel import add_gpus, add_npus
+from witty_profiler.sources.prometheus import collect_window
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.models import Meta
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DCGM, NPU = FIXTURES / "dcgm-exporter.prom", FIXTURES / "npu-exporter.prom"
+WINDOW_S = 10
+MiB = 1024 * 1024
+HOT_GPU, IDLE_GPU = "0000:18:00.0", "0000:2a:00.0"
+HOT_NPU, SICK_NPU = "0000:c1:00.0", "0000:01:00.0"
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def exposition(path: Path) -> dict[tuple[str, tuple], float]:
+    """(name, sorted labels) -> value of each sample of a text exposition."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, labels, value = _SAMPLE.match(line).groups()
+        out[(name, tuple(sorted(_LABEL.findall(labels or ""))))] = float(value)
+    return out
+
+
+def rows(path: Path, host: str, steps: int = 11) -> list[tuple[str, dict, list]]:
+    """The fixture's samples as a range query of `steps` steps gives them, constant over the window."""
+    return [(host, {"__name__": name, **dict(labels)}, [(1000.0 + t, value) for t in range(steps)])
+            for (name, labels), value in exposition(path).items()]
+
+
+def value(path: Path, name: str, **match: str) -> float:
+    hits = [v for (n, labels), v in exposition(path).items() if n == name and set(match.items()) <= set(labels)]
+    assert len(hits) == 1, (name, match)
+    return hits[0]
+
+
+def _graph() -> Graph:
+    return Graph(Meta(hosts=["h1"], source="prometheus"))
+
+
+# -- the parsing, without an engine ----------------------------------------------------------
+def test_dcgm_series_make_gpus():
+    g = _graph()
+    status = add_gpus(g, rows(DCGM, "h1"))
+    assert status.status == "ok"
+    hot, idle = g.entity(f"gpu:h1:{HOT_GPU}"), g.entity(f"gpu:h1:{IDLE_GPU}")
+    assert hot.attrs["index"] == 0 and hot.attrs["uuid"].startswith("GPU-5d3c") and "H100" in hot.attrs["name"]
+    assert hot.metrics["util_pct"] == 97 and hot.metrics["util_pct_p95"] == 97 and hot.metrics["util_pct_max"] == 97
+    assert hot.metrics["memory_used_bytes"] == 70667 * MiB
+    assert hot.metrics["memory_total_bytes"] == (70667 + 9886) * MiB
+    assert hot.metrics["memory_used_pct"] == round(100 * 70667 / (70667 + 9886), 2)
+    assert (hot.metrics["sm_clock_mhz"], hot.metrics["mem_clock_mhz"]) == (1410, 2619)
+    assert hot.metrics["power_w"] == pytest.approx(698.41) and hot.metrics["temperature_c"] == 87
+    assert hot.metrics["throttle_thermal"] == 1 and hot.metrics["throttle_power"] == 1
+    assert hot.attrs["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert hot.metrics["pcie_tx_bytes_per_s"] == 2147483648 and hot.metrics["pcie_rx_bytes_per_s"] == 5368709120
+    assert hot.metrics["xid_errors_total"] == 0
+    assert idle.metrics["util_pct"] == 0 and idle.metrics["memory_used_bytes"] == 0
+    assert idle.metrics["throttle_thermal"] == 0 and idle.metrics["throttle_power"] == 0
+    assert idle.attrs["throttle_reasons"] == ["gpu_idle"]
+
+
+def test_xid_counts_changes_and_throttle_bits_over_the_window():
+    labels = {"gpu": "3", "pci_bus_id": "00000000:9A:00.0", "UUID": "GPU-x", "modelName": "A100"}
+    xid = [(0.0, 0.0), (1.0, 0.0), (2.0, 79.0), (3.0, 79.0), (4.0, 48.0)]
+    reasons = [(0.0, 0.0), (1.0, 0x20), (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)]
+    g = _graph()
+    status = add_gpus(g, [("h1", {"__name__": "DCGM_FI_DEV_XID_ERRORS", **labels}, xid),
+                          ("h1", {"__name__": "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", **labels}, reasons)])
+    gpu = g.entity("gpu:h1:0000:9a:00.0")
+    assert gpu.metrics["xid_errors_total"] == 2 and gpu.attrs["xid_codes"] == [48, 79]
+    assert gpu.metrics["throttle_thermal"] == 1 and gpu.metrics["throttle_power"] == 0
+    assert status.status == "partial" and "DCGM_FI_DEV_GPU_UTIL" in status.reason
+    assert add_gpus(_graph(), []).reason == "no DCGM_FI_* series"
+
+
+def test_npu_exporter_series_make_npus():
+    g = _graph()
+    status = add_npus(g, rows(NPU, "h1"))
+    assert status.status == "ok"
+    hot, sick = g.entity(f"npu:h1:{HOT_NPU}"), g.entity(f"npu:h1:{SICK_NPU}")
+    assert hot.attrs["index"] == 0 and hot.attrs["name"] == "Ascend910B3" and hot.attrs["health"] == "OK"
+    assert hot.metrics["util_pct"] == 92 and hot.metrics["temperature_c"] == 84
+    assert hot.metrics["power_w"] == pytest.approx(352.7) and hot.metrics["sm_clock_mhz"] == 1300
+    assert hot.metrics["memory_used_bytes"] == 58312 * MiB and hot.metrics["memory_total_bytes"] == 65536 * MiB
+    assert hot.metrics["memory_used_pct"] == round(100 * 58312 / 65536, 2)
+    assert sick.attrs["health"] == "Unhealthy" and sick.attrs["error_codes"] == [hex(2350000263)]
+    assert sick.metrics["util_pct"] == 0
+    assert add_npus(_graph(), []).status == "unavailable"
+
+
+# -- with real engines -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    why = missing()
+    if why:
+        pytest.skip(why)
+    s = PrometheusStack(tmp_path_factory.mktemp("prometheus-accel"), prefix="wpa",
+                        replays=(Replay("dcgm", 1, 9400, DCGM), Replay("npu", 2, 8082, NPU)))
+    try:
+        s.start()
+        time.sleep(WINDOW_S + 4)
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def window(stack):
+    end = float(int(time.time()) - 2)
+    return collect_window(stack.url, end - WINDOW_S, end, step=1.0, match='{job="node"}')
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_accelerators_from_prometheus_equal_the_exporters(stack, window):
+    g = window.graph
+    gpu_host, npu_host, bare = stack.hosts
+    assert g.meta.collectors["prometheus.dcgm"].status == "ok"
+    assert g.meta.collectors["prometheus.npu"].status == "ok"
+    assert g.meta.collectors["prometheus.node"].status == "ok"
+    assert sorted(e.id for e in g.entities("gpu")) == [f"gpu:{gpu_host}:{HOT_GPU}", f"gpu:{gpu_host}:{IDLE_GPU}"]
+    assert sorted(e.id for e in g.entities("npu")) == [f"npu:{npu_host}:{SICK_NPU}", f"npu:{npu_host}:{HOT_NPU}"]
+    assert not [e for e in g.entities("gpu") + g.entities("npu") if e.id.split(":")[1] == bare]
+    for address, gpu in ((HOT_GPU, "0"), (IDLE_GPU, "1")):
+        m = g.entity(f"gpu:{gpu_host}:{address}").metrics
+        assert m["util_pct"] == m["util_pct_max"] == value(DCGM, "DCGM_FI_DEV_GPU_UTIL", gpu=gpu)
+        assert m["sm_clock_mhz"] == value(DCGM, "DCGM_FI_DEV_SM_CLOCK", gpu=gpu)
+        assert m["temperature_c"] == value(DCGM, "DCGM_FI_DEV_GPU_TEMP", gpu=gpu)
+        assert m["power_w"] == pytest.approx(value(DCGM, "DCGM_FI_DEV_POWER_USAGE", gpu=gpu), abs=0.01)
+        used, free = value(DCGM, "DCGM_FI_DEV_FB_USED", gpu=gpu), value(DCGM, "DCGM_FI_DEV_FB_FREE", gpu=gpu)
+        assert m["memory_used_bytes"] == used * MiB and m["memory_total_bytes"] == (used + free) * MiB
+        assert m["pcie_rx_bytes_per_s"] == value(DCGM, "DCGM_FI_PROF_PCIE_RX_BYTES", gpu=gpu)
+    for address, chip in ((HOT_NPU, "0"), (SICK_NPU, "1")):
+        n = g.entity(f"npu:{npu_host}:{address}")
+        assert n.metrics["util_pct"] == value(NPU, "npu_chip_info_utilization", id=chip)
+        assert n.metrics["temperature_c"] == value(NPU, "npu_chip_info_temperature", id=chip)
+        assert n.metrics["sm_clock_mhz"] == value(NPU, "npu_chip_info_aicore_current_freq", id=chip)
+        assert n.metrics["memory_used_bytes"] == value(NPU, "npu_chip_info_hbm_used_memory", id=chip) * MiB
+        assert n.attrs["health"] == ("OK" if value(NPU, "npu_chip_info_health_status", id=chip) == 1 else "Unhealthy")
+    assert window.requests <= 16
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_diagnosis_names_the_throttled_gpu(stack, window):
+    from witty_profiler import diagnose
+    d = diagnose(window.graph)
+    throttled = d.finding("compute.accelerator_throttling")
+    assert throttled is not None and throttled.subjects == [f"gpu:{stack.hosts[0]}:{HOT_GPU}"]
+    # no process is known to use a device (Prometheus has no processes): idle is not a finding
+    assert d.finding("compute.accelerator_idle") is None
+    assert d.finding("network.nic_saturation").subjects == [f"nic:{stack.hosts[2]}:eth1"]
