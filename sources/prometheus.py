@@ -11,7 +11,8 @@ window, as the live collectors read them at its end.
 
 Entities have the live collectors' types, ids and metric names: host:<host>, cpu:<host>:<n>,
 block_device:<host>:<name>, nic:<host>:<name>. A host is the `instance` label without its port,
-or another label (`host_label`, e.g. nodename from node_uname_info).
+or another label (`host_label`, e.g. nodename from node_uname_info). Accelerators come from
+dcgm-exporter and npu-exporter series of the same hosts (sources/promaccel.py).
 """
 
 from __future__ import annotations
