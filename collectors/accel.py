@@ -1,9 +1,7 @@
-"""What the GPU and NPU collectors share: window statistics of sampled gauges, and a device's
-place on the host (NUMA node, local CPUs, PCI function, nearest NICs) read from sysfs."""
+"""What the GPU and NPU collectors share: a device's place on the host (NUMA node, local CPUs, PCI function, nearest NICs) read from sysfs."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from witty_profiler.collectors.pci import is_nic, pcie_link_type, read_device, scan
@@ -14,19 +12,6 @@ from witty_profiler.topology.vocabulary import E, T
 
 # closeness on the PCIe tree, nearest first (nvidia-smi topo terms)
 LINK_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
-
-
-def gauge(name: str, samples: list[float], digits: int = 2) -> dict[str, float]:
-    """Mean of a sampled gauge over the window, with p95 and max when two or more samples exist."""
-    values = [v for v in samples if v is not None]
-    if not values:
-        return {}
-    out = {name: round(sum(values) / len(values), digits)}
-    if len(values) >= 2:
-        ordered = sorted(values)
-        out[f"{name}_p95"] = round(ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)], digits)
-        out[f"{name}_max"] = round(ordered[-1], digits)
-    return out
 
 
 def place_device(g: Graph, sys_root: Path, host: str, eid: str, address: str | None) -> dict:

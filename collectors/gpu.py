@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from witty_profiler.collectors.accel import gauge, host_nics, link_nearest_nics, place_device
+from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register
 from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, pci_address, process_id
 from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology.windowstats import gauge
 
 NVLINK_TX, NVLINK_RX, ALL_LINKS = 138, 139, 0xFFFFFFFF  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, every link
 NVLINK_FIELDS = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]

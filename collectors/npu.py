@@ -20,13 +20,14 @@ import shutil
 import subprocess
 from collections import defaultdict
 
-from witty_profiler.collectors.accel import gauge, host_nics, link_nearest_nics, place_device
+from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register
 from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
 from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology.windowstats import gauge
 
 MiB = 1024 * 1024
 _BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")

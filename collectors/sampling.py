@@ -9,8 +9,9 @@ least two intervals). A counter that went backwards (reset, pid reuse) yields no
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+
+from witty_profiler.topology.windowstats import p95
 
 
 class Series:
@@ -47,14 +48,6 @@ class Series:
     def interval_rates(self) -> list[float]:
         t, v = self.times, self.values
         return [(v1 - v0) / (t1 - t0) for t0, t1, v0, v1 in zip(t, t[1:], v, v[1:]) if t1 > t0 and v1 >= v0]
-
-
-def p95(values: list[float]) -> float | None:
-    """Nearest-rank 95th percentile (no interpolation: the value was actually observed)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 def window_stats(name: str, overall: float | None, per_interval: list[float], digits: int = 3) -> dict[str, float]:

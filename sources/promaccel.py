@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from witty_profiler.collectors.accel import gauge
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import entity_id, pci_address
 from witty_profiler.topology.models import CollectorStatus
 from witty_profiler.topology.vocabulary import M, T
+from witty_profiler.topology.windowstats import gauge
 
 MiB = 1024 * 1024
 

@@ -17,7 +17,6 @@ dcgm-exporter and npu-exporter series of the same hosts (sources/promaccel.py).
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import cpu_id, entity_id, host_id
 from witty_profiler.topology.models import CollectorStatus, Meta
 from witty_profiler.topology.vocabulary import M, T
+from witty_profiler.topology.windowstats import p95
 
 BATCH_HOSTS = 50  # instances per range query: bounds a query's series and the answer's size
 BUSY_MODES = "user|nice|system|irq|softirq"  # as collectors/cpu.py: guest time is inside user
@@ -47,14 +47,6 @@ _NIC = {"receive_bytes": M.RX_BYTES_PER_S, "transmit_bytes": M.TX_BYTES_PER_S,
 
 
 # -- counters over the window ---------------------------------------------------------------
-def p95(values: list[float]) -> float | None:
-    """Nearest-rank 95th percentile, as collectors.sampling computes it."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
 class Steps:
     """The increases of one counter (or a sum of counters) per step: t -> (seconds, increase)."""
 
@@ -336,7 +328,7 @@ class NodeSource:
 
     def _memory(self, host_metrics: dict, instances: list[str]) -> None:
         rows = self._family("memory", "node_memory_*_bytes", lambda only: self._sel(
-            f'__name__=~"node_memory_(MemTotal|MemAvailable|SwapTotal|SwapFree)_bytes"', only), instances)
+            '__name__=~"node_memory_(MemTotal|MemAvailable|SwapTotal|SwapFree)_bytes"', only), instances)
         last: dict[str, dict[str, float]] = defaultdict(dict)
         for host, labels, values in rows:
             last[host][labels["__name__"][len("node_memory_"):-len("_bytes")]] = values[-1][1]

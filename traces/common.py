@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import re
 
 from witty_profiler.topology.vocabulary import T
+from witty_profiler.topology.windowstats import p95
 
 DEFAULT_JOB = "trace:default"
 
@@ -49,12 +49,6 @@ def op_name(raw: str) -> str:
         if key.startswith(name):
             return _OP_ALIASES[name]
     return key or "unknown"
-
-
-def p95(values: list[float]) -> float:
-    """Nearest-rank 95th percentile (a value that was observed)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 def step_stats(name: str, values: list[float], digits: int = 3) -> dict[str, float]:

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import ast
 import gzip
-import math
 import re
 import time
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from heapq import merge as heap_merge
 from pathlib import Path
-from collections.abc import Iterator
 from typing import IO, Any
 
 from witty_profiler.topology.errors import InputError
@@ -41,6 +40,7 @@ from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.jsonstream import JsonStream
 from witty_profiler.topology.models import CollectorStatus
 from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology.windowstats import p95
 
 SOURCE = "kineto"
 FOLD = 1 << 16  # raw intervals gathered before they are folded into a union
@@ -149,17 +149,11 @@ class _Measure:
 
 
 # -- statistics -------------------------------------------------------------------------------------------
-def _p95(values) -> float:
-    """Nearest-rank 95th percentile (no interpolation: the value was observed), as collectors.sampling."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
 def _stats(name: str, values, digits: int = 3) -> dict[str, float]:
     """{name: mean, name_p95, name_max} over the values (steps or calls)."""
     if not values:
         return {}
-    return {name: round(sum(values) / len(values), digits), f"{name}_p95": round(_p95(values), digits),
+    return {name: round(sum(values) / len(values), digits), f"{name}_p95": round(p95(values), digits),
             f"{name}_max": round(max(values), digits)}
 
 
