@@ -23,6 +23,8 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,3 +187,20 @@ class PrometheusStack:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
+
+
+@contextmanager
+def running_stack(root: Path, history_s: float, **options: object) -> Iterator[PrometheusStack]:
+    """A started stack with `history_s` seconds of samples behind it, stopped after; skipped (pytest) where
+    the engines are missing."""
+    import pytest
+    why = missing()
+    if why:
+        pytest.skip(why)
+    stack = PrometheusStack(root, **options)  # type: ignore[arg-type]
+    try:
+        stack.start()
+        time.sleep(history_s)
+        yield stack
+    finally:
+        stack.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 import mcp
 import pytest
 
-from tests.prometheus_stack import PrometheusStack, missing
+from tests.prometheus_stack import running_stack
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.server import build_server
 from witty_profiler.mcp_server.store import GraphStore
@@ -21,16 +21,8 @@ WINDOW_S = 6
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    st = PrometheusStack(tmp_path_factory.mktemp("prometheus"))
-    try:
-        st.start()
-        time.sleep(WINDOW_S + 3)  # a window of samples behind us
+    with running_stack(tmp_path_factory.mktemp("prometheus"), WINDOW_S + 3) as st:  # a window of samples
         yield st
-    finally:
-        st.stop()
 
 
 def test_a_past_window_needs_the_servers_prometheus(tmp_path: Path):

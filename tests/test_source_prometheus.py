@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.prometheus_stack import FRAMES_PER_S, PrometheusStack, missing
+from tests.prometheus_stack import FRAMES_PER_S, running_stack
 from witty_profiler.sources import promapi
 from witty_profiler.sources.prometheus import NodeSource, Steps, collect_window, host_name, rate_metrics, selector
 from witty_profiler.topology.errors import InputError
@@ -127,16 +127,8 @@ def test_http_errors_are_one_line_input_errors(canned):
 # -- with real engines -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    s = PrometheusStack(tmp_path_factory.mktemp("prometheus"))
-    try:
-        s.start()
-        time.sleep(WINDOW_S + 4)  # a full window of samples behind us
+    with running_stack(tmp_path_factory.mktemp("prometheus"), WINDOW_S + 4) as s:  # a full window behind us
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

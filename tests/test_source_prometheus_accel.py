@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.prometheus_stack import PrometheusStack, Replay, missing
+from tests.prometheus_stack import Replay, running_stack
 from witty_profiler.sources.promaccel import add_gpus, add_npus
 from witty_profiler.sources.prometheus import collect_window
 from witty_profiler.topology.graph import Graph
@@ -112,17 +112,9 @@ def test_npu_exporter_series_make_npus():
 # -- with real engines -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    s = PrometheusStack(tmp_path_factory.mktemp("prometheus-accel"), prefix="wpa",
-                        replays=(Replay("dcgm", 1, 9400, DCGM), Replay("npu", 2, 8082, NPU)))
-    try:
-        s.start()
-        time.sleep(WINDOW_S + 4)
+    with running_stack(tmp_path_factory.mktemp("prometheus-accel"), WINDOW_S + 4, prefix="wpa",
+                       replays=(Replay("dcgm", 1, 9400, DCGM), Replay("npu", 2, 8082, NPU))) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
