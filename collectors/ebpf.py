@@ -17,7 +17,8 @@ window counts from its start for the threads of the processes in scope when it o
 from their first wait inside the window.
 
 Cost (BENCHMARKS.md): compiling and loading the program takes about 0.6 s of CPU before the window
-opens (`prepare`) and ~130 MiB of memory for clang while it compiles. While it is attached, each
+opens (`prepare`) and ~130 MiB of memory for clang while it compiles, once per process: the loaded
+program is kept, detached, for the next window (collectors.bpfcache). While it is attached, each
 futex call pays about 1 µs inside the two probes plus the kernel's syscall-tracepoint path, and
 every other syscall of the host ~0.2 µs for that path; it is detached when the window ends. Needs
 root; collectors.bpfhost has the rest of what the host must have. Kprobes are never used: many
@@ -44,6 +45,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from witty_profiler.collectors.base import Collector, register
+from witty_profiler.collectors.bpfcache import PROGRAMS
 from witty_profiler.collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
 from witty_profiler.collectors.procfs import mapping_of, read_text
 from witty_profiler.collectors.tasks import list_tids
@@ -268,10 +270,18 @@ class EbpfCollector(Collector):
         except NotReady as exc:
             self.problem = str(exc)
             return
+        self.bcc, self.syscalls = bcc, present
+        text = program(present, self.pidns)
+        self.key = (text, str(tree))
+        self.bpf = PROGRAMS.take(self.key)  # a long-lived process loaded it for an earlier window
+        if self.bpf is not None:
+            self.status.extra["program"] = "kept loaded from an earlier window"
+            return
+        self.status.extra["program"] = "compiled"
         said: list[str] = []
         try:
             with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
-                self.bpf = bcc.BPF(text=program(present, self.pidns).encode(), cflags=["-w"])  # no warnings: see below
+                self.bpf = bcc.BPF(text=text.encode(), cflags=["-w"])  # no warnings: see below
         except Exception as exc:  # bcc raises bare Exceptions; clang's reason went to its stderr
             errors = [line for line in "\n".join(said).splitlines() if "error" in line]
             raise RuntimeError(f"bcc could not load the futex program: {exc}"
@@ -281,7 +291,6 @@ class EbpfCollector(Collector):
         if "".join(said):
             os.write(2, "".join(said).encode())
         _return_freed_memory()
-        self.bcc, self.syscalls = bcc, present
 
     def start(self) -> None:
         if self.bpf is None:
@@ -306,7 +315,7 @@ class EbpfCollector(Collector):
             going = started_rows(self.bpf[b"started"])
             now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         finally:
-            self.bpf.cleanup()
+            PROGRAMS.keep(self.key, self.bpf)  # detached and emptied until the next window
         return self._graph(waited, locks, going, now_ns)
 
     def _mapping(self, pid: int, address: int) -> str | None:

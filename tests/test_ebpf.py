@@ -22,6 +22,7 @@ import pytest
 
 from witty_profiler.collectors import bpfhost
 from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.bpfcache import PROGRAMS
 from witty_profiler.collectors.bpfhost import (
     NotReady,
     debian_header_pairs,
@@ -434,6 +435,7 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
     """clang's output is kept off file descriptor 2 during the compile; an MCP server's log lines
     written meanwhile by its other threads still reach it, every one."""
     _ebpf_ready()
+    PROGRAMS.release()  # an earlier test's window left its program loaded: this one must compile
     collector, stop = EbpfCollector(Context()), threading.Event()
 
     def log():
@@ -457,6 +459,35 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
     numbers = sorted(int(line.split()[-1]) for line in lines if line.startswith("log line "))
     assert len(numbers) > 20 and numbers == list(range(len(numbers)))  # some written during the compile
     assert not [line for line in lines if not line.startswith("log line ")]  # and nothing from clang
+
+
+@pytest.mark.live
+def test_a_second_window_attaches_the_program_the_first_one_compiled(tmp_path):
+    """A long-lived process (witty-mcp) compiles once: the program stays loaded between windows,
+    detached (the host pays nothing) and emptied, and the next window attaches it again."""
+    _ebpf_ready()
+    PROGRAMS.release()
+    contended = subprocess.Popen([PY, "-c", CONTENDED])
+    try:
+        time.sleep(0.3)
+        windows = [run_window(1.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]) for _ in range(2)]
+        assert len(PROGRAMS) == 1
+        (bpf, tracepoints), = PROGRAMS._idle.values()
+        assert bpf.tracepoint_fds == {} and b"syscalls:sys_enter_futex" in tracepoints
+        time.sleep(0.3)  # the contended threads go on waiting on futexes: nothing is traced now
+        assert not list(bpf[b"waits"].items()) and not list(bpf[b"started"].items())
+    finally:
+        contended.kill()
+        contended.wait()
+    statuses = [g.meta.collectors["ebpf"] for g in windows]
+    assert [s.extra["program"] for s in statuses] == ["compiled", "kept loaded from an earlier window"], statuses
+    assert statuses[1].duration_s < statuses[0].duration_s  # no clang the second time
+    for graph in windows:  # both windows saw the lock's waiters, the second one only its own waits
+        workers = [t for t in _threads(graph, contended.pid).values() if t.attrs["tid"] != contended.pid]
+        assert len(workers) == 4 and all(t.metrics["futex_wakeups_per_s"] > 25 for t in workers), \
+            [t.metrics for t in workers]
+    PROGRAMS.release()
+    assert len(PROGRAMS) == 0 and bpf.tracepoint_fds == {}
 
 
 IN_A_CONTAINER = """
