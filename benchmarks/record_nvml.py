@@ -4,7 +4,8 @@ The GPU collector runs its usual window (start, a sample every interval, finish)
 driver through `collectors.nvml.RecordingNvml`, which writes down every answer in the format
 `RecordedNvml` replays (tests/fixtures/gpu/README.md). Replaying the file gives the collector the
 same answers in the same order, so the graph it builds from the recording is the graph it built
-live, minus what comes from sysfs.
+live, minus what comes from sysfs. On Hopper and later GPUs that includes the GPM samples and the
+metric values each pair of them gave (SM activity, occupancy, tensor pipes, HBM bandwidth).
 
     python3 -m benchmarks.record_nvml -o tests/fixtures/gpu/h200.json [--duration 10] [--interval 1]
 
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if collector.status.status == "unavailable":
         print(f"record_nvml: {collector.status.reason}", file=sys.stderr)
         return 2
+    if collector.status.status == "partial":
+        print(f"record_nvml: recorded, but {collector.status.reason}", file=sys.stderr)
     recording["source"] = describe(recording) + (f"; {args.source}" if args.source else "")
     text = json.dumps(recording, indent=1) + "\n"
     if args.output == "-":

@@ -1,6 +1,7 @@
 """NVIDIA GPUs over the window through NVML: utilisation, memory, PCIe and NVLink traffic, clocks,
 temperature, power, throttling, ECC and XID errors, the processes on each GPU, and how GPUs reach each
-other (NVLink, NVSwitch or the PCIe tree) and their nearest NICs.
+other (NVLink, NVSwitch or the PCIe tree) and their nearest NICs; on Hopper and later GPUs also the
+GPM counters (SM activity, occupancy, tensor pipes, HBM bandwidth: `collectors.gpm`).
 
 NVML is reached through `collectors.nvml` so that tests replay recorded answers of real servers.
 Gauges are sampled every interval; counters (ECC, NVLink bytes) are read at both ends of the window.
@@ -13,6 +14,7 @@ from typing import Any
 
 from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register
+from witty_profiler.collectors.gpm import GpmSampler
 from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, pci_address, process_id
@@ -67,6 +69,7 @@ class GpuCollector(Collector):
         self.nvml = nvml
         self.devices: list[dict] = []
         self.failed: str | None = None
+        self.gpm: GpmSampler | None = None
 
     # -- window ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -88,6 +91,8 @@ class GpuCollector(Collector):
         self._drain_xids()  # registers for XID events; errors before the window are not counted
         for d in self.devices:
             d["xids"].clear()
+        self.gpm = GpmSampler(self.nvml)
+        self.gpm.start(self.devices)
         self.sample()
 
     def sample(self) -> None:
@@ -127,6 +132,8 @@ class GpuCollector(Collector):
                 used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None
                 old = d["processes"].get(p.pid)
                 d["processes"][p.pid] = used if old is None else max(old, used or 0)
+        if self.gpm is not None:
+            self.gpm.sample()
 
     def finish(self) -> Graph:
         if self.failed is None and not self.devices:
@@ -140,8 +147,13 @@ class GpuCollector(Collector):
             for d in self.devices:
                 d["ecc_end"] = self._ecc(d["index"])
                 d["nvlink_end"] = self._nvlink_counters(d["index"])
+            why = self.gpm.reason() if self.gpm is not None else None
+            if why:
+                self.partial(why)
             return self._graph()
         finally:
+            if self.gpm is not None:
+                self.gpm.close()
             self.nvml.close()
 
     # -- reading --------------------------------------------------------------------------
@@ -230,6 +242,10 @@ class GpuCollector(Collector):
             link_nearest_nics(g, sys_root, host, eid, d["pci"], attrs.get("numa_node"), nics)
             for pid, used in sorted(d["processes"].items()):
                 g.edge_of(E.USES_DEVICE, process_id(host, pid), eid, {"pid": pid}, {M.MEMORY_USED_BYTES: used})
+            for gi in self.gpm.instances(d["index"]) if self.gpm is not None else []:
+                iid = entity_id(T.GPU_INSTANCE, host, d["pci"] or f"index{d['index']}", gi)
+                g.entity_of(T.GPU_INSTANCE, iid, {"gpu_instance_id": gi}, self.gpm.metrics(d["index"], gi))
+                g.edge_of(E.INSTANCE_OF, iid, eid)
         for a in self.devices:
             for b in self.devices:
                 if a["index"] >= b["index"]:
@@ -254,6 +270,13 @@ class GpuCollector(Collector):
             if d.get("memory_total"):
                 m[M.MEMORY_TOTAL_BYTES] = d["memory_total"]
                 m[M.MEMORY_USED_PCT] = round(100 * m[M.MEMORY_USED_BYTES] / d["memory_total"], 2)
+        gpm = self.gpm.metrics(d["index"]) if self.gpm is not None else {}
+        for name in (M.PCIE_TX_BYTES_PER_S, M.PCIE_RX_BYTES_PER_S):
+            if name in gpm:  # over the whole interval, where nvmlDeviceGetPcieThroughput saw 20 ms of it
+                for key in (name, f"{name}_p95", f"{name}_max"):
+                    m.pop(key, None)
+        nvlink_keys = (M.NVLINK_TX_BYTES_PER_S, M.NVLINK_RX_BYTES_PER_S)
+        m.update({k: v for k, v in gpm.items() if not k.startswith(nvlink_keys)})
         for name in (M.PCIE_LINK_GEN, M.PCIE_LINK_WIDTH):
             if s[name]:
                 m[name] = s[name][-1]
@@ -282,19 +305,24 @@ class GpuCollector(Collector):
             m[M.NVLINK_LINKS_UP] = len(d["nvlinks"])
             m[M.NVLINK_LINKS_DOWN] = d["nvlinks_present"] - len(d["nvlinks"])
         if d["nvlinks"]:
-            m.update(self._nvlink_rates(d))
+            m.update(self._nvlink_rates(d, {k: v for k, v in gpm.items() if k.startswith(nvlink_keys)}))
         return m
 
-    def _nvlink_rates(self, d: dict) -> dict[str, float]:
+    def _nvlink_rates(self, d: dict, gpm: dict[str, float]) -> dict[str, float]:
+        """From the field-value counters read at both ends, else from GPM's per-interval figures."""
         first, last = d["nvlink_start"], d.get("nvlink_end")
-        if not first or not last:
+        out: dict[str, float] = {}
+        if first and last:
+            for metric, field in ((M.NVLINK_TX_BYTES_PER_S, NVLINK_TX), (M.NVLINK_RX_BYTES_PER_S, NVLINK_RX)):
+                (v0, t0), (v1, t1) = first[field], last[field]
+                if t1 > t0 and v1 >= v0:
+                    out[metric] = round((v1 - v0) * 1024 / ((t1 - t0) / 1e6), 1)  # KiB over NVML's microsecond stamps
+        if not out:
+            out = dict(gpm)
+        if not out:
             return {}
-        out = {}
-        for metric, field in ((M.NVLINK_TX_BYTES_PER_S, NVLINK_TX), (M.NVLINK_RX_BYTES_PER_S, NVLINK_RX)):
-            (v0, t0), (v1, t1) = first[field], last[field]
-            if t1 > t0 and v1 >= v0:
-                out[metric] = round((v1 - v0) * 1024 / ((t1 - t0) / 1e6), 1)  # KiB over NVML's microsecond stamps
+        busiest = max(out.get(M.NVLINK_TX_BYTES_PER_S, 0), out.get(M.NVLINK_RX_BYTES_PER_S, 0))
         per_link = NVLINK_BYTES_PER_S.get(d["nvlink_version"] or 0)
-        if out and per_link:
-            out[M.NVLINK_UTIL_PCT] = round(100 * max(out.values()) / (per_link * len(d["nvlinks"])), 2)
+        if per_link:
+            out[M.NVLINK_UTIL_PCT] = round(100 * busiest / (per_link * len(d["nvlinks"])), 2)
         return out

@@ -7,6 +7,11 @@ objects with the same field names, lists of structs, ints, strings). An answer
 ``{"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}`` raises that NVML error; a call that the recording
 does not hold raises NVML_ERROR_NOT_SUPPORTED, as a driver does for a feature a device lacks.
 XID critical-error events are recorded under ``"xid_events"``: per drain, [device index, XID] pairs.
+GPM (GPU Performance Monitoring) samples are opaque driver buffers: `LiveNvml` keeps them and hands
+out a number instead, so that a recording holds, per device, the numbers ``"nvmlGpmSampleGet"``
+(``"nvmlGpmMigSampleGet(GI)"`` for a MIG GPU instance) answered and, under
+``"nvmlGpmMetricsGet([ids])"``, the metric structs (`metricId`, `nvmlReturn`, `value`, `metricInfo`)
+each pair of samples gave; ``"migGpuInstanceIds"`` lists a MIG GPU's instances.
 `RecordingNvml` wraps either and writes down every answer in that format, so that a window on a
 real GPU host becomes a recording the tests replay (``python3 -m benchmarks.record_nvml``).
 """
@@ -55,6 +60,8 @@ class LiveNvml:
             raise NvmlUnavailable(unavailable_reason(e)) from e
         self._handles: dict[int, Any] = {}
         self._events: Any = None
+        self._gpm_samples: dict[int, Any] = {}  # number handed out -> nvmlGpmSample_t
+        self._gpm_next = 0
 
     def system(self, fn: str) -> Any:
         return getattr(self.pynvml, fn)()
@@ -83,7 +90,57 @@ class LiveNvml:
                 return out
             out.append((p.nvmlDeviceGetIndex(data.device), data.eventData))
 
+    def gpm_sample(self, index: int, gpu_instance: int | None = None) -> int:
+        """A GPM sample of the whole GPU (or of one MIG GPU instance), as a number for gpm_metrics."""
+        p = self.pynvml
+        sample = p.nvmlGpmSampleAlloc()
+        try:
+            if gpu_instance is None:
+                p.nvmlGpmSampleGet(self._handle(index), sample)
+            else:
+                p.nvmlGpmMigSampleGet(self._handle(index), gpu_instance, sample)
+        except p.NVMLError:
+            p.nvmlGpmSampleFree(sample)
+            raise
+        self._gpm_next += 1
+        self._gpm_samples[self._gpm_next] = sample
+        return self._gpm_next
+
+    def gpm_metrics(self, index: int, first: int, second: int, metric_ids: list[int],
+                    gpu_instance: int | None = None) -> list:
+        """nvmlGpmMetricsGet over two samples: one c_nvmlGpmMetric_t per id, each with its own nvmlReturn."""
+        p = self.pynvml
+        request = p.c_nvmlGpmMetricsGet_t()
+        request.version = p.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1, request.sample2 = self._gpm_samples[first], self._gpm_samples[second]
+        for k, metric in enumerate(metric_ids):
+            request.metrics[k].metricId = metric
+        p.nvmlGpmMetricsGet(request)
+        return [request.metrics[k] for k in range(len(metric_ids))]
+
+    def gpm_release(self, number: int) -> None:
+        sample = self._gpm_samples.pop(number, None)
+        if sample is not None:
+            try:
+                self.pynvml.nvmlGpmSampleFree(sample)
+            except self.pynvml.NVMLError:
+                pass
+
+    def mig_instances(self, index: int) -> list[int]:
+        """The GPU instance ids of a GPU in MIG mode (empty slots skipped)."""
+        p, parent = self.pynvml, self._handle(index)
+        ids = []
+        for k in range(p.nvmlDeviceGetMaxMigDeviceCount(parent)):
+            try:
+                ids.append(p.nvmlDeviceGetGpuInstanceId(p.nvmlDeviceGetMigDeviceHandleByIndex(parent, k)))
+            except p.NVMLError:  # NVML_ERROR_NOT_FOUND: no MIG device in this slot
+                continue
+        return ids
+
     def close(self) -> None:
+        for number in list(self._gpm_samples):
+            self.gpm_release(number)
         try:
             if self._events is not None:
                 self.pynvml.nvmlEventSetFree(self._events)
@@ -110,6 +167,15 @@ def call_key(fn: str, args: tuple) -> str:
     return f"{fn}({','.join(str(a) for a in args)})" if args else fn
 
 
+def gpm_sample_key(gpu_instance: int | None) -> str:
+    return "nvmlGpmSampleGet" if gpu_instance is None else call_key("nvmlGpmMigSampleGet", (gpu_instance,))
+
+
+def gpm_metrics_key(metric_ids: list[int], gpu_instance: int | None) -> str:
+    args = (list(metric_ids),) if gpu_instance is None else (gpu_instance, list(metric_ids))
+    return call_key("nvmlGpmMetricsGet", args)
+
+
 class RecordedNvml:
     def __init__(self, path: Path | str) -> None:
         self.pynvml = _pynvml()
@@ -132,6 +198,21 @@ class RecordedNvml:
             return [tuple(e) for e in self._answer(self.recording, ("xid_events",), "xid_events")]
         except self.pynvml.NVMLError:
             return []
+
+    def gpm_sample(self, index: int, gpu_instance: int | None = None) -> int:
+        key = gpm_sample_key(gpu_instance)
+        return self._answer(self.recording["devices"][index], (index, key), key)
+
+    def gpm_metrics(self, index: int, first: int, second: int, metric_ids: list[int],
+                    gpu_instance: int | None = None) -> list:
+        key = gpm_metrics_key(metric_ids, gpu_instance)
+        return self._answer(self.recording["devices"][index], (index, key), key)
+
+    def gpm_release(self, number: int) -> None:
+        pass
+
+    def mig_instances(self, index: int) -> list[int]:
+        return self._answer(self.recording["devices"][index], (index, "migGpuInstanceIds"), "migGpuInstanceIds")
 
     def close(self) -> None:
         pass
@@ -190,6 +271,21 @@ class RecordingNvml:
 
     def xid_events(self, indices: list[int]) -> list[tuple[int, int]]:
         return self._keep(self.data, "xid_events", lambda: self.inner.xid_events(indices))
+
+    def gpm_sample(self, index: int, gpu_instance: int | None = None) -> int:
+        return self._keep(self._device(index), gpm_sample_key(gpu_instance),
+                          lambda: self.inner.gpm_sample(index, gpu_instance))
+
+    def gpm_metrics(self, index: int, first: int, second: int, metric_ids: list[int],
+                    gpu_instance: int | None = None) -> list:
+        return self._keep(self._device(index), gpm_metrics_key(metric_ids, gpu_instance),
+                          lambda: self.inner.gpm_metrics(index, first, second, metric_ids, gpu_instance))
+
+    def gpm_release(self, number: int) -> None:
+        self.inner.gpm_release(number)
+
+    def mig_instances(self, index: int) -> list[int]:
+        return self._keep(self._device(index), "migGpuInstanceIds", lambda: self.inner.mig_instances(index))
 
     def close(self) -> None:
         self.inner.close()

@@ -112,7 +112,9 @@ def test_pcie_only_l4(tmp_path):
                   device="0x1592", numa=0, cpulist="0-15,32-47")
     add_netdev(nic, "ens3f0")
     c, g = run("pcie-2x-l4.json", sys_root)
-    assert c.status.status == "ok"
+    # Ada GPUs answer nvmlGpmQueryDeviceSupport with isSupportedDevice 0: everything else is there
+    assert c.status.status == "partial"
+    assert c.status.reason.startswith("GPM not supported on 2x NVIDIA L4 (pre-Hopper): SM activity")
     assert_known_names(g)
     busy, idle = g.entity("gpu:n1:0000:01:00.0"), g.entity("gpu:n1:0000:81:00.0")
     assert busy.metrics["util_pct"] == pytest.approx(45.0) and "nvlink_links_up" not in busy.metrics
@@ -193,7 +195,7 @@ def test_recording_a_replay_gives_the_same_answers(recording, hgx_sysfs, tmp_pat
     copy.write_text(json.dumps(recorder.recording(), indent=1))
     again = RecordingNvml(RecordedNvml(copy))
     c, replayed = window(again)
-    assert c.status.status == "ok"
+    assert c.status.status == ("ok" if recording.startswith("hgx") else "partial")
     _, direct = run(recording, hgx_sysfs)
     assert dumps_graph(replayed) == dumps_graph(through_recorder) == dumps_graph(direct)
     first, second = recorder.recording(), again.recording()
@@ -254,7 +256,7 @@ def test_record_nvml_window_without_samples(hgx_sysfs, tmp_path):
     from benchmarks.record_nvml import describe, record
 
     recording, collector, graph = record(RecordedNvml(FIXTURES / "pcie-2x-l4.json"), 0.0, 0.0, sys_root=hgx_sysfs)
-    assert collector.status.status == "ok" and len(graph.entities("gpu")) == 2
+    assert collector.status.status == "partial" and len(graph.entities("gpu")) == 2
     assert describe(recording).startswith("2x NVIDIA L4, driver 550.54.15, recorded ")
     path = tmp_path / "l4.json"
     path.write_text(json.dumps(recording))

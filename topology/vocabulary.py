@@ -29,6 +29,7 @@ class T:
     CONTAINER = "container"
     CGROUP = "cgroup"
     GPU = "gpu"
+    GPU_INSTANCE = "gpu_instance"
     NPU = "npu"
     PCI_DEVICE = "pci_device"
     BLOCK_DEVICE = "block_device"
@@ -80,6 +81,7 @@ class E:
     HAS_PORT = "has_port"
     IPC = "ipc"
     MEMBER_OF = "member_of"
+    INSTANCE_OF = "instance_of"
     TRACE_OF = "trace_of"
     TAKES_PART = "takes_part"
     RELATED = "related"
@@ -211,6 +213,12 @@ class M:
     THROTTLE_POWER = "throttle_power"
     ECC_ERRORS_TOTAL = "ecc_errors_total"
     XID_ERRORS_TOTAL = "xid_errors_total"
+    SM_ACTIVE_PCT = "sm_active_pct"
+    SM_OCCUPANCY_PCT = "sm_occupancy_pct"
+    TENSOR_ACTIVE_PCT = "tensor_active_pct"
+    TENSOR_HMMA_ACTIVE_PCT = "tensor_hmma_active_pct"
+    TENSOR_DFMA_ACTIVE_PCT = "tensor_dfma_active_pct"
+    HBM_BW_UTIL_PCT = "hbm_bw_util_pct"
     # RDMA
     PORT_RCV_BYTES_PER_S = "port_rcv_bytes_per_s"
     PORT_XMIT_BYTES_PER_S = "port_xmit_bytes_per_s"
@@ -278,6 +286,8 @@ ENTITY_TYPES: dict[str, str] = {
     T.CGROUP: "a cgroup; id cgroup:<host>:<version>:<path> (version v1 or v2); attrs version, path, controllers",
     T.GPU: "an NVIDIA GPU; id gpu:<host>:<pci address>; attrs index, name, uuid, pci_address, numa_node, "
            "local_cpus, driver_version, throttle_reasons, pcie_link_degraded, nvlink_version",
+    T.GPU_INSTANCE: "a MIG GPU instance of an NVIDIA GPU; id gpu_instance:<host>:<gpu pci address>:<instance id>; "
+                    "attrs gpu_instance_id; metrics from GPM (sm_active_pct, tensor_active_pct, hbm_bw_util_pct...)",
     T.NPU: "an Ascend NPU chip; id npu:<host>:<pci address>; attrs index, chip, phy_id or device, name, health, "
            "pci_address, numa_node, cpu_affinity",
     T.PCI_DEVICE: "a PCI function; id pci_device:<host>:<pci address>; attrs class, numa_node, link speeds and widths",
@@ -341,6 +351,7 @@ EDGE_TYPES: dict[str, str] = {
     E.HAS_PORT: "rdma_device -> rdma_port (legacy)",
     E.IPC: "process -> process communicating by an IPC mechanism the legacy format does not name",
     E.MEMBER_OF: "process -> the job it is a rank of; attrs rank, local_rank (the rank order of the job)",
+    E.INSTANCE_OF: "gpu_instance -> the gpu it is a MIG slice of",
     E.TRACE_OF: "rank -> the process it is (a trace's pid on the graph's host); the rank keeps the trace's own "
                 "window",
     E.TAKES_PART: "rank -> collective; metrics of that rank in it: calls, elapse_ms, transit_ms, wait_ms, sync_ms, "
@@ -449,6 +460,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     # accelerators
     _M(M.UTIL_PCT, "%", "device busy share (GPU SM / NPU AI Core utilisation)"),
     _M(M.MEM_BW_UTIL_PCT, "%", "device memory-controller (HBM) bandwidth utilisation"),
+    _M(M.SM_ACTIVE_PCT, "%", "share of the GPU's SMs busy over the window, averaged over SMs and time (NVML GPM "
+       "SM_UTIL; DCGM's SM_ACTIVE): unlike util_pct, a kernel on a few SMs counts as a few"),
+    _M(M.SM_OCCUPANCY_PCT, "%", "resident warps as a share of the SMs' maximum (NVML GPM SM_OCCUPANCY)"),
+    _M(M.TENSOR_ACTIVE_PCT, "%", "share of SM cycles a tensor pipe of any precision was busy (NVML GPM "
+       "ANY_TENSOR_UTIL)"),
+    _M(M.TENSOR_HMMA_ACTIVE_PCT, "%", "share of SM cycles the half-precision (FP16/BF16) tensor pipe was busy "
+       "(NVML GPM HMMA_TENSOR_UTIL)"),
+    _M(M.TENSOR_DFMA_ACTIVE_PCT, "%", "share of SM cycles the FP64 tensor pipe was busy (NVML GPM DFMA_TENSOR_UTIL)"),
+    _M(M.HBM_BW_UTIL_PCT, "%", "device DRAM (HBM) bandwidth used as a share of its peak, from the GPU's counters "
+       "(NVML GPM DRAM_BW_UTIL); mem_bw_util_pct on a GPU is NVML's share of time memory was read or written"),
     _M(M.MEMORY_USED_BYTES, "bytes", "device memory in use (device, or one process on it)"),
     _M(M.MEMORY_TOTAL_BYTES, "bytes", "device memory installed"),
     _M(M.MEMORY_USED_PCT, "%", "device memory in use"),

@@ -5,9 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated
+from witty_profiler.diagnosis.catalog import (
+    Pattern,
+    Threshold,
+    Verdict,
+    clear,
+    finding,
+    not_evaluated,
+    number,
+    with_unit,
+)
 from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.rules import levels_check, metric_check, metric_of, scope_cgroups, workload_devices
+from witty_profiler.diagnosis.rules import (
+    assess,
+    clear_text,
+    levels_check,
+    metric_check,
+    metric_of,
+    scope_cgroups,
+    workload_devices,
+)
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.vocabulary import M, T
@@ -79,22 +96,43 @@ BANDWIDTH_WALL = Pattern(
 
 
 # -- memory.hbm_bandwidth_limit -----------------------------------------------------------
+def _bandwidth_metric(e: Entity) -> str:
+    """GPM's DRAM bandwidth share where the GPU has it (bytes moved against peak); else NVML's share of
+    time memory was busy on a GPU, npu-smi's HBM bandwidth usage rate on an NPU."""
+    return M.HBM_BW_UTIL_PCT if num(e, M.HBM_BW_UTIL_PCT) is not None else M.MEM_BW_UTIL_PCT
+
+
 def _hbm_bandwidth_limit(scope: Scope, t: dict[str, Any]) -> Verdict:
-    return metric_check(scope, workload_devices(scope), t["mem_bw_util_pct"], M.MEM_BW_UTIL_PCT,
-                        "accelerators of the workload", ("gpu", "npu", "nvml"),
-                        "Device memory bandwidth is saturated on {n:accelerators}: {names} at {worst} "
-                        "(threshold > {limit}).")
+    devices = workload_devices(scope)
+    if not any(_bandwidth_metric(d) == M.HBM_BW_UTIL_PCT for d in devices):
+        return metric_check(scope, devices, t["mem_bw_util_pct"], M.MEM_BW_UTIL_PCT,
+                            "accelerators of the workload", ("gpu", "npu", "nvml"),
+                            "Device memory bandwidth is saturated on {n:accelerators}: {names} at {worst} "
+                            "(threshold > {limit}).")
+    levels = t["mem_bw_util_pct"]
+    a = assess(devices, levels, lambda e: num(e, _bandwidth_metric(e)))
+    if not a.hits:
+        return clear(clear_text(a, "accelerators of the workload", "HBM bandwidth share (GPM hbm_bw_util_pct "
+                                "where measured)"))
+    items = [ev.entity(e.id, _bandwidth_metric(e), v, levels=levels, severity=sev, note=ev.name_of(e))
+             for e, v, sev in a.hits[:ev.MAX_SUBJECTS]]
+    names = ", ".join(ev.name_of(e) for e, _, _ in a.hits[:4]) + (" ..." if len(a.hits) > 4 else "")
+    return finding(a.severity or "warning",
+                   f"Device memory bandwidth is saturated on {ev.Count(len(a.hits)):accelerators}: {names} at "
+                   f"{ev.fmt(a.hits[0][1], levels.unit)} of peak (GPM DRAM counters; threshold > "
+                   f"{with_unit(number(levels.limit(a.hits[0][2])), levels.unit)}).", items, subjects=[e.id for e, _, _ in a.hits])
 
 
 HBM_BANDWIDTH_LIMIT = Pattern(
     id="memory.hbm_bandwidth_limit", layer=2, title="HBM bandwidth limit",
     why="A kernel mix that saturates the device's memory bandwidth is memory-bound: faster compute units "
         "will not help, less data movement will.",
-    metrics=("gpu.mem_bw_util_pct", "npu.mem_bw_util_pct"),
+    metrics=("gpu.hbm_bw_util_pct", "gpu.mem_bw_util_pct", "npu.mem_bw_util_pct"),
     thresholds=(Threshold("mem_bw_util_pct", "%", "above", "device memory-controller (HBM) bandwidth used",
                           critical=95, warning=85),),
-    needs="a GPU (NVML) or NPU (npu-smi) collector",
-    evidence="Each device of the workload over the threshold.",
+    needs="a GPU (NVML; GPM counters on Hopper and later) or NPU (npu-smi) collector",
+    evidence="Each device of the workload over the threshold, with the figure it was judged on: GPM's DRAM "
+             "bandwidth share (hbm_bw_util_pct) where the GPU has it, else mem_bw_util_pct.",
     recommendations=(
         "Fuse memory-bound kernels (torch.compile, fused optimisers, FlashAttention).",
         "Use lower-precision activations and KV cache (bf16/fp8) where accuracy allows.",
@@ -186,8 +224,9 @@ ACCELERATOR_MEMORY_FULL = Pattern(
         "gpu_memory_utilization) show here too: check that it is intended.",
     metrics=("gpu.memory_used_pct", "gpu.memory_used_bytes", "gpu.memory_total_bytes", "npu.memory_used_pct"),
     thresholds=(Threshold("memory_used_pct", "%", "above", "device memory in use", critical=99, warning=95),),
-    needs="a GPU (NVML) or NPU (npu-smi) collector",
-    evidence="Each device of the workload over the threshold.",
+    needs="a GPU (NVML; GPM counters on Hopper and later) or NPU (npu-smi) collector",
+    evidence="Each device of the workload over the threshold, with the figure it was judged on: GPM's DRAM "
+             "bandwidth share (hbm_bw_util_pct) where the GPU has it, else mem_bw_util_pct.",
     recommendations=(
         "If the engine preallocates (vLLM, TGI), leave headroom (e.g. gpu_memory_utilization 0.90).",
         "Use activation checkpointing, smaller micro-batches or ZeRO/FSDP sharding.",
