@@ -1,5 +1,10 @@
 """A small client for Prometheus's HTTP API (urllib only): range queries, time parsing, auth.
 
+Answers are read as a stream (topology/jsonstream.py): a range query hands its series over one at a
+time while the body is still arriving, so memory holds a chunk of the body and the series being
+read, never the whole answer nor its parsed tree (an answer of 50 hosts' per-CPU series is tens of
+MB of JSON).
+
 Every failure a person can act on (a bad URL, a server that does not answer, an HTTP error, a
 query Prometheus refuses) becomes one InputError line. Credentials come from a file or the
 WITTY_PROMETHEUS_TOKEN environment variable, never from the command line, and never appear in a
@@ -9,6 +14,8 @@ message: errors name the server by its scheme, host and port only.
 from __future__ import annotations
 
 import base64
+import codecs
+import http.client
 import json
 import math
 import os
@@ -17,11 +24,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.jsonstream import JsonStream
 
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series than this
 TOKEN_ENV = "WITTY_PROMETHEUS_TOKEN"
@@ -95,11 +105,44 @@ def _server_name(url: str) -> str:
 class QueryStats:
     requests: int = 0
     bytes: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # waiting for and reading answers (not what the caller does with each series)
     series: int = 0
     points: int = 0
     queries: list[str] = field(default_factory=list)
 
+
+class _Body:
+    """The text of an HTTP answer, read in chunks as JsonStream asks: counts its bytes and the time spent
+    reading, and turns a connection that breaks or stalls mid-answer into one InputError line."""
+
+    def __init__(self, response: Any, stats: QueryStats, what: str) -> None:
+        self.response, self.stats, self.what = response, stats, what
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+
+    def read(self, size: int) -> str:
+        started = time.perf_counter()
+        try:
+            while True:
+                data = self.response.read(size)
+                self.stats.bytes += len(data)
+                if not data and getattr(self.response, "length", None):  # Content-Length not reached
+                    raise http.client.IncompleteRead(b"", self.response.length)
+                text = self._decode(data, final=not data)
+                if text or not data:  # a chunk may end inside a character: read on
+                    return text
+        except (OSError, http.client.HTTPException) as e:
+            raise InputError(f"{self.what} broke off: {e or type(e).__name__}") from None
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+
+
+class _Answer(JsonStream):
+    def __init__(self, body: _Body, server: str, path: str) -> None:
+        super().__init__(body, f"/api/v1/{path}")
+        self.server, self.path = server, path
+
+    def invalid(self, what: str) -> Exception:
+        return InputError(f"{self.server} did not answer /api/v1/{self.path} with JSON: is it a Prometheus server?")
 
 class PrometheusAPI:
     def __init__(self, url: str, auth: str | None = None, timeout_s: float = 30.0) -> None:
@@ -119,52 +162,89 @@ class PrometheusAPI:
     def __repr__(self) -> str:  # never shows the credentials
         return f"PrometheusAPI({self.name})"
 
-    def get(self, path: str, params: dict[str, Any]) -> Any:
-        """GET /api/v1/<path> -> the `data` of a success answer, else one InputError line."""
+    @contextmanager
+    def _answer(self, path: str, params: dict[str, Any]) -> Iterator[_Answer]:
+        """GET /api/v1/<path>: its body as a JSON stream, else one InputError line."""
         url = f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         if self._auth:
             request.add_header("Authorization", self._auth)
         started = time.perf_counter()
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
+            response = urllib.request.urlopen(request, timeout=self.timeout_s)
         except urllib.error.HTTPError as e:
             detail = _error_of(e.read()) or e.reason
             raise InputError(f"Prometheus at {self.name} answered HTTP {e.code} to /api/v1/{path}: {detail}") from None
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
             raise InputError(f"cannot reach Prometheus at {self.name}: {reason}") from None
         finally:
             self.stats.requests += 1
             self.stats.seconds += time.perf_counter() - started
-        self.stats.bytes += len(body)
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise InputError(f"{self.name} did not answer /api/v1/{path} with JSON: is it a Prometheus server?") \
-                from None
+        with response:
+            yield _Answer(_Body(response, self.stats, f"the answer of Prometheus at {self.name} to /api/v1/{path}"),
+                          self.name, path)
+
+    def _refused(self, path: str, status: Any, error: Any) -> InputError:
+        return InputError(f"Prometheus at {self.name} refused /api/v1/{path}: {error or status or 'no status'}")
+
+    def get(self, path: str, params: dict[str, Any]) -> Any:
+        """GET /api/v1/<path> -> the `data` of a success answer, else one InputError line. For small answers
+        (instant queries, labels): `data` is decoded whole."""
+        with self._answer(path, params) as answer:
+            doc = answer.value()
         if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise InputError(f"Prometheus at {self.name} refused /api/v1/{path}: "
-                             f"{(doc or {}).get('error', 'no status') if isinstance(doc, dict) else 'bad answer'}")
+            raise self._refused(path, None, doc.get("error", doc.get("status")) if isinstance(doc, dict) else
+                                "bad answer")
         return doc.get("data")
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        """[{metric: labels, values: [(t, float), ...]}] of a range query (step keeps points ≤ MAX_POINTS)."""
+    def range_series(self, query: str, start: float, end: float, step: float) -> Iterator[tuple[dict, list]]:
+        """The series of a range query as the answer arrives: (labels, [(t, value), ...]) one at a time,
+        NaN values left out. A step that would give a series more than MAX_POINTS points is refused."""
         if (end - start) / step + 1 > MAX_POINTS:
             raise InputError(f"step {step:g} s is too small for a {end - start:g} s window: at most {MAX_POINTS} "
                              f"points per series (use --step {auto_step(end - start, step):g} or more)")
-        data = self.get("query_range", {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                         "step": f"{step:g}"})
         self.stats.queries.append(query)
-        out = []
-        for item in (data or {}).get("result", []):
-            values = [(float(t), float(v)) for t, v in item.get("values", [])]
-            values = [(t, v) for t, v in values if not math.isnan(v)]
-            out.append({"metric": item.get("metric", {}), "values": values})
-            self.stats.series += 1
-            self.stats.points += len(values)
-        return out
+        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        status = error = None
+        with self._answer("query_range", params) as answer:
+            for key in answer.members():
+                if key == "status":
+                    status = answer.value()
+                    if status != "success":  # Prometheus writes the status first: stop before any data
+                        error = status
+                elif key == "data" and status in (None, "success"):
+                    for item in _result(answer):
+                        values = [(float(t), float(v)) for t, v in item.get("values") or ()]
+                        values = [(t, v) for t, v in values if not math.isnan(v)]
+                        self.stats.series += 1
+                        self.stats.points += len(values)
+                        yield item.get("metric") or {}, values
+                elif key == "error":
+                    error = answer.value()
+                else:
+                    answer.value()  # resultType, warnings, a data after an error status
+        if status != "success":
+            raise self._refused("query_range", status, error)
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """[{metric: labels, values: [(t, float), ...]}] of a range query, whole: for small answers."""
+        return [{"metric": labels, "values": values} for labels, values in self.range_series(query, start, end, step)]
+
+
+def _result(answer: _Answer) -> Iterator[dict[str, Any]]:
+    """The items of data.result, a few at a time as the stream decodes them."""
+    for key in answer.members():
+        if key != "result":
+            answer.value()
+            continue
+        if answer.peek() != "[":
+            raise answer.invalid("data.result is not an array")
+        for batch in answer.batches():
+            for item in batch:
+                if not isinstance(item, dict):
+                    raise answer.invalid("a series that is not an object")
+                yield item
 
 
 def _error_of(body: bytes) -> str | None:

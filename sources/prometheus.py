@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,22 +164,23 @@ class NodeSource:
         parts = [p for p in (*extra, self.match) if p]
         return "{" + ", ".join(parts) + "}"
 
-    def _range(self, query: str) -> list[dict[str, Any]]:
-        return self.api.query_range(query, self.start, self.end, self.step)
+    def _range(self, query: str) -> Iterator[tuple[dict, list]]:
+        """(labels, values) of each series, as the answer arrives."""
+        return self.api.range_series(query, self.start, self.end, self.step)
 
     def discover(self) -> list[str]:
         """The instances with node_exporter series in the window, and each one's host name."""
         for probe in ("node_uname_info", "node_load1", "node_cpu_seconds_total"):
-            series = self._range(f"max by (instance, {self.host_label}) ({probe}{self._sel()})"
-                                 if self.host_label != "instance" else f"count by (instance) ({probe}{self._sel()})")
+            series = list(self._range(f"max by (instance, {self.host_label}) ({probe}{self._sel()})"
+                                      if self.host_label != "instance" else
+                                      f"count by (instance) ({probe}{self._sel()})"))
             if series:
                 break
         else:
             raise InputError(f"no node_exporter series (node_uname_info, node_load1, node_cpu_seconds_total) "
                              f"matching {self._sel() if self.match else 'any selector'} between {iso(self.start)} "
                              f"and {iso(self.end)} on {self.api.name}")
-        for item in series:
-            labels = item["metric"]
+        for labels, _ in series:
             instance = labels.get("instance")
             if instance is None:
                 continue
@@ -196,22 +198,21 @@ class NodeSource:
                              "tells them apart")
         return sorted(self.host_of_instance)
 
-    def _family(self, key: str, what: str, query_of: Any, instances: list[str]) -> list[tuple[str, dict, list]]:
-        """(host, labels, values) of one family, queried in batches of instances."""
+    def _family(self, key: str, what: str, query_of: Any, instances: list[str]) -> Iterator[tuple[str, dict, list]]:
+        """(host, labels, values) of one family's series, one at a time as the answers arrive (queried in
+        batches of instances): the caller folds each into its window statistics before the next is read."""
         fam = self.families.setdefault(key, Family(key, what))
-        out = []
         for i in range(0, len(instances), self.batch_hosts):
             batch = instances[i:i + self.batch_hosts]
             only = f'instance=~"{"|".join(_escape(b) for b in batch)}"'
-            for item in self._range(query_of(only)):
-                host = self.host_of_instance.get(item["metric"].get("instance", ""))
-                if host is None or not item["values"]:
+            for labels, values in self._range(query_of(only)):
+                host = self.host_of_instance.get(labels.get("instance", ""))
+                if host is None or not values:
                     continue
                 fam.hosts.add(host)
                 times = self.times[host]
-                times[:] = [min([item["values"][0][0], *times[:1]]), max([item["values"][-1][0], *times[1:2]])]
-                out.append((host, item["metric"], item["values"]))
-        return out
+                times[:] = [min([values[0][0], *times[:1]]), max([values[-1][0], *times[1:2]])]
+                yield host, labels, values
 
     # -- the graph ------------------------------------------------------------------------
     def build(self) -> Graph:
@@ -260,28 +261,28 @@ class NodeSource:
         # exporters other than node_exporter run as other jobs: --match (node_exporter's selector) does not
         # apply; a series belongs to a host by its instance's address or by dcgm-exporter's Hostname label
         by_address = {host_name(i): h for i, h in self.host_of_instance.items()}
-        rows = {}
-        for key, names, what in (("dcgm", DCGM_SERIES, "DCGM_FI_*"), ("npu", NPU_SERIES, "npu_chip_info_*")):
-            fam = self.families.setdefault(f"accel.{key}", Family(key, what))
-            found = []
-            for i in range(0, len(hosts), self.batch_hosts):
-                batch = hosts[i:i + self.batch_hosts]
-                addresses = [a for a, h in by_address.items() if h in batch]
-                name = f'__name__=~"{names}"'
-                query = f'{{{name}, instance=~"({"|".join(_escape(a) for a in addresses)})(:[0-9]+)?"}}'
-                if key == "dcgm":
-                    query += f' or {{{name}, Hostname=~"{"|".join(_escape(h) for h in batch)}"}}'
-                for item in self._range(query):
-                    labels = item["metric"]
-                    host = by_address.get(host_name(labels.get("instance", "")))
-                    if host is None and labels.get("Hostname") in batch:
-                        host = labels["Hostname"]
-                    if host is None or not item["values"]:
-                        continue
-                    fam.hosts.add(host)
-                    found.append((host, labels, item["values"]))
-            rows[key] = found
-        return {"prometheus.dcgm": add_gpus(g, rows["dcgm"]), "prometheus.npu": add_npus(g, rows["npu"])}
+        return {"prometheus.dcgm": add_gpus(g, self._accel_rows("dcgm", DCGM_SERIES, "DCGM_FI_*", hosts, by_address)),
+                "prometheus.npu": add_npus(g, self._accel_rows("npu", NPU_SERIES, "npu_chip_info_*", hosts,
+                                                                by_address))}
+
+    def _accel_rows(self, key: str, names: str, what: str, hosts: list[str],
+                    by_address: dict[str, str]) -> Iterator[tuple[str, dict, list]]:
+        fam = self.families.setdefault(f"accel.{key}", Family(key, what))
+        for i in range(0, len(hosts), self.batch_hosts):
+            batch = hosts[i:i + self.batch_hosts]
+            addresses = [a for a, h in by_address.items() if h in batch]
+            name = f'__name__=~"{names}"'
+            query = f'{{{name}, instance=~"({"|".join(_escape(a) for a in addresses)})(:[0-9]+)?"}}'
+            if key == "dcgm":
+                query += f' or {{{name}, Hostname=~"{"|".join(_escape(h) for h in batch)}"}}'
+            for labels, values in self._range(query):
+                host = by_address.get(host_name(labels.get("instance", "")))
+                if host is None and labels.get("Hostname") in batch:
+                    host = labels["Hostname"]
+                if host is None or not values:
+                    continue
+                fam.hosts.add(host)
+                yield host, labels, values
 
     def _cpu(self, g: Graph, host_metrics: dict, instances: list[str]) -> None:
         by = "instance" if self.host_label == "instance" else f"instance, {self.host_label}"
