@@ -51,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
         from witty_profiler.topology.hosts import host_part
         graph = host_part(graph, args.host)
     result = diagnose(graph, pids=args.pid or None, layer=layer, thresholds=thresholds)
-    write_output(report(result, graph, args.format), args.output, args.force, (args.graph,))
+    if args.format == "html":
+        from witty_profiler.htmlreport import render_html
+        text = render_html(graph, result)
+    else:
+        text = report(result, graph, args.format)
+    write_output(text, args.output, args.force, (args.graph,))
     return 0
 
 
@@ -75,7 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "control, dataplane (or 1-7)")
     p.add_argument("--host", metavar="NAME", help="only this host of a merged GRAPH (witty-profiler merge), without "
                    "the cross-host patterns")
-    p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown report (default) or JSON")
+    p.add_argument("--format", choices=["md", "json", "html"], default="md",
+                   help="Markdown report (default), JSON, or a self-contained HTML page with the topology drawn")
     add_output_arguments(p, "the report")
     p.add_argument("-q", "--quiet", action="store_true", help="no collection progress on stderr")
     p.set_defaults(handler=run)
