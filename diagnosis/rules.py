@@ -164,6 +164,27 @@ def host_or_scope_processes(scope: Scope) -> list[Entity]:
     return scope.processes if scope.has_workload else scope.graph.entities(T.PROCESS)
 
 
+def pmu_subjects(scope: Scope) -> list[Entity]:
+    """What CPU performance counters are judged on: the workload's processes, else the hosts."""
+    return scope.processes if scope.has_workload else scope.hosts()
+
+
+def pmu_what(scope: Scope) -> str:
+    return f"the workload's processes ({scope.describe()})" if scope.has_workload else "the host"
+
+
+def pmu_context(entity: Entity) -> list[Evidence]:
+    """The stall shares of a subject judged on its PMU counters, and the share of the window they
+    were counted when the PMU multiplexed them (the counts are scaled up from that share)."""
+    items = [ev.entity(entity.id, m, num(entity, m), unit="%") for m in
+             (M.STALLED_CYCLES_BACKEND_PCT, M.STALLED_CYCLES_FRONTEND_PCT) if num(entity, m) is not None]
+    running = num(entity, M.PMU_RUNNING_PCT)
+    if running is not None and running < 100:
+        items.append(ev.entity(entity.id, M.PMU_RUNNING_PCT, running, unit="%",
+                               note="counters multiplexed: counts scaled from this share of the window"))
+    return items
+
+
 def workload_devices(scope: Scope) -> list[Entity]:
     """Accelerators used by the workload; on the whole host, every accelerator."""
     if scope.has_workload:

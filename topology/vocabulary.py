@@ -229,6 +229,9 @@ class M:
     # PMU and eBPF (only where the host has them)
     IPC = "ipc"
     LLC_MISS_PCT = "llc_miss_pct"
+    STALLED_CYCLES_FRONTEND_PCT = "stalled_cycles_frontend_pct"
+    STALLED_CYCLES_BACKEND_PCT = "stalled_cycles_backend_pct"
+    PMU_RUNNING_PCT = "pmu_running_pct"
     DRAM_BW_UTIL_PCT = "dram_bw_util_pct"
     FUTEX_WAIT_PCT = "futex_wait_pct"
     FUTEX_LOCK_WAIT_PCT = "futex_lock_wait_pct"
@@ -512,7 +515,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "per second"),
     # PMU and eBPF (only where the host has them)
     _M(M.IPC, "instructions/cycle", "instructions per cycle (PMU)"),
-    _M(M.LLC_MISS_PCT, "%", "last-level cache misses / references (PMU)"),
+    _M(M.LLC_MISS_PCT, "%", "last-level cache misses / references (PMU cache-misses / cache-references)"),
+    _M(M.STALLED_CYCLES_FRONTEND_PCT, "%", "cycles the front end issued nothing, share of all cycles (PMU, where the "
+       "CPU offers the event)"),
+    _M(M.STALLED_CYCLES_BACKEND_PCT, "%", "cycles the back end retired nothing while waiting (memory, execution "
+       "units), share of all cycles (PMU, where the CPU offers the event)"),
+    _M(M.PMU_RUNNING_PCT, "%", "share of the window the PMU counters of a process, CPU or host were running "
+       "(under 100: multiplexed with other counters, the counts are scaled up)"),
     _M(M.DRAM_BW_UTIL_PCT, "%", "DRAM bandwidth used as a share of the peak, host or NUMA node (uncore PMU)"),
     _M(M.FUTEX_WAIT_PCT, "%", "share of the window a thread spent in futex waits (locks, condition variables, "
        "the GIL), timed out or woken (eBPF)"),

@@ -38,7 +38,9 @@ def _singular(word: str) -> str:
 
 def agree(n: int, verb: str) -> str:
     """A verb given in the plural, in the singular when one thing is its subject: 'are' -> 'is'."""
-    return verb if n != 1 else SINGULAR_VERBS.get(verb, verb + "s")
+    if n != 1:
+        return verb
+    return SINGULAR_VERBS.get(verb, verb + ("es" if verb.endswith(("s", "sh", "ch", "x", "z")) else "s"))
 
 
 def their(n: int) -> str:

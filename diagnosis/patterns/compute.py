@@ -26,6 +26,9 @@ from witty_profiler.diagnosis.rules import (
     metric_of,
     needs_workload,
     on_saturated_cpus,
+    pmu_context,
+    pmu_subjects,
+    pmu_what,
     quota_cause,
     short_waits,
     slices_per_s,
@@ -378,17 +381,12 @@ ACCELERATOR_IDLE = Pattern(
 
 
 # -- compute.compute_bound ----------------------------------------------------------------
-def _pmu_subjects(scope: Scope) -> list[Entity]:
-    return scope.processes if scope.has_workload else scope.hosts()
-
-
 def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
     levels = t["cpu_util_pct"]
-    subjects = _pmu_subjects(scope)
+    subjects = pmu_subjects(scope)
     with_pmu = [e for e in subjects if num(e, M.IPC) is not None or num(e, M.LLC_MISS_PCT) is not None]
     if not with_pmu:
-        return not_evaluated(scope.missing("no PMU counters (ipc, llc_miss_pct): the host has no PMU or "
-                                           "perf_event_open is not allowed", "pmu", "perf"))
+        return not_evaluated(scope.missing(f"no PMU counters (ipc, llc_miss_pct) of {pmu_what(scope)}", "pmu"))
     a = assess(with_pmu, levels, metric_of(M.CPU_UTIL_PCT))
     hits = []
     for entity, value, sev in a.hits:
@@ -405,6 +403,7 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
             if num(entity, m) is not None:
                 items.append(ev.entity(entity.id, m, num(entity, m), unit="%" if m.endswith("pct") else "ratio",
                                        bound=(sign, limit)))
+        items.extend(pmu_context(entity))
     return finding(worst(*(s for _, _, s in hits)) or "warning",
                    f"{ev.counted(len(hits), 'busy subjects', 'spend')} {ev.their(len(hits))} cycles stalled: {ev.name_of(hits[0][0])} "
                    f"at {ev.fmt(hits[0][1], '%')} CPU with poor cache behaviour or IPC.",
@@ -431,15 +430,15 @@ COMPUTE_BOUND = Pattern(
 
 # -- compute.low_ipc ----------------------------------------------------------------------
 def _low_ipc(scope: Scope, t: dict[str, Any]) -> Verdict:
-    subjects = _pmu_subjects(scope)
+    subjects = pmu_subjects(scope)
     active = [e for e in subjects if (num(e, M.CPU_UTIL_PCT) or 0.0) >= t["min_cpu_util_pct"]
               or num(e, M.CPU_UTIL_PCT) is None]
     if not any(num(e, M.IPC) is not None for e in subjects):
-        return not_evaluated(scope.missing("no IPC counter: the host has no PMU or perf_event_open is not "
-                                           "allowed", "pmu", "perf"))
-    return metric_check(scope, active, t["ipc"], M.IPC, "active subjects with PMU counters", ("pmu", "perf"),
+        return not_evaluated(scope.missing(f"no PMU counter of IPC (ipc) of {pmu_what(scope)}", "pmu"))
+    return metric_check(scope, active, t["ipc"], M.IPC, "active subjects with PMU counters", ("pmu",),
                         "{n:active subjects|retire} few instructions per cycle: {names}, IPC {worst} "
-                        "(threshold < {limit}).")
+                        "(threshold < {limit}).", extra=pmu_context)
+
 
 
 LOW_IPC = Pattern(

@@ -22,16 +22,15 @@ from witty_profiler.diagnosis.rules import (
     levels_check,
     metric_check,
     metric_of,
+    pmu_context,
+    pmu_subjects,
+    pmu_what,
     scope_cgroups,
     workload_devices,
 )
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.vocabulary import M, T
-
-
-def _pmu_subjects(scope: Scope) -> list[Entity]:
-    return scope.processes if scope.has_workload else scope.hosts()
 
 
 # -- memory.cache_miss_storm --------------------------------------------------------------
@@ -41,13 +40,15 @@ def _llc_hit(e: Entity) -> float | None:
 
 
 def _cache_miss_storm(scope: Scope, t: dict[str, Any]) -> Verdict:
-    subjects = [e for e in _pmu_subjects(scope) if num(e, M.LLC_MISS_PCT) is not None]
+    subjects = [e for e in pmu_subjects(scope) if num(e, M.LLC_MISS_PCT) is not None]
     if not subjects:
-        return not_evaluated(scope.missing("no LLC counters (llc_miss_pct): the host has no PMU or "
-                                           "perf_event_open is not allowed", "pmu", "perf"))
+        return not_evaluated(scope.missing(f"no PMU counters of LLC misses (llc_miss_pct) of {pmu_what(scope)}",
+                                           "pmu"))
     return metric_check(scope, subjects, t["llc_hit_pct"], "llc_hit_pct", "subjects with LLC counters", ("pmu",),
                         "{n:subjects|miss} the last-level cache often: {names}, LLC hit rate {worst} "
-                        "(threshold < {limit}).", value=_llc_hit)
+                        "(threshold < {limit}).", value=_llc_hit,
+                        extra=lambda e: [ev.entity(e.id, M.LLC_MISS_PCT, num(e, M.LLC_MISS_PCT), unit="%")]
+                        + pmu_context(e))
 
 
 CACHE_MISS_STORM = Pattern(
