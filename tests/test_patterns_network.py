@@ -57,6 +57,7 @@ BUILDERS = {
     ("network.retransmission", "tcp_retrans_pct"): retrans,
     ("network.rdma_bottleneck", "port_util_pct"): rdma("port_util_pct", port_errors_per_s=0.0),
     ("network.rdma_bottleneck", "port_errors_per_s"): rdma("port_errors_per_s", port_util_pct=10.0),
+    ("network.rdma_bottleneck", "qps_error"): rdma("qps_error", port_util_pct=10.0, port_errors_per_s=0.0),
     ("network.nic_saturation", "link_util_pct"): nic("link_util_pct", rx_drops_per_s=0.0),
     ("network.nic_saturation", "drops_per_s"): nic("rx_drops_per_s", link_util_pct=10.0),
 }

@@ -59,6 +59,7 @@ class E:
     NUMA_DISTANCE = "numa_distance"
     LOCAL_TO = "local_to"
     USES_DEVICE = "uses_device"
+    USES_RDMA = "uses_rdma"
     IN_CONTAINER = "in_container"
     IN_CGROUP = "in_cgroup"
     DEVICE_LINK = "device_link"
@@ -226,6 +227,10 @@ class M:
     RATE_GBPS = "rate_gbps"
     PORT_ERRORS_PER_S = "port_errors_per_s"
     PORT_RETRANS_PER_S = "port_retrans_per_s"
+    QPS = "qps"
+    QPS_ERROR = "qps_error"
+    QPS_CREATED_TOTAL = "qps_created_total"
+    QPS_DESTROYED_TOTAL = "qps_destroyed_total"
     # PMU and eBPF (only where the host has them)
     IPC = "ipc"
     LLC_MISS_PCT = "llc_miss_pct"
@@ -297,7 +302,8 @@ ENTITY_TYPES: dict[str, str] = {
     T.BLOCK_DEVICE: "a disk; id block_device:<host>:<name>",
     T.NIC: "a network interface; id nic:<host>:<name>; attrs speed_mbps, pci_address, numa_node",
     T.RDMA_PORT: "an InfiniBand/RoCE port; id rdma_port:<host>:<device>:<port>; attrs state, phys_state, rate, "
-                 "link_layer, netdev, pci_address, numa_node, error/retrans/congestion_counters_delta",
+                 "link_layer, netdev, pci_address, numa_node, error/retrans/congestion_counters_delta; from "
+                 "`rdma res show qp`: qp_states (QPs per state), kernel_qps (QPs per kernel module)",
     T.TCP_CONNECTION: "one TCP connection; id tcp_connection:<host>:<local>:<remote>; attrs local, remote, state, pid",
     T.SOCKET: "a socket endpoint seen by the legacy format; id socket:<host>:<proto>:<addr>:<port>",
     T.SHARED_MEMORY: "a /dev/shm file or SysV shared memory segment; id shared_memory:<host>:<key>",
@@ -328,6 +334,8 @@ EDGE_TYPES: dict[str, str] = {
     E.NUMA_DISTANCE: "numa_node -> numa_node; attrs distance (SLIT, 10 = local)",
     E.LOCAL_TO: "device (gpu, npu, nic, pci_device, rdma_port) -> its numa_node",
     E.USES_DEVICE: "process -> gpu or npu; metrics memory_used_bytes",
+    E.USES_RDMA: "process -> rdma_port it holds queue pairs on (`rdma res show qp`); attrs pid, comm, qp_states, "
+                 "qp_types; metrics qps, qps_error",
     E.IN_CONTAINER: "process -> container",
     E.IN_CGROUP: "process -> cgroup",
     E.DEVICE_LINK: "device -> device; attrs link_type (NVLink, HCCS, PIX, PXB, PHB, NODE, SYS, SIO...)",
@@ -513,6 +521,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.PORT_ERRORS_PER_S, "1/s", "RDMA error counters (symbol, link, rcv, xmit discards...) per second"),
     _M(M.PORT_RETRANS_PER_S, "1/s", "RDMA retransmit-like counters (local_ack_timeout, out_of_sequence, ...) "
        "per second"),
+    _M(M.QPS, "queue pairs", "RDMA queue pairs at the end of the window (of a port, or of one process on it)"),
+    _M(M.QPS_ERROR, "queue pairs", "of those, in an error state (ERR or SQE: peer gone, retries exhausted)"),
+    _M(M.QPS_CREATED_TOTAL, "queue pairs", "queue pairs that appeared during the window (connection churn)"),
+    _M(M.QPS_DESTROYED_TOTAL, "queue pairs", "queue pairs that went away during the window"),
     # PMU and eBPF (only where the host has them)
     _M(M.IPC, "instructions/cycle", "instructions per cycle (PMU)"),
     _M(M.LLC_MISS_PCT, "%", "last-level cache misses / references (PMU cache-misses / cache-references)"),

@@ -136,7 +136,8 @@ def _rdma_bottleneck(scope: Scope, t: dict[str, Any]) -> Verdict:
         return not_evaluated(scope.missing("no RDMA port in this graph", "rdma", "infiniband"))
     return several_metrics_check(scope, ports, t, "RDMA ports",
                                  ((M.PORT_UTIL_PCT, None, "{name} at {value} of its rate"),
-                                  (M.PORT_ERRORS_PER_S, None, "{name} counting {value} errors")),
+                                  (M.PORT_ERRORS_PER_S, None, "{name} counting {value} errors"),
+                                  (M.QPS_ERROR, None, "{name} holding {value} in an error state")),
                                  "no RDMA port counters", ("rdma",), "RDMA ports are saturated or erroring: ")
 
 
@@ -144,12 +145,14 @@ RDMA_BOTTLENECK = Pattern(
     id="network.rdma_bottleneck", layer=4, title="RDMA bottleneck",
     why="RDMA carries the collectives of multi-node jobs; a port near its rate or with rising error counters "
         "limits every rank's communication.",
-    metrics=("rdma_port.port_util_pct", "rdma_port.port_errors_per_s", "rdma_port.rate_gbps"),
+    metrics=("rdma_port.port_util_pct", "rdma_port.port_errors_per_s", "rdma_port.rate_gbps", "rdma_port.qps_error"),
     thresholds=(Threshold("port_util_pct", "%", "above", "port throughput, share of its rate", critical=95, warning=90),
                 Threshold("port_errors_per_s", "1/s", "above", "error counters (symbol, link, discards) per second",
-                          warning=0)),
-    needs="RDMA ports (/sys/class/infiniband)",
-    evidence="Each port over a threshold with its utilisation or error rate.",
+                          warning=0),
+                Threshold("qps_error", "queue pairs", "above", "queue pairs in an error state (ERR, SQE) at the end of "
+                          "the window (`rdma res show qp`)", warning=0)),
+    needs="RDMA ports (/sys/class/infiniband); queue pairs from iproute2's rdma",
+    evidence="Each port over a threshold with its utilisation, error rate or queue pairs in error.",
     recommendations=(
         "Spread traffic over more ports/rails (NCCL_IB_HCA, one NIC per device pair).",
         "For errors: check cables/optics and port counters (perfquery, ethtool -S), and PFC/ECN on RoCE.",
