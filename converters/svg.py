@@ -21,13 +21,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 
-from witty_profiler.converters.svglayout import IPC, LOCAL, MEMORY, REMOTE, UNKNOWN, Box, ProcessRow, Scene, build_scene
+from witty_profiler.converters.svglayout import Box, ProcessRow, Scene, build_scene
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.query import GraphQuery
 from witty_profiler.topology.vocabulary import E, T
 
 FONT = "font-family=\"DejaVu Sans, Arial, Helvetica, sans-serif\""
+# entities drawn as the processes they hold: the edge type from a member to them
+_MEMBERS = {T.CGROUP: E.IN_CGROUP, T.CONTAINER: E.IN_CONTAINER, T.TCP_CONNECTION: E.OWNS_CONNECTION,
+            T.SOCKET: E.HAS_SOCKET}
+_PLACEMENT_EDGES = {E.RUNS_ON, E.ALLOCATES_ON, E.ALLOWED_ON}
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
@@ -46,8 +50,9 @@ class Picture:
 
     def elements_of(self, graph: Graph, ids: Iterable[str]) -> list[str]:
         """The element ids that show what `ids` name, in order, each once: an entity drawn, else what
-        stands for it (a thread's process, a CPU's range, a folded process's fold), an edge drawn, else
-        its two ends. Ids of other hosts or of nothing drawn give nothing."""
+        stands for it (a thread's process, a CPU's range, a folded process's fold, the processes of a
+        cgroup), an edge drawn, else its two ends (the process alone for the edges that say where it
+        runs or keeps its pages). Ids of other hosts or of nothing drawn give nothing."""
         found: dict[str, None] = {}
         for eid in ids:
             for element in self._element_of(graph, eid):
@@ -58,8 +63,9 @@ class Picture:
         if eid in self.shown:
             return [self.shown[eid]]
         edge = graph.edge(eid)
-        if edge is not None:
-            return [x for end in (edge.source, edge.target) for x in self._entity_element(graph, end)]
+        if edge is not None:  # where a process runs or keeps pages: the process (every node would light up)
+            ends = (edge.source,) if edge.type in _PLACEMENT_EDGES else (edge.source, edge.target)
+            return [x for end in ends for x in self._entity_element(graph, end)]
         return self._entity_element(graph, eid)
 
     def _entity_element(self, graph: Graph, eid: str) -> list[str]:
@@ -69,9 +75,11 @@ class Picture:
         if entity is not None and entity.type == T.THREAD:
             owner = self.shown.get(process_of_thread(eid))
             return [owner] if owner else []
-        if entity is not None and entity.type == T.SOCKET:  # a legacy socket: the process of a thread holding it
-            holders = [e.source for e in GraphQuery.of(graph).in_edges(eid, E.HAS_SOCKET)]
-            return [x for h in holders[:1] for x in self._entity_element(graph, h)]
+        members = _MEMBERS.get(entity.type) if entity is not None else None
+        if members:  # a cgroup, a container, a connection, a legacy socket: the processes drawn in it
+            q = GraphQuery.of(graph)
+            holders = [e.source for e in q.in_edges(eid, members)]
+            return [x for h in holders if h != eid for x in self._entity_element(graph, h)]
         return []
 
 
@@ -130,6 +138,8 @@ def _render(scene: Scene, shown: dict[str, str], cited: frozenset[str]) -> str:
            f'height="{scene.height:g}" viewBox="0 0 {scene.width:g} {scene.height:g}" {FONT} role="img" '
            f'aria-label="{_attr("topology of " + scene.host)}" data-host="{_attr(scene.host)}">']
     out.append(f'<rect class="bg" x="0" y="0" width="{scene.width:g}" height="{scene.height:g}" fill="#ffffff"/>')
+    if scene.banner is not None:
+        out.append(_box(scene.banner, cited, shown))
     for node in scene.nodes:
         out.append(_box(node.box, cited, shown))
         for chip in node.chips:
@@ -159,17 +169,11 @@ def _process_row(row: ProcessRow, cited: frozenset[str], shown: dict[str, str]) 
 
 
 def _legend(scene: Scene) -> list[str]:
-    y = scene.height - 14
-    items = [(LOCAL, False, "device on the node where the process runs and keeps its memory"),
-             (REMOTE, False, "device on another node (remote)"), (UNKNOWN, False, "runs on / not known"),
-             (MEMORY, True, "most memory on another node"), (IPC, False, "IPC")]
     out = ['<g class="legend">']
-    x = 12.0
-    for colour, dashed, label in items:
-        dash = ' stroke-dasharray="5 4"' if dashed else ""
-        out.append(f'<line x1="{x:g}" y1="{y - 4:g}" x2="{x + 22:g}" y2="{y - 4:g}" stroke="{colour}" '
-                   f'stroke-width="3"{dash}/>')
-        out.append(_text(x + 27, y, label, 10, fill="#444"))
-        x += 34 + 5.6 * len(label)
+    for item in scene.legend:
+        dash = ' stroke-dasharray="5 4"' if item.dashed else ""
+        out.append(f'<line x1="{item.x:g}" y1="{item.y - 4:g}" x2="{item.x + 22:g}" y2="{item.y - 4:g}" '
+                   f'stroke="{item.colour}" stroke-width="3"{dash}/>')
+        out.append(_text(item.x + 27, item.y, item.label, 10, fill="#444"))
     out.append("</g>")
     return out

@@ -30,7 +30,8 @@ NIC_H, NICS_MAX = 28, 8
 PROC_W, PROC_H, PROC_GAP = 150, 40, 12
 WORKLOAD_MAX, OTHERS_MAX = 64, 12
 CHAR_W = 6.2  # mean width of an 11 px sans-serif character, to cut labels before they overflow
-LEGEND_H = 30
+LEGEND_ROW = 18
+BANNER_H = 22
 
 # line colours by placement, the same in the picture and its legend
 LOCAL, REMOTE, UNKNOWN, MEMORY, IPC = "#2e7d32", "#c62828", "#8a8a8a", "#ef6c00", "#6a1b9a"
@@ -91,13 +92,30 @@ class ProcessRow:
 
 
 @dataclass
+class LegendItem:
+    x: float
+    y: float
+    colour: str
+    dashed: bool
+    label: str
+
+
+@dataclass
 class Scene:
     host: str
     width: float
     height: float
+    banner: Box | None
     nodes: list[NodeView]
     lines: list[Line]
     processes: list[ProcessRow]
+    legend: list[LegendItem]
+
+
+LEGEND = [(LOCAL, False, "device local: the process runs and keeps its memory on the device's node"),
+          (REMOTE, False, "device remote: the process runs or keeps memory elsewhere"),
+          (UNKNOWN, False, "runs on (or not known)"), (MEMORY, True, "most memory on another node"),
+          (IPC, False, "IPC")]
 
 
 def fit(text: str, width: float) -> str:
@@ -110,9 +128,10 @@ def build_scene(graph: Graph, host: str, workload: frozenset[str], cited: frozen
     q = GraphQuery.of(graph)
     numbers = sorted(q.numa_nodes(host))
     columns = max(1, min(COLUMNS, len(numbers) + (1 if _unplaced(q, host, numbers) else 0)))
-    nodes = _node_views(q, host, numbers, columns)
+    width = max(MARGIN * 2 + columns * NODE_W + (columns - 1) * GAP, MARGIN * 2 + 6 * (PROC_W + PROC_GAP))
+    banner = _banner(graph, host, width)
+    nodes = _node_views(q, host, numbers, columns, MARGIN + (BANNER_H + 10 if banner else 0))
     grid_bottom = max((n.box.y + n.box.h for n in nodes), default=MARGIN)
-    width = max(MARGIN * 2 + columns * NODE_W + (columns - 1) * GAP, MARGIN * 2 + 4 * (PROC_W + PROC_GAP))
     per_row = max(1, int((width - 2 * MARGIN + PROC_GAP) // (PROC_W + PROC_GAP)))
     boxes = _process_boxes(q, host, workload, cited)
     rows: list[ProcessRow] = []
@@ -124,8 +143,41 @@ def build_scene(graph: Graph, host: str, workload: frozenset[str], cited: frozen
         rows.append(ProcessRow(row))
         y += PROC_H + 46
     lines = _placement_lines(q, host, nodes, rows, workload) + _ipc_lines(q, host, rows)
-    height = (y if rows else grid_bottom + 30) + LEGEND_H
-    return Scene(host, width, height, nodes, lines, rows)
+    legend = _legend(width, (y if rows else grid_bottom + 30) + 10)
+    height = legend[-1].y + 12
+    return Scene(host, width, height, banner, nodes, lines, rows, legend)
+
+
+def _legend(width: float, y: float) -> list[LegendItem]:
+    """The legend's items left to right, wrapped to the picture's width."""
+    items, x = [], float(MARGIN)
+    for colour, dashed, label in LEGEND:
+        w = 40 + 6.0 * len(label)
+        if x + w > width - MARGIN and x > MARGIN:
+            x, y = float(MARGIN), y + LEGEND_ROW
+        items.append(LegendItem(x, y, colour, dashed, label))
+        x += w
+    return items
+
+
+def _banner(graph: Graph, host: str, width: float) -> Box | None:
+    """The host itself, across the top: what the host-wide findings (CPU saturation, iowait, memory
+    pressure) cite."""
+    entity = graph.entity(f"host:{host}")
+    if entity is None:
+        return None
+    facts = [f"host {host}"]
+    for metric, text in ((M.CPU_UTIL_PCT, "CPUs {} busy"), (M.CPU_IOWAIT_PCT, "iowait {}"),
+                         (M.PSI_CPU_SOME_PCT, "CPU pressure {}"), (M.PSI_MEMORY_SOME_PCT, "memory pressure {}")):
+        value = num(entity, metric)
+        if value is not None:
+            facts.append(text.format(pct(value)))
+    load = num(entity, M.LOAD1)
+    if load is not None:
+        facts.append(f"load {load:.2f}")
+    text = " \u00b7 ".join(facts)
+    return Box(entity.id, "host", MARGIN, MARGIN, width - 2 * MARGIN, BANNER_H, [fit(text, width - 2 * MARGIN - 12)],
+               text, fill="#eceff1", stroke="#546e7a", centre=False, bold=True, bar=num(entity, M.CPU_UTIL_PCT))
 
 
 # -- NUMA nodes, CPUs, devices --------------------------------------------------------------------
@@ -137,9 +189,9 @@ def _cpus_of(q: GraphQuery, node: Entity) -> list[int]:
 
 
 def _devices_by_node(q: GraphQuery, host: str) -> dict[int | None, tuple[list[Entity], list[Entity]]]:
-    """node (None: unknown) -> (accelerators, NICs and RDMA ports), each in id order."""
+    """node (None: unknown) -> (accelerators, NICs, RDMA ports and disks), each in id order."""
     found: dict[int | None, tuple[list[Entity], list[Entity]]] = defaultdict(lambda: ([], []))
-    for kinds, slot in (((T.GPU, T.NPU), 0), ((T.NIC, T.RDMA_PORT), 1)):
+    for kinds, slot in (((T.GPU, T.NPU), 0), ((T.NIC, T.RDMA_PORT, T.BLOCK_DEVICE), 1)):
         for kind in kinds:
             for device in q.graph.entities(kind):
                 if host_of(device.id) == host:
@@ -151,7 +203,7 @@ def _unplaced(q: GraphQuery, host: str, numbers: list[int]) -> bool:
     return any(node not in numbers for node in _devices_by_node(q, host))
 
 
-def _node_views(q: GraphQuery, host: str, numbers: list[int], columns: int) -> list[NodeView]:
+def _node_views(q: GraphQuery, host: str, numbers: list[int], columns: int, top: float) -> list[NodeView]:
     devices = _devices_by_node(q, host)
     views: list[NodeView] = []
     homeless = [n for n in devices if n not in numbers]
@@ -164,7 +216,7 @@ def _node_views(q: GraphQuery, host: str, numbers: list[int], columns: int) -> l
             node = q.numa_nodes(host)[number]
             views.append(_node_view(q, host, number, _cpus_of(q, node), *devices.get(number, ([], []))))
     # grid: rows as tall as their tallest box
-    y = float(MARGIN)
+    y = top
     for start in range(0, len(views), columns):
         row = views[start:start + columns]
         for i, view in enumerate(row):
@@ -200,11 +252,11 @@ def _node_view(q: GraphQuery, host: str, number: int | None, cpus: list[int], ac
     if len(nics) > len(shown):
         rest = nics[len(shown):]
         boxes.append(Box(f"fold:{host}:nics:{number}", "fold", 8, y, NODE_W - 16, 18,
-                         [f"+{len(rest)} more NICs"], ", ".join(n.id for n in rest[:50]), fill="#f5f5f5",
+                         [f"+{len(rest)} more NICs and disks"], ", ".join(n.id for n in rest[:50]), fill="#f5f5f5",
                          stroke="#bdbdbd", aliases=[n.id for n in rest]))
         y += 24
     if number is None:
-        box = Box(f"numa_node:{host}:unknown", "numa unknown", 0, 0, NODE_W, y + 4,
+        box = Box(f"no_numa_node:{host}", "numa unknown", 0, 0, NODE_W, y + 4,
                   ["devices on no known NUMA node"], "the kernel reports no NUMA node for these devices",
                   fill="#fafafa", stroke="#9e9e9e", centre=False, bold=True)
         return NodeView(None, box, [], boxes)
@@ -275,15 +327,17 @@ def _device_box(device: Entity, x: float, y: float) -> Box:
 
 
 def _nic_box(nic: Entity, x: float, y: float) -> Box:
+    """A NIC, an RDMA port or a disk: its name, and its link or disk utilisation as a bar."""
     name = str(nic.attrs.get("name") or nic.attrs.get("netdev") or nic.id.split(":", 2)[-1])
+    what = {T.RDMA_PORT: "RDMA port", T.BLOCK_DEVICE: "disk"}.get(nic.type, "NIC")
     speed = num(nic, M.SPEED_MBPS)
-    title = f"{'RDMA port' if nic.type == T.RDMA_PORT else 'NIC'} {name}" + (
-        f", {speed:g} Mb/s" if speed is not None and speed > 0 else "")
-    util = num(nic, M.LINK_UTIL_PCT)
+    title = f"{what} {name}" + (f", {speed:g} Mb/s" if speed is not None and speed > 0 else "")
+    util = num(nic, M.DISK_UTIL_PCT if nic.type == T.BLOCK_DEVICE else M.LINK_UTIL_PCT)
     if util is not None:
-        title += f", {pct(util)} of the link busy"
-    return Box(nic.id, f"nic {nic.type}", x, y, DEVICE_W, NIC_H, [fit(name, DEVICE_W - 4)], title,
-               fill="#fff8e1", stroke="#8d6e63")
+        title += f", {pct(util)} busy"
+    disk = nic.type == T.BLOCK_DEVICE
+    return Box(nic.id, f"{'disk' if disk else 'nic'} {nic.type}", x, y, DEVICE_W, NIC_H, [fit(name, DEVICE_W - 4)],
+               title, fill="#efebe9" if disk else "#fff8e1", stroke="#8d6e63", radius=2 if disk else 4, bar=util)
 
 
 # -- processes ----------------------------------------------------------------------------------------

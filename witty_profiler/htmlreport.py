@@ -41,7 +41,7 @@ figure.host figcaption{font-weight:bold;margin-bottom:6px}
 svg.topology{display:block}
 svg .ent.cited>rect{stroke:#c62828;stroke-width:2}
 svg .ent.hl>rect,svg .ent:target>rect{stroke:#d500f9;stroke-width:4}
-svg .ent.hl>path,svg .ent:target>path{stroke:#d500f9;stroke-width:5;stroke-opacity:1}
+svg .ent.hl>path,svg .ent:target>path{stroke-width:7;stroke-opacity:1}
 article.finding{background:#fff;border:1px solid #ddd;border-left:6px solid #757575;padding:10px 14px;margin:0 0 14px}
 article.finding.P0{border-left-color:#c62828}article.finding.P1{border-left-color:#ef6c00}
 article.finding.P2{border-left-color:#1565c0}
