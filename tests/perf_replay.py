@@ -14,9 +14,9 @@ from witty_profiler.collectors.perf_event import Event, group_bytes
 
 @dataclass
 class Recorded:
-    """One group's counts at the end of the window, by event name, and its enabled/running ns."""
+    """One group's counts by event name (a list: one value per successive read), and its enabled/running ns."""
 
-    counts: dict[str, int]
+    counts: dict[str, int | list[int]]
     enabled_ns: int
     running_ns: int | None = None  # None: ran the whole time
 
@@ -33,6 +33,7 @@ class ReplayedPerf:
     flags_seen: set[int] = field(default_factory=set)
     next_fd: int = 100
     leaders: dict[int, int] = field(default_factory=dict)  # leader fd -> which group of its thread or CPU
+    reads: dict[int, int] = field(default_factory=dict)  # leader fd -> reads so far
 
     def open(self, event: Event, pid: int, cpu: int, group_fd: int, flags: int) -> int:
         if event.name in self.lacking:
@@ -54,7 +55,9 @@ class ReplayedPerf:
         assert group_fd == -1, "read on a group member"
         members = [e for f, (e, *_rest, g, _fl) in sorted(self.opened.items()) if f == fd or g == fd]
         rec = self.recorded[(pid, cpu)][self.leaders[fd]]
-        data = group_bytes([rec.counts[e.name] for e in members], rec.enabled_ns,
+        n = self.reads[fd] = self.reads.get(fd, -1) + 1
+        values = [rec.counts[e.name] for e in members]
+        data = group_bytes([v[min(n, len(v) - 1)] if isinstance(v, list) else v for v in values], rec.enabled_ns,
                            rec.enabled_ns if rec.running_ns is None else rec.running_ns)
         return data[:size]
 

@@ -173,6 +173,7 @@ class M:
     CHANNELS = "channels"
     MEM_READ_BYTES_PER_S = "mem_read_bytes_per_s"
     MEM_WRITE_BYTES_PER_S = "mem_write_bytes_per_s"
+    MEM_BYTES_PER_S = "mem_bytes_per_s"
     # cgroups
     CPU_QUOTA_CORES = "cpu_quota_cores"
     THROTTLED_PERIODS_PCT = "throttled_periods_pct"
@@ -238,6 +239,7 @@ class M:
     STALLED_CYCLES_BACKEND_PCT = "stalled_cycles_backend_pct"
     PMU_RUNNING_PCT = "pmu_running_pct"
     DRAM_BW_UTIL_PCT = "dram_bw_util_pct"
+    DRAM_BW_PEAK_BYTES_PER_S = "dram_bw_peak_bytes_per_s"
     FUTEX_WAIT_PCT = "futex_wait_pct"
     FUTEX_LOCK_WAIT_PCT = "futex_lock_wait_pct"
     FUTEX_WAKEUPS_PER_S = "futex_wakeups_per_s"
@@ -460,6 +462,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "the window"),
     _M(M.MEM_READ_BYTES_PER_S, "bytes/s", "DRAM read bandwidth of a NUMA node (uncore PMU; legacy DDR bandwidth)"),
     _M(M.MEM_WRITE_BYTES_PER_S, "bytes/s", "DRAM write bandwidth of a NUMA node (uncore PMU; legacy DDR bandwidth)"),
+    _M(M.MEM_BYTES_PER_S, "bytes/s", "DRAM bandwidth, reads and writes, of a NUMA node or the host (resctrl MBM: "
+       "traffic leaving the L3 for memory; uncore PMU: memory-controller reads + writes)"),
     # cgroups
     _M(M.CPU_QUOTA_CORES, "cores", "CPU quota / period (cgroup)"),
     _M(M.THROTTLED_PERIODS_PCT, "%", "share of enforcement periods in which the cgroup was throttled"),
@@ -534,7 +538,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "units), share of all cycles (PMU, where the CPU offers the event)"),
     _M(M.PMU_RUNNING_PCT, "%", "share of the window the PMU counters of a process, CPU or host were running "
        "(under 100: multiplexed with other counters, the counts are scaled up)"),
-    _M(M.DRAM_BW_UTIL_PCT, "%", "DRAM bandwidth used as a share of the peak, host or NUMA node (uncore PMU)"),
+    _M(M.DRAM_BW_UTIL_PCT, "%", "DRAM bandwidth used (mem_bytes_per_s) as a share of the peak, host or NUMA node"),
+    _M(M.DRAM_BW_PEAK_BYTES_PER_S, "bytes/s", "peak DRAM bandwidth of a NUMA node or the host (SMBIOS memory devices: "
+       "configured speed x data width over the populated channels, or WITTY_DRAM_PEAK_GBS)"),
     _M(M.FUTEX_WAIT_PCT, "%", "share of the window a thread spent in futex waits (locks, condition variables, "
        "the GIL), timed out or woken (eBPF)"),
     _M(M.FUTEX_LOCK_WAIT_PCT, "%", "share of the window a thread spent in futex waits that another thread ended or "

@@ -24,7 +24,9 @@ ABOUT: dict[str, tuple[str, str]] = {
         "Whether memory feeds the processors: last-level cache misses, memory and HBM bandwidth, "
         "memory pressure (PSI stalls, swapping, major faults), device memory filling up.",
         "/proc/meminfo, /proc/vmstat, /proc/pressure/memory, /proc/PID/stat (faults), cgroup memory "
-        "files; NVML / npu-smi for device memory and HBM bandwidth; PMU counters for the cache."),
+        "files; NVML / npu-smi for device memory and HBM bandwidth; PMU counters for the cache; resctrl "
+        "memory bandwidth monitoring or uncore memory-controller PMUs for DRAM bandwidth, SMBIOS memory devices "
+        "for its peak."),
     "interconnect": (
         "Whether data crosses the host's internal links well: NUMA placement of threads and "
         "pages against the devices they use, remote memory access, PCIe throughput and link "

@@ -72,22 +72,31 @@ CACHE_MISS_STORM = Pattern(
 def _bandwidth_wall(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = [e for e in scope.hosts() + scope.graph.entities(T.NUMA_NODE) if num(e, M.DRAM_BW_UTIL_PCT) is not None]
     if not subjects:
-        return not_evaluated(scope.missing("no DRAM bandwidth counters (dram_bw_util_pct, uncore PMU) in this graph",
-                                           "pmu", "perf", "uncore"))
-    return metric_check(scope, subjects, t["dram_bw_util_pct"], M.DRAM_BW_UTIL_PCT, "memory domains (hosts, NUMA nodes)", ("pmu",),
-                        "Memory bandwidth is near its peak on {n:memory domains} (host or NUMA node): {names} at {worst} "
-                        "(threshold > {limit}).")
+        return not_evaluated(scope.missing("no DRAM bandwidth utilisation (dram_bw_util_pct) of a host or NUMA node",
+                                           "membw"))
+    return metric_check(scope, subjects, t["dram_bw_util_pct"], M.DRAM_BW_UTIL_PCT, "memory domains (hosts, NUMA nodes)",
+                        ("membw",), "Memory bandwidth is near its peak on {n:memory domains} (host or NUMA node): "
+                        "{names} at {worst} (threshold > {limit}).", extra=_bandwidth_context)
+
+
+def _bandwidth_context(e: Entity) -> list[Evidence]:
+    return [ev.entity(e.id, m, num(e, m), unit="bytes/s") for m in
+            (M.MEM_BYTES_PER_S, M.DRAM_BW_PEAK_BYTES_PER_S, M.MEM_READ_BYTES_PER_S, M.MEM_WRITE_BYTES_PER_S)
+            if num(e, m) is not None]
 
 
 BANDWIDTH_WALL = Pattern(
     id="memory.bandwidth_wall", layer=2, title="Memory bandwidth wall",
     why="Above about 80 % of peak DRAM bandwidth, memory latency climbs steeply; every memory-bound thread "
         "on that socket slows down together.",
-    metrics=("host.dram_bw_util_pct", "numa_node.dram_bw_util_pct"),
+    metrics=("host.dram_bw_util_pct", "numa_node.dram_bw_util_pct", "numa_node.mem_bytes_per_s",
+             "numa_node.dram_bw_peak_bytes_per_s"),
     thresholds=(Threshold("dram_bw_util_pct", "%", "above", "DRAM bandwidth used, share of peak",
                           critical=90, warning=80),),
-    needs="uncore PMU memory-controller counters",
-    evidence="Each host or NUMA node over the threshold.",
+    needs="DRAM bandwidth counters (resctrl MBM or uncore memory-controller PMU) and the peak (SMBIOS or "
+          "WITTY_DRAM_PEAK_GBS)",
+    evidence="Each host or NUMA node over the threshold with its bytes/s (reads and writes where the counters split "
+              "them) and its peak.",
     recommendations=(
         "Spread memory-heavy processes over NUMA nodes (one rank per node, memory bound with numactl --membind).",
         "Reduce copies: pinned memory and zero-copy paths, fewer format conversions in preprocessing.",
