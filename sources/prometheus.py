@@ -26,6 +26,8 @@ from typing import Any
 from witty_profiler import __version__
 from witty_profiler.sources.promaccel import DCGM_SERIES, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
+from witty_profiler.sources.promcoverage import not_held
+from witty_profiler.sources.promwitty import WITTY_SERIES, add_witty
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import cpu_id, entity_id, host_id
@@ -241,7 +243,9 @@ class NodeSource:
             cpus[e.id.split(":")[1]] += 1
         g.meta.host_info = {h: {"cpus": cpus[h]} for h in hosts if cpus.get(h)}
         node = self._status(hosts)
-        g.meta.collectors = {"prometheus.node": node, **self._accelerators(g, hosts)}
+        accelerators = self._accelerators(g, hosts)  # first: the processes' devices join these entities
+        witty = add_witty(g, self._other_rows("witty", WITTY_SERIES, "witty_*", hosts, "host"), self.step, hosts)
+        g.meta.collectors = {"prometheus.node": node, **accelerators, "prometheus.process": witty, **not_held()}
         return g
 
     def _status(self, hosts: list[str]) -> CollectorStatus:
@@ -258,27 +262,28 @@ class NodeSource:
         return CollectorStatus("ok")
 
     def _accelerators(self, g: Graph, hosts: list[str]) -> dict[str, CollectorStatus]:
-        # exporters other than node_exporter run as other jobs: --match (node_exporter's selector) does not
-        # apply; a series belongs to a host by its instance's address or by dcgm-exporter's Hostname label
-        by_address = {host_name(i): h for i, h in self.host_of_instance.items()}
-        return {"prometheus.dcgm": add_gpus(g, self._accel_rows("dcgm", DCGM_SERIES, "DCGM_FI_*", hosts, by_address)),
-                "prometheus.npu": add_npus(g, self._accel_rows("npu", NPU_SERIES, "npu_chip_info_*", hosts,
-                                                                by_address))}
+        return {"prometheus.dcgm": add_gpus(g, self._other_rows("dcgm", DCGM_SERIES, "DCGM_FI_*", hosts, "Hostname")),
+                "prometheus.npu": add_npus(g, self._other_rows("npu", NPU_SERIES, "npu_chip_info_*", hosts))}
 
-    def _accel_rows(self, key: str, names: str, what: str, hosts: list[str],
-                    by_address: dict[str, str]) -> Iterator[tuple[str, dict, list]]:
+    def _other_rows(self, key: str, names: str, what: str, hosts: list[str],
+                    own_label: str | None = None) -> Iterator[tuple[str, dict, list]]:
+        """(host, labels, values) of series another exporter of the same hosts serves (`names`, a regex of
+        metric names). Such exporters run as other jobs, so --match (node_exporter's selector) does not
+        apply: a series belongs to a host by its instance's address (any port), else by the exporter's own
+        host label `own_label` (dcgm-exporter's Hostname, this tool's host) equal to the host's name."""
+        by_address = {host_name(i): h for i, h in self.host_of_instance.items()}
         fam = self.families.setdefault(f"accel.{key}", Family(key, what))
         for i in range(0, len(hosts), self.batch_hosts):
             batch = hosts[i:i + self.batch_hosts]
             addresses = [a for a, h in by_address.items() if h in batch]
             name = f'__name__=~"{names}"'
             query = f'{{{name}, instance=~"({"|".join(_escape(a) for a in addresses)})(:[0-9]+)?"}}'
-            if key == "dcgm":
-                query += f' or {{{name}, Hostname=~"{"|".join(_escape(h) for h in batch)}"}}'
+            if own_label:
+                query += f' or {{{name}, {own_label}=~"{"|".join(_escape(h) for h in batch)}"}}'
             for labels, values in self._range(query):
                 host = by_address.get(host_name(labels.get("instance", "")))
-                if host is None and labels.get("Hostname") in batch:
-                    host = labels["Hostname"]
+                if host is None and own_label and labels.get(own_label) in batch:
+                    host = labels[own_label]
                 if host is None or not values:
                     continue
                 fam.hosts.add(host)

@@ -10,7 +10,9 @@ three (one /proc/stat), so only the network tells the hosts apart.
 
 Where asked (`replays`), a host also serves a recorded exporter exposition (tests/fixtures/*.prom:
 dcgm-exporter, npu-exporter) on its eth0 address, scraped by the same Prometheus as its own job: the
-accelerators this machine lacks, in their exporters' own format.
+accelerators this machine lacks, in their exporters' own format. A host may also run a real
+exporter (`commands`, e.g. `witty-profiler export --listen`) inside its namespace, scraped the same
+way.
 """
 
 from __future__ import annotations
@@ -91,10 +93,21 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
+@dataclass
+class Command:
+    """A real exporter run inside host `host`'s namespace (argv, with env), serving /metrics on `port` of
+    that host's eth0 address, scraped as job `job`."""
+    job: str
+    host: int
+    port: int
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
 class PrometheusStack:
     def __init__(self, root: Path, hosts: int = 3, odd: int = 3, replays: tuple[Replay, ...] = (),
-                 prefix: str = "wpm") -> None:
-        self.root, self.count, self.odd, self.replays = root, hosts, odd, replays
+                 prefix: str = "wpm", commands: tuple[Command, ...] = ()) -> None:
+        self.root, self.count, self.odd, self.replays, self.commands = root, hosts, odd, replays, commands
         tag = f"{prefix}{os.getpid() % 10000}"
         self.namespaces = [f"{tag}h{i}" for i in range(1, hosts + 1)]
         self.links = [f"{tag}s{i}" for i in range(1, hosts + 1)] + [f"{tag}d{i}" for i in range(1, hosts + 1)]
@@ -111,7 +124,7 @@ class PrometheusStack:
         config = self.root / "prometheus.yml"
         targets = ", ".join(f'"{h}:9100"' for h in self.hosts)
         jobs = f"  - job_name: node\n    static_configs:\n      - targets: [{targets}]\n"
-        for r in self.replays:
+        for r in (*self.replays, *self.commands):
             jobs += f'  - job_name: {r.job}\n    static_configs:\n      - targets: ["{self.hosts[r.host - 1]}:{r.port}"]\n'
         config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
                           f"scrape_configs:\n{jobs}")
@@ -141,12 +154,15 @@ class PrometheusStack:
             if r.host == i:
                 self._spawn(f"{r.job}{i}", ["ip", "netns", "exec", ns, "python3", "-c", REPLAY, str(r.fixture),
                                             f"10.213.{i}.2", str(r.port)])
+        for c in self.commands:
+            if c.host == i:
+                self._spawn(f"{c.job}{i}", ["ip", "netns", "exec", ns, *c.argv], c.env)
         self._spawn(f"sender{i}", ["ip", "netns", "exec", ns, "python3", "-c", SENDER, f"10.214.{i}.9",
                                    str(FRAMES_PER_S)])
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.root / f"{name}.log", "w")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
 
     def api(self, path: str, **params: object) -> dict:
         query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
@@ -158,7 +174,7 @@ class PrometheusStack:
         while True:
             try:
                 targets = self.api("targets")["activeTargets"]
-                if len(targets) == self.count + len(self.replays) and all(t["health"] == "up" for t in targets):
+                if len(targets) == self.count + len(self.replays) + len(self.commands) and all(t["health"] == "up" for t in targets):
                     return
             except OSError:
                 pass

@@ -14,17 +14,23 @@ label is stored by every Prometheus that scrapes it, for its whole retention.
 Bounded cardinality. The processes exported are those of the workload first, then the top
 consumers by CPU, at most `top` (default 20) in all; threads only the busiest `THREADS_PER_PROCESS`
 (5) of each exported process, at most `MAX_THREADS` (100) in all; at most `DEVICES_PER_PROCESS`
-(16) devices per process; one finding series per pattern of the catalog; one `up` series per
-collector, at most `MAX_COLLECTORS` (64). So one scrape holds at most `max_series(top)` series:
+(16) devices per process; the `NUMA_NODES_PER_PROCESS` (4) NUMA nodes holding most of a process's
+run time and pages; one finding series per pattern of the catalog; one `up` series per collector, at
+most `MAX_COLLECTORS` (64). So one scrape holds at most `max_series(top)` series:
 
-    5 * top                      process gauges (cpu, run-queue wait, remote pages, colocation, rss)
+    7 * top                      process gauges (cpu, run-queue wait, remote pages, colocation, rss,
+                                 runnable threads, write burst)
+  + 2 * 4 * top                  run-time share and pages per NUMA node
   + 2 * min(5 * top, 100)        thread gauges (cpu, run-queue wait)
   + 16 * top                     witty_process_device_info
   + P + 3                        witty_finding (P = patterns in the catalog, 37 today), witty_findings
   + 64 + 1                       witty_collector_up, witty_window_seconds
 
-= 21 * top + min(10 * top, 200) + P + 68; 688 + P = 725 series for the default top 20, however many
-processes, threads or devices the host has.
+= 31 * top + min(10 * top, 200) + P + 68; 888 + P = 925 series for the default top 20, however many
+processes, threads, NUMA nodes or devices the host has.
+
+The Prometheus source reads these series back (sources/promwitty.py): a cluster's Prometheus keeps
+them, and a past window of them becomes processes, threads and placement edges again.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ DEFAULT_TOP = 20
 THREADS_PER_PROCESS = 5
 MAX_THREADS = 100
 DEVICES_PER_PROCESS = 16
+NUMA_NODES_PER_PROCESS = 4
 MAX_COLLECTORS = 64
 LABEL_MAX = 64  # characters of a label value (comm is 15 in the kernel; legacy names may be longer)
 # the first line of every file `write_textfile` writes: how a later run knows the file is its own
@@ -68,10 +75,21 @@ PROCESS_GAUGES = [
     ("witty_process_cpu_mem_colocation_ratio", "cpu_mem_colocation_pct", 100.0, RATIO + ", 1 = memory exactly "
      "where the CPU time is"),
     ("witty_process_resident_memory_bytes", "rss_bytes", 1.0, ""),
+    ("witty_process_runnable_threads", "runnable_threads", 1.0, "threads in state R at the end of the window; "
+     "workload processes only"),
+    ("witty_process_write_burst_seconds", "write_burst_s", 1.0, "the longest run of seconds it kept writing in "
+     "the window; workload processes only"),
 ]
 THREAD_GAUGES = [
     ("witty_thread_cpu_utilisation_ratio", "cpu_util_pct", 100.0, "as a ratio of one core"),
     ("witty_thread_runqueue_wait_ratio", "runqueue_wait_pct", 100.0, RATIO),
+]
+# (exported name, help): where a process runs and keeps its pages, per NUMA node (topology.placement)
+NUMA_GAUGES = [
+    ("witty_process_numa_runtime_ratio", "share of a process's run time on a NUMA node over the window (a ratio; "
+     "from runs_on edges: run time per node)"),
+    ("witty_process_numa_pages", "pages a process holds on a NUMA node at the end of the window (allocates_on "
+     "edges or numa_maps)"),
 ]
 FALLBACK_HELP = {"numa_remote_pages_pct": "share of a process's pages that are remote",
                  "cpu_mem_colocation_pct": "CPU/memory NUMA colocation"}
@@ -86,7 +104,8 @@ def max_series(top: int = DEFAULT_TOP, patterns: int | None = None) -> int:
     """The most series one exposition can hold (see the module's docstring)."""
     p = pattern_count() if patterns is None else patterns
     threads = min(THREADS_PER_PROCESS * top, MAX_THREADS)
-    return (len(PROCESS_GAUGES) * top + len(THREAD_GAUGES) * threads + DEVICES_PER_PROCESS * top
+    return (len(PROCESS_GAUGES) * top + len(NUMA_GAUGES) * NUMA_NODES_PER_PROCESS * top
+            + len(THREAD_GAUGES) * threads + DEVICES_PER_PROCESS * top
             + p + 3 + MAX_COLLECTORS + 1)
 
 
@@ -152,6 +171,8 @@ def families(graph: Graph, diagnosis: Any = None, pids: Iterable[int] | None = N
                 fam.add_metric(labels_of(p), value / divisor)
         out.append(fam)
 
+    out.extend(_numa_families(q, processes, labels_of))
+
     threads: list[tuple[Entity, Entity]] = []
     for p in processes:
         busiest = sorted(q.threads_of(p), key=lambda t: (-_cpu(t), t.id))[:THREADS_PER_PROCESS]
@@ -213,6 +234,21 @@ def families(graph: Graph, diagnosis: Any = None, pids: Iterable[int] | None = N
         window.add_metric([default_host], float(graph.meta.duration_s))
     out.append(window)
     return out
+
+
+def _numa_families(q: GraphQuery, processes: list[Entity], labels_of: Any) -> list[Metric]:
+    """Run-time shares and pages per NUMA node of each process, the nodes holding most of them first."""
+    runtime = GaugeMetricFamily(NUMA_GAUGES[0][0], NUMA_GAUGES[0][1], labels=[*PROCESS_LABELS, "numa_node"])
+    pages = GaugeMetricFamily(NUMA_GAUGES[1][0], NUMA_GAUGES[1][1], labels=[*PROCESS_LABELS, "numa_node"])
+    for p in processes:
+        place = q.placement(p)
+        total = sum(place.runtime.values())
+        if total > 0:
+            for node, v in sorted(place.runtime.items(), key=lambda nv: (-nv[1], nv[0]))[:NUMA_NODES_PER_PROCESS]:
+                runtime.add_metric([*labels_of(p), str(node)], v / total)
+        for node, v in sorted(place.pages.items(), key=lambda nv: (-nv[1], nv[0]))[:NUMA_NODES_PER_PROCESS]:
+            pages.add_metric([*labels_of(p), str(node)], float(v))
+    return [runtime, pages]
 
 
 class WindowCollector(Collector):

@@ -68,6 +68,10 @@ class Meta(_Open):
                                                   "window (started_at, duration_s), by host")
     scope: dict[str, Any] | None = Field(default=None, description="what the window was scoped to: {job: ID} for "
                                          "collect --job (the diagnosis' workload is then that job's processes)")
+    exporter_findings: list[dict[str, Any]] | None = Field(
+        default=None, description="a window read from Prometheus: the findings each host's `witty-profiler export` "
+        "reported (witty_finding), recorded as facts, not judged again: host, pattern, priority, layer, first_seen, "
+        "last_seen (ISO 8601), reported_s (seconds of the window it reported them in), source")
 
 
 class GraphDocument(_Open):
