@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 
-from witty_profiler.converters.svglayout import Box, ProcessRow, Scene, build_scene
+from witty_profiler.converters.svglayout import build_scene
+from witty_profiler.converters.svgscene import Box, ProcessRow, Scene
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.query import GraphQuery

@@ -15,12 +15,13 @@ import pytest
 
 from witty_profiler.cli import main
 from witty_profiler.converters.svg import element_id, topology_svg
-from witty_profiler.converters.svglayout import CHIPS_MAX, LOCAL, OTHERS_MAX, REMOTE
+from witty_profiler.converters.svgscene import CHIPS_MAX, LOCAL, OTHERS_MAX, REMOTE
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.htmlreport import CONTENT_SECURITY_POLICY, render_html
 from witty_profiler.topology import load_graph
 from witty_profiler.topology.hosts import merge_hosts
-from witty_profiler.topology.ids import numa_id, process_id
+from witty_profiler.topology.cpulist import parse_cpulist
+from witty_profiler.topology.ids import cpu_id, numa_id, process_id
 
 from benchmarks.synthetic import synthetic_graph
 from diagnosis_graphs import H, allocates_on, device, ipc, new_graph, numa, process, runs_on, thread, two_numa_host, uses
@@ -208,6 +209,58 @@ def test_a_crowd_of_other_processes_folds_into_one_box_with_its_count():
     drawn = _entities(ET.fromstring(topology_svg(g, H).svg))
     assert sum(e.startswith("process:") for e in drawn) == OTHERS_MAX
     assert f"+{63 - OTHERS_MAX} other processes" in "".join(drawn[f"fold:{H}:others"].itertext())
+
+
+def _two_sockets_eight_gpus():
+    """2 nodes x 128 CPUs (SMT siblings far apart, as the kernel numbers them), 4 GPUs and 3 NICs per
+    node, 8 trainers each with 4 loaders on pipes; trainers 1020 and 1050 run on the other node."""
+    g = new_graph(collectors={"process": "ok", "gpu": "ok", "numa": "ok", "cpu": "ok"})
+    numa(g, 0, "0-63,128-191", {0: 10, 1: 21})
+    numa(g, 1, "64-127,192-255", {0: 21, 1: 10})
+    for c in range(256):
+        g.entity_of("cpu", cpu_id(H, c), {"cpu": c}, {"cpu_util_pct": float(c * 37 % 100)})
+    gpus = [device(g, "gpu", f"0000:{0x18 + i:02x}:00.0", i, numa_node=i // 4, util_pct=50.0) for i in range(8)]
+    for n in range(6):
+        g.entity_of("nic", f"nic:{H}:ens{n}", {"name": f"ens{n}", "numa_node": n % 2}, {"speed_mbps": 100000.0})
+    for i in range(8):
+        pid = 1000 + 10 * i
+        node = i // 4 if pid not in (1020, 1050) else 1 - i // 4
+        process(g, pid, attrs={"cpus_allowed": "0-63" if node == 0 else "64-127"}, cpu_util_pct=95.0)
+        thread(g, pid, pid)
+        runs_on(g, pid, pid, node, 1e9)
+        allocates_on(g, pid, node, 1000)
+        uses(g, pid, gpus[i])
+        for k in range(1, 5):
+            process(g, pid + k, "pt_data_worker", ppid=pid, role="loader", cpu_util_pct=60.0)
+            ipc(g, "pipe", pid + k, pid)
+    return g
+
+
+def test_two_nodes_of_128_cpus_with_their_gpus_and_loaders():
+    """CPU ranges cover each node's CPUs in at most CHIPS_MAX chips, each GPU and NIC sits in its
+    node's box, each trainer heads a column with its loaders under it, joined by pipe arcs, and the
+    two misplaced trainers get red lines."""
+    g = _two_sockets_eight_gpus()
+    svg = ET.fromstring(topology_svg(g, H, {p.id for p in g.entities("process")}).svg)
+    drawn = _entities(svg)
+    for node in g.entities("numa_node"):
+        box = _rect(drawn[node.id])
+        chips = [e for e in drawn if e.startswith("cpus:") and _inside(_rect(drawn[e]), box)]
+        assert 1 <= len(chips) <= CHIPS_MAX
+        assert sorted(c for chip in chips for c in parse_cpulist(chip.split(":", 2)[2])) == parse_cpulist(
+            node.attrs["cpus"])
+    for d in g.entities("gpu") + g.entities("nic"):
+        assert _inside(_rect(drawn[d.id]), _rect(drawn[numa_id(H, d.attrs["numa_node"])])), d.id
+    for i in range(8):
+        trainer = _rect(drawn[process_id(H, 1000 + 10 * i)])
+        loaders = [_rect(drawn[process_id(H, 1000 + 10 * i + k)]) for k in range(1, 5)]
+        assert all(x == trainer[0] for x, *_ in loaders)
+        assert [y for _, y, *_ in loaders] == sorted(y for _, y, *_ in loaders) and loaders[0][1] > trainer[1]
+    boxes = [_rect(el) for e, el in drawn.items() if e.startswith(("numa_node:", "process:", "fold:"))]
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
+    assert sum("ipc" in el.get("class").split() for el in drawn.values()) == 32
+    red = {e.split("|")[1] for e, el in drawn.items() if "remote" in el.get("class").split()}
+    assert red == {process_id(H, 1020), process_id(H, 1050)}
 
 
 def test_eight_nodes_of_hundreds_of_cpus_stay_readable():
