@@ -1,7 +1,11 @@
 """A past window of many hosts from Prometheus: node_exporter series -> graph JSON v1.
 
-One range query per metric family over all hosts (in batches of BATCH_HOSTS instances), with a
-step that keeps every series under Prometheus's 11,000 points. Counters are read raw at each step
+One range query per metric family and batch of hosts, with a step that keeps every series under
+Prometheus's 11,000 points. Batches are cut by a series budget (the series each instance has, counted
+by one cheap query first), so a host with hundreds of CPUs or interfaces takes a batch of its own
+rather than making one answer huge; every family is read for a batch, its series folded into window
+statistics as the answer arrives and its entities made, before the next batch is queried. Memory
+holds one batch's statistics, not the window's series. Counters are read raw at each step
 (Prometheus's value at a step is the newest sample at or before it) and turned into rates here the
 way the live collectors do: the rate over the window, and p95/max of the per-step rates; a
 counter that went down was reset (a reboot, an exporter restart) and counts from zero. Where a
@@ -35,7 +39,13 @@ from witty_profiler.topology.models import CollectorStatus, Meta
 from witty_profiler.topology.vocabulary import M, T
 from witty_profiler.topology.windowstats import p95
 
-BATCH_HOSTS = 50  # instances per range query: bounds a query's series and the answer's size
+BATCH_HOSTS = 100  # instances per batch at most: keeps a query's instance=~"a|b|..." short
+# raw series a batch may hold: bounds an answer and the statistics held while a batch is read (the per-CPU
+# query's answer has 2 of every 8 raw CPU series, the others about as many as they touch)
+SERIES_BUDGET = 10_000
+# raw samples a batch's largest query may load on the server: Prometheus refuses a query that loads more
+# than --query.max-samples (50 million by default)
+SAMPLES_BUDGET = 20_000_000
 BUSY_MODES = "user|nice|system|irq|softirq"  # as collectors/cpu.py: guest time is inside user
 _BAD_HOST_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 _PSI = {"cpu_waiting": M.PSI_CPU_SOME_PCT, "io_waiting": M.PSI_IO_SOME_PCT, "io_stalled": M.PSI_IO_FULL_PCT,
@@ -43,10 +53,19 @@ _PSI = {"cpu_waiting": M.PSI_CPU_SOME_PCT, "io_waiting": M.PSI_IO_SOME_PCT, "io_
 _VMSTAT = {"pgmajfault": M.MAJOR_FAULTS_PER_S, "pswpin": M.SWAP_IN_PAGES_PER_S, "pswpout": M.SWAP_OUT_PAGES_PER_S}
 _DISK = {"read_bytes": M.READ_BYTES_PER_S, "written_bytes": M.WRITE_BYTES_PER_S, "reads_completed": M.READ_IOPS,
          "writes_completed": M.WRITE_IOPS}
+_DISK_COUNTERS = "read_bytes|written_bytes|reads_completed|writes_completed|io_time_seconds|read_time_seconds|" \
+                 "write_time_seconds"
 _NIC = {"receive_bytes": M.RX_BYTES_PER_S, "transmit_bytes": M.TX_BYTES_PER_S,
         "receive_packets": M.RX_PACKETS_PER_S, "transmit_packets": M.TX_PACKETS_PER_S,
         "receive_drop": M.RX_DROPS_PER_S, "transmit_drop": M.TX_DROPS_PER_S,
         "receive_errs": M.RX_ERRORS_PER_S, "transmit_errs": M.TX_ERRORS_PER_S}
+
+# every node_exporter series the families read: what a batch's series budget counts
+NODE_SERIES = "|".join([
+    "node_cpu_seconds_total", "node_load1", "node_memory_(MemTotal|MemAvailable|SwapTotal|SwapFree)_bytes",
+    f"node_vmstat_({'|'.join(_VMSTAT)})", f"node_pressure_({'|'.join(_PSI)})_seconds_total",
+    f"node_disk_({_DISK_COUNTERS})_total", "node_network_(receive|transmit)_(bytes|packets|drop|errs)_total",
+    "node_network_speed_bytes", "node_netstat_Tcp_(OutSegs|RetransSegs)"])
 
 
 # -- counters over the window ---------------------------------------------------------------
@@ -160,6 +179,8 @@ class NodeSource:
         self.host_of_instance: dict[str, str] = {}
         self.times: dict[str, list[float]] = defaultdict(list)  # host -> first/last sample times seen
         self.families: dict[str, Family] = {}
+        self.batches: list[int] = []  # instances in each batch read
+        self.budget = 0  # raw series per batch
 
     # -- queries --------------------------------------------------------------------------
     def _sel(self, *extra: str) -> str:
@@ -201,20 +222,35 @@ class NodeSource:
         return sorted(self.host_of_instance)
 
     def _family(self, key: str, what: str, query_of: Any, instances: list[str]) -> Iterator[tuple[str, dict, list]]:
-        """(host, labels, values) of one family's series, one at a time as the answers arrive (queried in
-        batches of instances): the caller folds each into its window statistics before the next is read."""
+        """(host, labels, values) of one family's series of these instances (one query), one at a time as
+        the answer arrives: the caller folds each into its window statistics before the next is read."""
         fam = self.families.setdefault(key, Family(key, what))
-        for i in range(0, len(instances), self.batch_hosts):
-            batch = instances[i:i + self.batch_hosts]
-            only = f'instance=~"{"|".join(_escape(b) for b in batch)}"'
-            for labels, values in self._range(query_of(only)):
-                host = self.host_of_instance.get(labels.get("instance", ""))
-                if host is None or not values:
-                    continue
-                fam.hosts.add(host)
-                times = self.times[host]
-                times[:] = [min([values[0][0], *times[:1]]), max([values[-1][0], *times[1:2]])]
-                yield host, labels, values
+        only = f'instance=~"{"|".join(_escape(i) for i in instances)}"'
+        for labels, values in self._range(query_of(only)):
+            host = self.host_of_instance.get(labels.get("instance", ""))
+            if host is None or not values:
+                continue
+            fam.hosts.add(host)
+            times = self.times[host]
+            times[:] = [min([values[0][0], *times[:1]]), max([values[-1][0], *times[1:2]])]
+            yield host, labels, values
+
+    def series_counts(self, instances: list[str]) -> dict[str, int]:
+        """Raw series of the node families per instance, at the window's start and end (the larger): one
+        query that loads two samples a series."""
+        counts: dict[str, int] = {}
+        name = f'__name__=~"{NODE_SERIES}"'
+        query = f"count by (instance) ({self._sel(name)})"
+        for labels, values in self.api.range_series(query, self.start, self.end, max(self.end - self.start, 1.0)):
+            if labels.get("instance") in self.host_of_instance and values:
+                counts[labels["instance"]] = int(max(v for _, v in values))
+        return counts
+
+    def plan(self, instances: list[str]) -> list[list[str]]:
+        """Batches of instances within the series budget (see plan_batches)."""
+        points = int((self.end - self.start) / self.step) + 1
+        self.budget = max(1, min(SERIES_BUDGET, SAMPLES_BUDGET // points))
+        return plan_batches(instances, self.series_counts(instances), self.budget, self.batch_hosts)
 
     # -- the graph ------------------------------------------------------------------------
     def build(self) -> Graph:
@@ -223,12 +259,17 @@ class NodeSource:
         g = Graph(Meta(hosts=hosts, tool_version=__version__, started_at=iso(self.start), duration_s=round(self.end - self.start, 3),
                        interval_s=self.step, source="prometheus"))
         host_metrics: dict[str, dict[str, float]] = {h: {} for h in hosts}
-        self._cpu(g, host_metrics, instances)
-        self._memory(host_metrics, instances)
-        self._pressure(host_metrics, instances)
-        self._disks(g, instances)
-        self._nics(g, instances)
-        self._tcp(host_metrics, instances)
+        accelerators: dict[str, list[CollectorStatus]] = defaultdict(list)
+        for batch in self.plan(instances):
+            self.batches.append(len(batch))
+            self._cpu(g, host_metrics, batch)
+            self._memory(host_metrics, batch)
+            self._pressure(host_metrics, batch)
+            self._disks(g, batch)
+            self._nics(g, batch)
+            self._tcp(host_metrics, batch)
+            for name, status in self._accelerators(g, sorted(self.host_of_instance[i] for i in batch)).items():
+                accelerators[name].append(status)
         for instance in instances:
             host = self.host_of_instance[instance]
             g.entity_of(T.HOST, host_id(host), {"name": host, "instance": instance}, host_metrics[host])
@@ -243,9 +284,15 @@ class NodeSource:
             cpus[e.id.split(":")[1]] += 1
         g.meta.host_info = {h: {"cpus": cpus[h]} for h in hosts if cpus.get(h)}
         node = self._status(hosts)
-        accelerators = self._accelerators(g, hosts)  # first: the processes' devices join these entities
         witty = add_witty(g, self._other_rows("witty", WITTY_SERIES, "witty_*", hosts, "host"), self.step, hosts)
-        g.meta.collectors = {"prometheus.node": node, **accelerators, "prometheus.process": witty, **not_held()}
+        s = self.api.stats
+        node.extra["queries"] = {"requests": s.requests, "batches": len(self.batches),
+                                 "largest_batch_hosts": max(self.batches), "series_budget": self.budget,
+                                 "series": s.series, "points": s.points, "bytes": s.bytes}
+        g.meta.collectors = {"prometheus.node": node,
+                             "prometheus.dcgm": merged(accelerators["prometheus.dcgm"], add_gpus),
+                             "prometheus.npu": merged(accelerators["prometheus.npu"], add_npus),
+                             "prometheus.process": witty, **not_held()}
         return g
 
     def _status(self, hosts: list[str]) -> CollectorStatus:
@@ -362,10 +409,8 @@ class NodeSource:
             host_metrics[host].update(rate_metrics(_PSI[key], Steps().add(values), scale=100.0))  # s/s -> %
 
     def _disks(self, g: Graph, instances: list[str]) -> None:
-        names = "read_bytes|written_bytes|reads_completed|writes_completed|io_time_seconds|read_time_seconds|" \
-                "write_time_seconds"
         rows = self._family("disk", "node_disk_*", lambda only: self._sel(
-            f'__name__=~"node_disk_({names})_total"', only), instances)
+            f'__name__=~"node_disk_({_DISK_COUNTERS})_total"', only), instances)
         devs: dict[tuple[str, str], dict[str, Steps]] = defaultdict(lambda: defaultdict(Steps))
         for host, labels, values in rows:
             counter = labels["__name__"][len("node_disk_"):-len("_total")]
@@ -422,6 +467,38 @@ class NodeSource:
             host_metrics[host].update({**rate_metrics(M.TCP_OUT_SEGS_PER_S, t["OutSegs"]),
                                        **rate_metrics(M.TCP_RETRANS_SEGS_PER_S, t["RetransSegs"]),
                                        **ratio_metrics(M.TCP_RETRANS_PCT, t["RetransSegs"], t["OutSegs"])})
+
+
+def plan_batches(instances: list[str], counts: dict[str, int], budget: int, most_hosts: int) -> list[list[str]]:
+    """The instances in order, cut into batches whose raw series add up to the budget at most, and of
+    most_hosts instances at most. An instance over the budget alone is a batch of its own; one without a
+    count (no series at the window's start or end) is taken to have as many as the largest counted."""
+    guess = max(counts.values(), default=1)
+    batches: list[list[str]] = []
+    batch: list[str] = []
+    total = 0
+    for instance in instances:
+        n = counts.get(instance, guess)
+        if batch and (total + n > budget or len(batch) >= most_hosts):
+            batches.append(batch)
+            batch, total = [], 0
+        batch.append(instance)
+        total += n
+    return batches + [batch] if batch else batches
+
+
+def merged(statuses: list[CollectorStatus], reader: Any) -> CollectorStatus:
+    """One status of an exporter read in batches of hosts: a batch where it found nothing (what `reader`
+    says of no series) counts only where every batch found nothing."""
+    nothing = reader(Graph(Meta()), iter(()))
+    found = [s for s in statuses if (s.status, s.reason) != (nothing.status, nothing.reason)]
+    if not found:
+        return nothing
+    if all(s.status == "ok" for s in found):
+        return CollectorStatus("ok")
+    reasons = list(dict.fromkeys(s.reason for s in found if s.status != "ok" and s.reason))
+    status = "unavailable" if all(s.status == "unavailable" for s in found) else "partial"
+    return CollectorStatus(status, "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else ""))
 
 
 def collect_window(url: str, start: float, end: float, *, step: float | None = None, match: str | None = None,

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 
 from tests.prometheus_stack import FRAMES_PER_S, running_stack
-from witty_profiler.sources import promapi
+from witty_profiler.sources import promapi, prometheus
 from witty_profiler.sources.prometheus import NodeSource, Steps, collect_window, host_name, rate_metrics, selector
+from witty_profiler.topology import dumps_graph, jsonstream
 from witty_profiler.topology.errors import InputError
 
 WINDOW_S = 10
@@ -223,3 +227,42 @@ def test_cli_collect_then_diagnose(stack, window, tmp_path, monkeypatch):
                           capture_output=True, text=True, timeout=60)
     assert none.returncode == 2 and "no node_exporter series" in none.stderr
     assert len(none.stderr.strip().splitlines()) == 1
+
+
+class _WholeBody(promapi.PrometheusAPI):
+    """Each answer read whole (urllib, then json.loads of the body): the reference for the stream."""
+
+    def range_series(self, query, start, end, step):
+        params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                         "step": f"{step:g}"})
+        with urllib.request.urlopen(f"{self.base}/api/v1/query_range?{params}", timeout=30) as response:
+            doc = json.loads(response.read())
+        for item in doc["data"]["result"]:
+            values = [(float(t), float(v)) for t, v in item["values"]]
+            yield item["metric"], [(t, v) for t, v in values if not math.isnan(v)]
+
+
+def _graph_of(api, start, end):
+    source = NodeSource(api, start, end, step=1.0, match='{job="node"}')
+    doc = json.loads(dumps_graph(source.build()))
+    cost = doc["meta"]["collectors"]["prometheus.node"].pop("queries")  # the cost of the reading: recorded
+    if isinstance(api, _WholeBody):  # counts nothing
+        return source, doc
+    assert cost["batches"] == len(source.batches) and cost["requests"] == 3 + 11 * len(source.batches)
+    assert cost["series"] > 100 and cost["bytes"] > 100 * cost["series"]
+    return source, doc
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_streamed_and_batched_reads_give_the_whole_body_graph(stack, window, monkeypatch):
+    start, end, _ = window
+    _, whole = _graph_of(_WholeBody(stack.url), start, end)
+    monkeypatch.setattr(jsonstream, "CHUNK", 257)  # series cut across reads
+    source, streamed = _graph_of(promapi.PrometheusAPI(stack.url), start, end)
+    assert streamed == whole and source.batches == [3]
+    counts = source.series_counts(sorted(source.host_of_instance))
+    assert len(counts) == 3 and min(counts.values()) > 50  # 2 CPUs x 8 modes, NICs, disks, ...
+    monkeypatch.setattr(prometheus, "SERIES_BUDGET", max(counts.values()))  # one host a batch
+    source, batched = _graph_of(promapi.PrometheusAPI(stack.url), start, end)
+    assert batched == whole and source.batches == [1, 1, 1]

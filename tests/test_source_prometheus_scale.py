@@ -16,9 +16,13 @@ import time
 
 import pytest
 
-from witty_profiler.sources import promapi
+from witty_profiler.sources import promapi, prometheus
+from witty_profiler.sources.promaccel import add_gpus
+from witty_profiler.sources.prometheus import NodeSource, merged, plan_batches
 from witty_profiler.topology import jsonstream
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.graph import Graph
+from witty_profiler.topology.models import CollectorStatus, Meta
 
 START, STEP = 1_796_300_000.0, 15.0
 
@@ -124,3 +128,35 @@ def test_an_error_status_in_a_success_answer_is_refused(server):
     handler.body = b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "val'
     with pytest.raises(InputError, match="did not answer /api/v1/query_range with JSON"):
         list(promapi.PrometheusAPI(url).range_series("x", START, START + 4 * STEP, STEP))
+
+
+# -- batches --------------------------------------------------------------------------------
+def test_batches_are_cut_by_the_series_budget():
+    counts = {"a:9100": 600, "b:9100": 600, "big:9100": 2100, "c:9100": 600, "d:9100": 600}
+    order = ["a:9100", "b:9100", "big:9100", "c:9100", "gone:9100", "d:9100"]
+    # "big" (256 CPUs) is over the budget alone: a batch of its own; "gone" had no series at either end of
+    # the window and is taken to be as large as the largest
+    assert plan_batches(order, counts, 2000, 100) == [["a:9100", "b:9100"], ["big:9100"], ["c:9100"],
+                                                      ["gone:9100"], ["d:9100"]]
+    assert plan_batches(order[:2] + order[3:4], counts, 5000, 2) == [["a:9100", "b:9100"], ["c:9100"]]
+    assert plan_batches([], counts, 100, 10) == []
+
+
+def test_the_budget_keeps_the_largest_query_under_prometheus_sample_limit():
+    api = promapi.PrometheusAPI("http://127.0.0.1:9")
+    hour = NodeSource(api, START, START + 3600, step=15.0)
+    week = NodeSource(api, START, START + 7 * 86400)
+    hour.series_counts = week.series_counts = lambda instances: {}
+    hour.plan([])
+    week.plan([])
+    assert hour.budget == prometheus.SERIES_BUDGET
+    assert week.budget * (7 * 86400 / week.step + 1) <= prometheus.SAMPLES_BUDGET < week.budget * 11_000 * 1.01
+
+
+def test_exporter_statuses_of_batches_merge_into_one():
+    nothing = add_gpus(Graph(Meta()), iter(()))
+    ok, odd = CollectorStatus("ok"), CollectorStatus("partial", "no DCGM_FI_DEV_GPU_UTIL for gpu:n7:0000:18:00.0")
+    assert merged([nothing, nothing], add_gpus) == nothing  # no batch had a GPU
+    assert merged([nothing, ok, nothing], add_gpus).status == "ok"  # batches of hosts without GPUs say nothing
+    both = merged([ok, odd, nothing, odd], add_gpus)
+    assert (both.status, both.reason) == ("partial", odd.reason)
