@@ -170,7 +170,7 @@ def pmu_subjects(scope: Scope) -> list[Entity]:
 
 
 def pmu_what(scope: Scope) -> str:
-    return f"the workload's processes ({scope.describe()})" if scope.has_workload else "the host"
+    return "the workload's processes" if scope.has_workload else "the host"
 
 
 def pmu_context(entity: Entity) -> list[Evidence]:

@@ -360,7 +360,7 @@ def test_without_counters_the_pattern_gives_the_collectors_reason(tmp_path):
     g.meta = Meta(hosts=["n1"], duration_s=1.0, source="live", collectors={"membw": c.status})
     row = next(r for r in diagnose(g).coverage if r.pattern == "memory.bandwidth_wall")
     assert row.status == "not_evaluated"
-    assert row.reason == ("no DRAM bandwidth utilisation (dram_bw_util_pct) of a host or NUMA node (collector membw: "
+    assert row.reason == ("no dram_bw_util_pct of a host or NUMA node from DRAM bandwidth counters (collector membw: "
                           f"unavailable ({c.status.reason}))")
 
 

@@ -386,7 +386,7 @@ def _compute_bound(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = pmu_subjects(scope)
     with_pmu = [e for e in subjects if num(e, M.IPC) is not None or num(e, M.LLC_MISS_PCT) is not None]
     if not with_pmu:
-        return not_evaluated(scope.missing(f"no PMU counters (ipc, llc_miss_pct) of {pmu_what(scope)}", "pmu"))
+        return not_evaluated(scope.missing(f"no ipc or llc_miss_pct from PMU counters for {pmu_what(scope)}", "pmu"))
     a = assess(with_pmu, levels, metric_of(M.CPU_UTIL_PCT))
     hits = []
     for entity, value, sev in a.hits:
@@ -434,7 +434,7 @@ def _low_ipc(scope: Scope, t: dict[str, Any]) -> Verdict:
     active = [e for e in subjects if (num(e, M.CPU_UTIL_PCT) or 0.0) >= t["min_cpu_util_pct"]
               or num(e, M.CPU_UTIL_PCT) is None]
     if not any(num(e, M.IPC) is not None for e in subjects):
-        return not_evaluated(scope.missing(f"no PMU counter of IPC (ipc) of {pmu_what(scope)}", "pmu"))
+        return not_evaluated(scope.missing(f"no ipc from PMU counters for {pmu_what(scope)}", "pmu"))
     return metric_check(scope, active, t["ipc"], M.IPC, "active subjects with PMU counters", ("pmu",),
                         "{n:active subjects|retire} few instructions per cycle: {names}, IPC {worst} "
                         "(threshold < {limit}).", extra=pmu_context)

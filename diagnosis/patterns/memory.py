@@ -42,7 +42,7 @@ def _llc_hit(e: Entity) -> float | None:
 def _cache_miss_storm(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = [e for e in pmu_subjects(scope) if num(e, M.LLC_MISS_PCT) is not None]
     if not subjects:
-        return not_evaluated(scope.missing(f"no PMU counters of LLC misses (llc_miss_pct) of {pmu_what(scope)}",
+        return not_evaluated(scope.missing(f"no llc_miss_pct from PMU counters for {pmu_what(scope)}",
                                            "pmu"))
     return metric_check(scope, subjects, t["llc_hit_pct"], "llc_hit_pct", "subjects with LLC counters", ("pmu",),
                         "{n:subjects|miss} the last-level cache often: {names}, LLC hit rate {worst} "
@@ -72,7 +72,7 @@ CACHE_MISS_STORM = Pattern(
 def _bandwidth_wall(scope: Scope, t: dict[str, Any]) -> Verdict:
     subjects = [e for e in scope.hosts() + scope.graph.entities(T.NUMA_NODE) if num(e, M.DRAM_BW_UTIL_PCT) is not None]
     if not subjects:
-        return not_evaluated(scope.missing("no DRAM bandwidth utilisation (dram_bw_util_pct) of a host or NUMA node",
+        return not_evaluated(scope.missing("no dram_bw_util_pct of a host or NUMA node from DRAM bandwidth counters",
                                            "membw"))
     return metric_check(scope, subjects, t["dram_bw_util_pct"], M.DRAM_BW_UTIL_PCT, "memory domains (hosts, NUMA nodes)",
                         ("membw",), "Memory bandwidth is near its peak on {n:memory domains} (host or NUMA node): "
