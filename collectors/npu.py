@@ -10,6 +10,9 @@ chip at both ends (the links' throughput over a short sampling time); models wit
 collector partial. The parsers are pure functions of the text and tolerate the differences
 between generations and driver versions: extra or missing columns (Phy-ID, Device, HBM-Usage),
 several chips per NPU, 'NA' and '-' for unknown values.
+
+Each 910-series NPU's own RoCE port is read through `hccn_tool` (`collectors.hccn`): an
+`rdma_port` per NPU, `has_port` from its NPU. The 310 series has no such port and is not asked.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections import defaultdict
 
 from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register
+from witty_profiler.collectors.hccn import HccnPorts, add_port
 from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
@@ -35,6 +39,7 @@ _PAIR = re.compile(r"(\S+)\s*/\s*(\S+)|(\S+)")
 LINK_TYPES = {"HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS"}
 HCCS_BW_SAMPLE_MS = 100  # npu-smi measures the links this long per call; it runs per chip at both ends
 GB = 1e9  # hccs-bw prints GB/S, the unit of DCMI's dcmi_hccs_bandwidth_info it reads
+HCCN_TOOL_DEFAULT = "/usr/local/Ascend/driver/tools/hccn_tool"  # where the driver installs it, often not on PATH
 
 
 def _number(text: str | None) -> float | None:
@@ -228,9 +233,12 @@ def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str], dict[s
 class NpuCollector(Collector):
     name = "npu"
 
-    def __init__(self, ctx: Context, npu_smi: str | None = None) -> None:
+    def __init__(self, ctx: Context, npu_smi: str | None = None, hccn_tool: str | None = None) -> None:
         super().__init__(ctx)
         self.npu_smi = npu_smi or shutil.which("npu-smi")
+        self.hccn_tool = hccn_tool or shutil.which("hccn_tool") or (
+            HCCN_TOOL_DEFAULT if os.access(HCCN_TOOL_DEFAULT, os.X_OK) else None)
+        self.hccn: HccnPorts | None = None
         self.failed: str | None = None
         self.chips: list[dict] = []
         self.samples: dict[tuple[int, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -276,6 +284,7 @@ class NpuCollector(Collector):
             self._usages(npu)
         self._hccs_links()
         self._hccs_bw()
+        self._hccn_start()
 
     def sample(self) -> None:
         if self.chips:
@@ -295,6 +304,11 @@ class NpuCollector(Collector):
                 s["clock"].append(_number(block.get("Aicore curFreq(MHZ)")))
                 s["clock_max"].append(_number(block.get("Aicore Freq(MHZ)")))
         self._hccs_bw()
+        if self.hccn is not None:
+            self.hccn.finish()
+            if self.hccn.failures:
+                more = len(self.hccn.failures) - 1
+                self.partial(self.hccn.failures[0] + (f" (and {more} more hccn_tool failures)" if more else ""))
         return self._graph()
 
     # -- reading --------------------------------------------------------------------------
@@ -344,6 +358,23 @@ class NpuCollector(Collector):
                 return
             if parsed is not None:
                 yield c, parsed
+
+    def _hccn_devices(self) -> dict[int, tuple[int, int]]:
+        """The device id `hccn_tool -i` takes (the chip's Phy-ID, else its NPU id) -> (npu, chip),
+        for the chips that have a RoCE port (not the 310 series)."""
+        return {c.get("phy_id", c["npu"]): (c["npu"], c["chip"]) for c in self.chips
+                if not str(c.get("name", "")).startswith("310")}
+
+    def _hccn_start(self) -> None:
+        devices = self._hccn_devices()
+        if not devices:
+            return
+        if not self.hccn_tool:
+            self.partial(f"hccn_tool not found on PATH or at {HCCN_TOOL_DEFAULT}: the NPUs' RoCE ports (link, speed, "
+                         "packet, error, PFC and CNP counters) left out")
+            return
+        self.hccn = HccnPorts(self.hccn_tool)
+        self.hccn.start(sorted(devices))
 
     def _hccs_links(self) -> None:
         for c, links in self._optional_per_chip("hccs", parse_hccs):
@@ -396,12 +427,21 @@ class NpuCollector(Collector):
                 mem = p["memory_mb"] * MiB if p["memory_mb"] is not None else None
                 g.edge_of(E.USES_DEVICE, process_id(host, pid), ids[(npu, chip)], {"pid": pid, "name": p["name"]},
                           {M.MEMORY_USED_BYTES: mem})
+        if self.hccn is not None:
+            self._hccn_ports(g, ids)
         order_ids = [ids[(c["npu"], c["chip"])] for c in self.chips]
         for (a, b), kind in sorted(links.items()):
             ia, ib = names.index(a), names.index(b)
             if ia < ib < len(order_ids) and kind in LINK_TYPES:
                 g.edge_of(E.DEVICE_LINK, order_ids[ia], order_ids[ib], {"link_type": kind})
         return g
+
+    def _hccn_ports(self, g: Graph, ids: dict[tuple[int, int], str]) -> None:
+        for device, key in sorted(self._hccn_devices().items()):
+            port = self.hccn.ports.get(device) if self.hccn is not None else None
+            npu = g.entity(ids[key]) if key in ids else None
+            if port is not None and npu is not None:
+                add_port(g, self.ctx.host, device, port, npu)
 
     def _metrics(self, s: dict[str, list], hccs: dict | None = None) -> dict[str, float]:
         m: dict[str, float] = {}

@@ -111,6 +111,11 @@ def rank_outliers(digests: list[Digest], signals: list[tuple[str, str, str, floa
     return outliers, groups
 
 
+# facts that are rates of things that should not happen (errors, retransmissions, pause frames): odd when
+# above zero where the peers' median is zero, and not missed where a host reports none
+RATE_FACTS = ("errors_per_s", "retrans_per_s", "pfc_rx_per_s")
+
+
 def odd_facts(digests: list[Digest], agree_share: float, min_hosts: int) -> list[dict[str, Any]]:
     """Host facts that differ from what most peers report, and collectors that failed where peers' ran."""
     values: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -124,7 +129,7 @@ def odd_facts(digests: list[Digest], agree_share: float, min_hosts: int) -> list
         by_host = values[what]
         if len(by_host) < min_hosts:
             continue
-        if what.endswith("errors_per_s"):
+        if what.endswith(RATE_FACTS):
             hosts = list(by_host)
             medians = _LeaveOneOut([by_host[h] for h in hosts])
             for i, host in sorted(enumerate(hosts), key=lambda item: item[1]):
@@ -145,7 +150,7 @@ def odd_facts(digests: list[Digest], agree_share: float, min_hosts: int) -> list
     reported = Counter(what for d in digests for what in d.get("facts", {}))
     for d in digests:
         for what, count in sorted(reported.items()):
-            if what not in d.get("facts", {}) and not what.endswith("errors_per_s") and count >= min_hosts \
+            if what not in d.get("facts", {}) and not what.endswith(RATE_FACTS) and count >= min_hosts \
                     and count >= agree_share * len(digests):
                 odd.append({"host": d["host"], "what": what, "value": None, "usual": "present", "agree": count,
                             "of": len(digests) - 1, "kind": "fact"})

@@ -134,6 +134,9 @@ def _facts(mine: list[Entity]) -> dict[str, Any]:
         if port.attrs.get("state") is not None:
             facts[f"rdma {name} state"] = str(port.attrs.get("state"))
         facts[f"rdma {name} errors_per_s"] = round(num(port, M.PORT_ERRORS_PER_S) or 0.0, 3)
+        for what, metric in (("retrans_per_s", M.PORT_RETRANS_PER_S), ("pfc_rx_per_s", M.PFC_RX_FRAMES_PER_S)):
+            if num(port, metric) is not None:
+                facts[f"rdma {name} {what}"] = round(num(port, metric) or 0.0, 3)
     degraded = [d.id for kind in (T.GPU, T.NPU, T.PCI_DEVICE) for d in by_type.get(kind, []) if _degraded(d)]
     if any(by_type.get(kind) for kind in (T.GPU, T.NPU)):
         facts["degraded pcie links"] = len(degraded)

@@ -102,10 +102,15 @@ def fake_npu_smi(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     os.symlink(FIXTURES / "npu-smi", bin_dir / "npu-smi")
+    os.symlink(FIXTURES / "hccn_tool", bin_dir / "hccn_tool")
+    calls = tmp_path / "hccn_calls"
+    calls.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HCCN_TOOL_CALLS", str(calls))
 
     def use(gen: str) -> None:
         monkeypatch.setenv("NPU_SMI_FIXTURE", str(FIXTURES / gen))
+        monkeypatch.setenv("HCCN_TOOL_FIXTURE", str(FIXTURES / gen / "hccn"))
     return use
 
 

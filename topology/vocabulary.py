@@ -228,6 +228,12 @@ class M:
     RATE_GBPS = "rate_gbps"
     PORT_ERRORS_PER_S = "port_errors_per_s"
     PORT_RETRANS_PER_S = "port_retrans_per_s"
+    PFC_RX_FRAMES_PER_S = "pfc_rx_frames_per_s"
+    PFC_TX_FRAMES_PER_S = "pfc_tx_frames_per_s"
+    CNP_RX_PACKETS_PER_S = "cnp_rx_packets_per_s"
+    CNP_TX_PACKETS_PER_S = "cnp_tx_packets_per_s"
+    OPTICAL_RX_POWER_MW = "optical_rx_power_mw"
+    OPTICAL_TX_POWER_MW = "optical_tx_power_mw"
     QPS = "qps"
     QPS_ERROR = "qps_error"
     QPS_CREATED_TOTAL = "qps_created_total"
@@ -305,7 +311,9 @@ ENTITY_TYPES: dict[str, str] = {
     T.NIC: "a network interface; id nic:<host>:<name>; attrs speed_mbps, pci_address, numa_node",
     T.RDMA_PORT: "an InfiniBand/RoCE port; id rdma_port:<host>:<device>:<port>; attrs state, phys_state, rate, "
                  "link_layer, netdev, pci_address, numa_node, error/retrans/congestion_counters_delta; from "
-                 "`rdma res show qp`: qp_states (QPs per state), kernel_qps (QPs per kernel module)",
+                 "`rdma res show qp`: qp_states (QPs per state), kernel_qps (QPs per kernel module); an Ascend NPU's "
+                 "own RoCE port (hccn_tool) is rdma_port:<host>:npu<device id>:0 with state (UP/DOWN), net_health, "
+                 "ip, optical_present, optical_rx_power_low",
     T.TCP_CONNECTION: "one TCP connection; id tcp_connection:<host>:<local>:<remote>; attrs local, remote, state, pid",
     T.SOCKET: "a socket endpoint seen by the legacy format; id socket:<host>:<proto>:<addr>:<port>",
     T.SHARED_MEMORY: "a /dev/shm file or SysV shared memory segment; id shared_memory:<host>:<key>",
@@ -361,7 +369,7 @@ EDGE_TYPES: dict[str, str] = {
     E.OWNS: "a legacy ownership not covered above (e.g. process -> rdma_resource, pd -> queue pair)",
     E.ACCESSES: "a legacy access not covered above (e.g. rdma_resource -> rdma_device)",
     E.CONNECTS_TO: "rdma_resource (queue pair) -> its peer queue pair (legacy)",
-    E.HAS_PORT: "rdma_device -> rdma_port (legacy)",
+    E.HAS_PORT: "rdma_device -> rdma_port (legacy); npu -> its own RoCE port (hccn_tool)",
     E.IPC: "process -> process communicating by an IPC mechanism the legacy format does not name",
     E.MEMBER_OF: "process -> the job it is a rank of; attrs rank, local_rank (the rank order of the job)",
     E.INSTANCE_OF: "gpu_instance -> the gpu it is a MIG slice of",
@@ -525,6 +533,14 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.PORT_ERRORS_PER_S, "1/s", "RDMA error counters (symbol, link, rcv, xmit discards...) per second"),
     _M(M.PORT_RETRANS_PER_S, "1/s", "RDMA retransmit-like counters (local_ack_timeout, out_of_sequence, ...) "
        "per second"),
+    _M(M.PFC_RX_FRAMES_PER_S, "1/s", "PFC pause frames received per second: the switch asks this port to stop sending"),
+    _M(M.PFC_TX_FRAMES_PER_S, "1/s", "PFC pause frames sent per second: this port cannot take what it receives"),
+    _M(M.CNP_RX_PACKETS_PER_S, "1/s", "RoCE congestion notification packets received per second (this port's flows "
+       "are told to slow down: ECN marks on their path)"),
+    _M(M.CNP_TX_PACKETS_PER_S, "1/s", "RoCE congestion notification packets sent per second (ECN-marked packets "
+       "arrived)"),
+    _M(M.OPTICAL_RX_POWER_MW, "mW", "optical module receive power, weakest lane"),
+    _M(M.OPTICAL_TX_POWER_MW, "mW", "optical module transmit power, weakest lane"),
     _M(M.QPS, "queue pairs", "RDMA queue pairs at the end of the window (of a port, or of one process on it)"),
     _M(M.QPS_ERROR, "queue pairs", "of those, in an error state (ERR or SQE: peer gone, retries exhausted)"),
     _M(M.QPS_CREATED_TOTAL, "queue pairs", "queue pairs that appeared during the window (connection churn)"),

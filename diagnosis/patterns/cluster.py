@@ -185,15 +185,16 @@ ODD_HOST = Pattern(
         "errors, whose PCIe link is degraded, which has a device fewer or whose collectors failed where its peers' "
         "ran is the first suspect when a job is slower than it should be.",
     metrics=("nic.speed_mbps", "nic.rx_errors_per_s", "nic.rx_drops_per_s", "rdma_port.rate_gbps",
-             "rdma_port.port_errors_per_s", "pci_device.link_width", "gpu.pcie_link_width", "npu.health",
+             "rdma_port.port_errors_per_s", "rdma_port.port_retrans_per_s", "rdma_port.pfc_rx_frames_per_s",
+             "rdma_port.state", "pci_device.link_width", "gpu.pcie_link_width", "npu.health",
              "meta.collectors"),
     params=(Param("agree_share", 0.66, "ratio", "the share of hosts that must agree on a value for another value "
                   "to be odd"),
             Param("min_hosts", 3, "hosts", "the least hosts reporting a fact for it to be compared")),
     evidence="Per odd host (eight at most, the rest counted): each fact that differs, its value and how many "
-             "peers have which value. A fact most hosts report and this one lacks counts as absent; an error rate "
-             "counts when it is above zero where the peers' median is zero. A collector that failed where its peers' "
-             "ran is a notice; a fact that differs is a warning.",
+             "peers have which value. A fact most hosts report and this one lacks counts as absent; an error, "
+             "retransmission or received-PFC rate counts when it is above zero where the peers' median is zero. A "
+             "collector that failed where its peers' ran is a notice; a fact that differs is a warning.",
     recommendations=(
         "Check the odd host's links (ethtool, ibstat, lspci -vv) against a peer's and reseat or replace what "
         "trained lower.",
