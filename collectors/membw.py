@@ -250,25 +250,35 @@ class MemoryBandwidthCollector(Collector):
         self._read()
 
     def _read(self) -> None:
-        """Cumulative bytes per (node, direction) at this moment."""
+        """Cumulative bytes per (node, direction) at this moment. A node with a counter that could not
+        be read this time ('Unavailable' while resctrl reassigns an RMID, a group that never ran) is
+        left out of this read: a sum over fewer counters would fall, then jump."""
         t = self.clock()
         totals: dict[tuple[int, str], float] = {}
+        unread: set[int] = set()
         if self.resctrl:
             for group in control_groups(self.resctrl):
                 for name in os.listdir(f"{group}/mon_data"):
+                    if not name.startswith("mon_L3_"):
+                        continue
+                    node = self.domains.get(int(name[7:]), 0)
                     value = (read_text(f"{group}/mon_data/{name}/mbm_total_bytes") or "").strip()
-                    if name.startswith("mon_L3_") and value.isdigit():  # 'Unavailable' while an RMID is busy
-                        node = self.domains.get(int(name[7:]), 0)
-                        totals[(node, "total")] = totals.get((node, "total"), 0.0) + int(value)
+                    if not value.isdigit():
+                        unread.add(node)
+                        continue
+                    totals[(node, "total")] = totals.get((node, "total"), 0.0) + int(value)
         node_of = cpu_to_node(self.ctx)
         for counter, group in self.counters:
+            node = node_of.get(counter.cpu, 0)
             count = group.read().scaled(counter.event.name)
-            if count is not None:
-                node = node_of.get(counter.cpu, 0)
-                for key in ((node, counter.direction), (node, "total")):
-                    totals[key] = totals.get(key, 0.0) + count * counter.bytes_per_count
+            if count is None:
+                unread.add(node)
+                continue
+            for key in ((node, counter.direction), (node, "total")):
+                totals[key] = totals.get(key, 0.0) + count * counter.bytes_per_count
         for key, value in totals.items():
-            self.series[key].add(t, value)
+            if key[0] not in unread:
+                self.series[key].add(t, value)
 
     def finish(self) -> Graph:
         try:

@@ -171,6 +171,27 @@ def test_resctrl_bytes_per_node_against_the_smbios_peak(tmp_path):
     assert c.status.extra["peak"] == "SMBIOS: 8 populated memory devices on 8 channels at 2933 MT/s x 64 bits"
 
 
+def test_an_unavailable_rmid_read_leaves_the_node_out_of_that_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("WITTY_DRAM_PEAK_GBS", "400")
+    ctx = two_nodes(tmp_path)
+    root = resctrl_tree(ctx.sys, {".": (0, 0), "train": (0, 0)})
+    clock = Clock()
+    c = MemoryBandwidthCollector(ctx, clock=clock)
+    c.start()
+    clock.t += 1.0
+    advance(root, {".": (10 * 10 ** 9, 10 ** 9)})
+    write(root / "train" / "mon_data" / "mon_L3_00" / "mbm_total_bytes", "Unavailable")
+    c.sample()
+    clock.t += 1.0
+    advance(root, {".": (20 * 10 ** 9, 2 * 10 ** 9), "train": (20 * 10 ** 9, 0)})
+    g = c.finish()
+    n0 = g.entity("numa_node:n1:0").metrics
+    # node 0 read at the two ends only: 40 GB over 2 s, one interval (no p95/max), no false jump
+    assert n0["mem_bytes_per_s"] == 20e9 and "mem_bytes_per_s_max" not in n0
+    n1 = g.entity("numa_node:n1:1").metrics
+    assert n1["mem_bytes_per_s"] == 1e9 and n1["mem_bytes_per_s_max"] == 1e9
+
+
 def test_resctrl_is_mounted_for_the_window_and_unmounted_after(tmp_path, monkeypatch):
     ctx = two_nodes(tmp_path)
     (ctx.sys / "fs" / "resctrl").mkdir(parents=True)
