@@ -35,8 +35,8 @@ time.sleep(60)
 
 
 def _everything(graph, diagnosis) -> list[str]:
-    """What a user or an assistant can read of a graph: the file, every view, both reports."""
-    out = [dumps_graph(graph), wp.report(diagnosis, graph, "md"), wp.report(diagnosis, graph, "json")]
+    """What a user or an assistant can read of a graph: the file, every view, the three reports."""
+    out = [dumps_graph(graph), *(wp.report(diagnosis, graph, f) for f in ("md", "json", "html"))]
     out += [wp.convert(graph, layer, budget, diagnosis=diagnosis).text
             for layer in LAYER_VIEWS for budget in (None, 800)]
     return out

@@ -10,6 +10,7 @@ import hashlib
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ from witty_profiler.topology.ids import cpu_id, numa_id, process_id
 from benchmarks.synthetic import synthetic_graph
 from diagnosis_graphs import H, allocates_on, device, ipc, new_graph, numa, process, runs_on, thread, two_numa_host, uses
 
+REPO = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = "<script>alert(1)</script>"
 
@@ -304,3 +306,20 @@ def test_element_ids_are_safe_in_a_fragment_and_distinct():
     made = [element_id(i) for i in ids]
     assert len(set(made)) == len(made)
     assert all(re.fullmatch(r"wp-[A-Za-z0-9_.:~-]+", m) for m in made)
+
+
+def test_the_api_writes_the_page_and_needs_the_graph_for_it(vllm):
+    import witty_profiler as wp
+    from witty_profiler.topology.errors import InputError
+    graph, report = vllm
+    assert wp.report(report, graph, "html") == render_html(graph, report)
+    with pytest.raises(InputError, match="draws the graph"):
+        wp.report(report, None, "html")
+
+
+def test_the_readme_shows_a_small_screenshot():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shots = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", readme)
+    assert "docs/html-report.png" in shots
+    data = (REPO / "docs" / "html-report.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300 * 1024

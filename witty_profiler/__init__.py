@@ -24,20 +24,19 @@ _API = {
     "Graph": "topology:Graph", "View": "converters.view:View", "collect": "collectors.engine:run_window",
     "compare": "diagnosis.compare:compare", "convert": "api:convert", "count_tokens": "converters.tokens:count_tokens",
     "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
-    "report": "diagnosis.report:report", "merge": "topology.hosts:merge_hosts",
+    "report": "api:report", "merge": "topology.hosts:merge_hosts",
     "diagnose_cluster": "diagnosis.cluster:diagnose_cluster", "import_traces": "traces.importer:import_traces",
 }
 
 __all__ = ["__version__", *sorted(_API)]
 
 if TYPE_CHECKING:
-    from witty_profiler.api import convert
+    from witty_profiler.api import convert, report
     from witty_profiler.collectors.engine import run_window as collect
     from witty_profiler.converters import View, count_tokens
     from witty_profiler.diagnosis import diagnose
     from witty_profiler.diagnosis.cluster import diagnose_cluster
     from witty_profiler.diagnosis.compare import compare
-    from witty_profiler.diagnosis.report import report
     from witty_profiler.topology import Graph, dump_graph
     from witty_profiler.topology import load_graph as load
     from witty_profiler.topology.hosts import merge_hosts as merge

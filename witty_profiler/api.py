@@ -1,6 +1,8 @@
 """The functions of the public API that join two packages: a view shows the diagnosis' findings,
 so `convert` diagnoses the graph first, with the workload and thresholds the caller gives, and
-hands the result to the converters (which never judge anything themselves)."""
+hands the result to the converters (which never judge anything themselves); `report` writes a
+diagnosis as Markdown or JSON (the diagnosis' own reports) or as the HTML page that draws the graph
+(witty_profiler.htmlreport)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from witty_profiler.converters.hints import Hints
 from witty_profiler.converters.view import check_request
 from witty_profiler.diagnosis import Diagnosis, diagnose
 from witty_profiler.topology import Graph
+from witty_profiler.topology.errors import InputError
 
 
 def convert(graph: Graph, layer: str = "summary", max_tokens: int | None = None, *,
@@ -26,3 +29,15 @@ def convert(graph: Graph, layer: str = "summary", max_tokens: int | None = None,
     if diagnosis is None:
         diagnosis = diagnose(graph, pids=pids, thresholds=thresholds)
     return render_view(graph, layer, max_tokens, ref=ref, hints=hints, diagnosis=diagnosis)
+
+
+def report(diagnosis: Diagnosis, graph: Graph | None = None, format: str = "md") -> str:
+    """The report of `diagnosis`: `md` (Markdown), `json`, or `html` (a self-contained page with the
+    topology of `graph` drawn, which it needs)."""
+    if format != "html":
+        from witty_profiler.diagnosis.report import report as text_report
+        return text_report(diagnosis, graph, format)
+    if graph is None:
+        raise InputError("the HTML report draws the graph: give the graph that was diagnosed")
+    from witty_profiler.htmlreport import render_html
+    return render_html(graph, diagnosis)

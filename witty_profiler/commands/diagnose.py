@@ -42,8 +42,8 @@ def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from witty_profiler.api import report
     from witty_profiler.diagnosis.matcher import diagnose
-    from witty_profiler.diagnosis.report import report
     layer, thresholds = check_options(args)
     check_output(args.output, args.force, (args.graph,))  # before a live window is spent
     graph = graph_from_args(args)
@@ -51,12 +51,7 @@ def run(args: argparse.Namespace) -> int:
         from witty_profiler.topology.hosts import host_part
         graph = host_part(graph, args.host)
     result = diagnose(graph, pids=args.pid or None, layer=layer, thresholds=thresholds)
-    if args.format == "html":
-        from witty_profiler.htmlreport import render_html
-        text = render_html(graph, result)
-    else:
-        text = report(result, graph, args.format)
-    write_output(text, args.output, args.force, (args.graph,))
+    write_output(report(result, graph, args.format), args.output, args.force, (args.graph,))
     return 0
 
 
