@@ -206,6 +206,14 @@ class MemoryBandwidthCollector(Collector):
 
     def start(self) -> None:
         try:
+            self._start()
+        except BaseException:  # the engine will not call finish(): unmount and close now
+            self._close_uncore()
+            self._unmount()
+            raise
+
+    def _start(self) -> None:
+        try:
             self.resctrl, must_mount = resctrl_plan(self.ctx)
             if must_mount:
                 mount_resctrl(self.resctrl)

@@ -175,7 +175,7 @@ def open_group(perf: PerfEvents, events: list[Event], pid: int, cpu: int, flags:
                 raise PerfOpenError(event, exc) from None
             fds.append(fd)
             names.append(event.name)
-    except PerfOpenError:
+    except BaseException:
         Group(perf, fds, names).close()
         raise
     return Group(perf, fds, names), skipped

@@ -138,6 +138,9 @@ class PmuCollector(Collector):
         except _Stop as stop:
             self._close_all()
             self.problem = str(stop)
+        except BaseException:  # the engine will not call finish(): nothing may stay open
+            self._close_all()
+            raise
 
     def _open_cpus(self) -> None:
         host = host_id(self.ctx.host)
@@ -180,6 +183,8 @@ class PmuCollector(Collector):
                                     virtual=self.virtual)
             if exc.errno in (errno.ENOENT, errno.ENOSYS):  # no PMU, no perf events: nothing will open
                 raise _Stop(reason) from None
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.budget = 0
             self._note(f"no per-CPU or host counters: {reason}" if pid == -1 else reason)
             return False
         self.budget -= len(core.fds)
@@ -191,8 +196,9 @@ class PmuCollector(Collector):
     def _open_stalls(self, subject: str, pid: int, cpu: int, flags: int) -> None:
         try:
             group, skipped = open_group(self.perf, STALLS, pid, cpu, flags, optional=STALL_NAMES)
-        except PerfOpenError:
-            self.stalls = False
+        except PerfOpenError as exc:
+            if exc.errno != errno.ESRCH:  # not just a thread that ended in between
+                self.stalls = False
             return
         if self.stalls is None:
             self.stalls_missing = skipped

@@ -215,6 +215,19 @@ def test_resctrl_is_mounted_for_the_window_and_unmounted_after(tmp_path, monkeyp
     assert g.entity("host:n1").metrics["dram_bw_peak_bytes_per_s"] == 200e9
 
 
+def test_a_failure_after_the_mount_unmounts(tmp_path, monkeypatch):
+    ctx = two_nodes(tmp_path)
+    (ctx.sys / "fs" / "resctrl").mkdir(parents=True)
+    calls = []
+    monkeypatch.setattr(membw, "mount_resctrl", lambda root: (calls.append("mount"), resctrl_tree(ctx.sys, {".": (0, 0)})))
+    monkeypatch.setattr(membw, "unmount_resctrl", lambda root: calls.append("umount"))
+    monkeypatch.setattr(membw, "l3_domains", lambda ctx: 1 / 0)
+    monkeypatch.setattr(Context, "is_root", property(lambda self: True))
+    with pytest.raises(ZeroDivisionError):
+        MemoryBandwidthCollector(ctx).start()  # the engine records the error and calls nothing more
+    assert calls == ["mount", "umount"]
+
+
 @pytest.mark.parametrize("cpuinfo, root_user, reason", [
     ("flags\t\t: fpu tsc rdt_a cqm_llc\n", True,
      "resctrl: the CPU has no memory bandwidth monitoring (no cqm_mbm_total in the cpuinfo flags)"),

@@ -199,6 +199,19 @@ def test_out_of_descriptors_counts_what_it_could(tmp_path, monkeypatch):
     assert "out of file descriptors" in c.status.reason and perf.all_closed
 
 
+def test_a_failure_while_opening_closes_what_was_opened(tmp_path):
+    class Failing(ReplayedPerf):
+        def open(self, event, pid, cpu, group_fd, flags):
+            if len(self.opened) == 9:
+                raise RuntimeError("bad attr")
+            return super().open(event, pid, cpu, group_fd, flags)
+
+    perf = Failing(trainer_host())
+    with pytest.raises(RuntimeError):
+        PmuCollector(host_tree(tmp_path, threads={4242: [4242, 4243]}), perf=perf).start()
+    assert len(perf.opened) == 9 and perf.all_closed
+
+
 # -- the patterns on what the collector gave ----------------------------------------------------
 def diagnosed(tmp_path, recorded, cpu_util_pct=97.0, **statuses):
     c, g = collect(host_tree(tmp_path, threads={4242: [4242, 4243]}), ReplayedPerf(recorded))
