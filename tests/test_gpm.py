@@ -227,3 +227,51 @@ def test_hbm_bandwidth_limit_mixes_gpm_and_nvml_devices():
     f = diagnose(g).finding("memory.hbm_bandwidth_limit")
     assert f.severity == "critical" and f.subjects == ["npu:h1:0000:c1:00.0"]
     assert [e.metric for e in f.evidence] == ["mem_bw_util_pct"]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_session_load_runs_without_a_gpu():
+    """gpm_load.py falls back to numpy on the CPU, so gpm.sh can be checked on any host."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks/gpu_session/gpm_load.py"), "--phase", "memory",
+                           "--seconds", "0.2", "--backend", "numpy", "--buffer-gib", "0.01"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("memory load on cpu, numpy ") and lines[1] == "READY"
+    result = json.loads(lines[-1])
+    assert result["phase"] == "memory" and result["steps"] >= 10 and result["gbytes_per_s"] > 0
+
+
+def test_gpu_session_summary_replays_a_recording(tmp_path):
+    """gpm_summary.py on a session's files: the graph's GPM figures, the load's own bandwidth against
+    the peak, and the NVML recording replayed through the collector with all its samples."""
+    import shutil
+    import subprocess
+    import sys
+
+    c, g = window(RecordedNvml(FIXTURES / "hgx-h100-8gpu.json"), tmp_path / "sys")
+    gpu = g.entity("gpu:n1:0000:1b:00.0")
+    for phase, load in (("tensor", {"phase": "tensor", "tflops": 612.4}),
+                        ("memory", {"phase": "memory", "gbytes_per_s": 4113.0})):
+        graph = {"meta": {"collectors": {"gpu": {"status": c.status.status}}},
+                 "entities": [{"id": gpu.id, "type": "gpu", "metrics": gpu.metrics}]}
+        (tmp_path / f"graph-gpm-{phase}.json").write_text(json.dumps(graph))
+        (tmp_path / f"gpm-{phase}.log").write_text(f"{phase} load on cuda\nREADY\n{json.dumps(load)}\n")
+    shutil.copy(FIXTURES / "hgx-h100-8gpu.json", tmp_path / "nvml-gpm-tensor.json")
+    (tmp_path / "diagnosis-gpm-memory.json").write_text(json.dumps({"findings": [
+        {"pattern": "memory.hbm_bandwidth_limit", "severity": "warning", "description": "saturated"}]}))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks/gpu_session/gpm_summary.py"), str(tmp_path), "4800"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "[tensor] gpu collector: ok" in out and "[tensor] expected tensor_active_pct > 30: yes" in out
+    assert "[memory] the load's own bandwidth: 4113.0 GB/s = 85.7 % of 4800 GB/s; GPM hbm_bw_util_pct 52.25" in out
+    replayed = [line for line in out.splitlines() if line.startswith("[tensor] replayed recording: ")]
+    assert len(replayed) == 8 and "tensor_active_pct 47.35" in replayed[0]
+    assert "'nvmlGpmMetricsGet([2, 3, 5, 6, 7, 10, 20, 21, 60, 61])'" in out and "[memory] no NVML recording" in out
+    assert out.rstrip().endswith("memory.hbm_bandwidth_limit: FOUND warning: saturated")

@@ -6,10 +6,11 @@
 #
 # Before it, where a package index is reachable (the GPU machine reaches none):
 #   benchmarks/gpu_session/fetch_wheels.sh      (into .whl/, which .gitignore keeps out of the repository)
-# then, through the device tool:  command "bash benchmarks/gpu_session/run.sh", carry [".whl"], timeout_s 420
+# then, through the device tool:  command "bash benchmarks/gpu_session/run.sh", carry [".whl"], timeout_s 600 (about 3 min of training and collection, then gpm.sh: about 2 min)
 #
-# Everything lands in $OUT (7 files: run.log, env.txt, train.log, graph.json, diagnosis.json,
-# diagnosis.md, nvml-h200.json); without $OUT, in /tmp/witty-gpu-session. Exit 0 once the graph and the
+# Everything lands in $OUT (run.log, env.txt, train.log, graph.json, diagnosis.json, diagnosis.md,
+# nvml-h200.json, then gpm.sh's files: see there; SKIP_GPM=1 skips that part); without $OUT, in
+# /tmp/witty-gpu-session. Exit 0 once the graph and the
 # diagnosis are written, whatever they found (run.log says whether the expected findings came);
 # 2 when a prerequisite is missing; anything else is a failure of a step, named in run.log.
 #
@@ -48,24 +49,12 @@ step "environment -> env.txt"
 } > "$out/env.txt" 2>&1 || true
 
 step "python packages"
-if ! "$py" -c "import pydantic" 2>/dev/null; then
-    if compgen -G ".whl/*.whl" > /dev/null; then
-        timeout 120 "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl
-        export PYTHONPATH=/tmp/site
-    else
-        echo "run.sh: pydantic is missing and no .whl/ was carried (see benchmarks/gpu_session/fetch_wheels.sh)"
-        exit 2
-    fi
-fi
-# the checkout itself, not an install: nothing to build on the GPU machine
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=benchmarks/gpu_session/python_env.sh
+source benchmarks/gpu_session/python_env.sh
 if [ "$train" = benchmarks/gpu_session/train.py ] && ! "$py" -c "import torch" 2>/dev/null; then
     step "no torch here: trying pip install torch"
     timeout 300 "$py" -m pip install -q torch || { echo "run.sh: torch is missing and pip could not install it"; exit 2; }
 fi
-"$py" -c "import pydantic, pynvml, witty_profiler.cli, benchmarks.record_nvml" \
-    || { echo "run.sh: witty-profiler does not import with this Python"; exit 2; }
 wp() { "$py" -m witty_profiler "$@"; }
 
 step "training ${train_s} s in the background -> train.log"
@@ -129,4 +118,8 @@ uses = [e for e in graph["edges"] if e["type"] == "uses_device"]
 print(f"{len(gpus)} gpu entities, {len(uses)} uses_device edges")
 EOF
 echo "train.py exit status: $train_status"
+if [ "${SKIP_GPM:-0}" != 1 ]; then
+    step "GPM against loads of known shape (gpm.sh) -> gpm.log"
+    bash benchmarks/gpu_session/gpm.sh || echo "gpm.sh exit status: $?"
+fi
 ls -l "$out"
