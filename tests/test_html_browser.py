@@ -85,6 +85,13 @@ def test_the_8_npu_sample_in_a_browser(browser, vllm_sample_path, tmp_path):
                                                    "els => els.map(e => e.dataset.entity)"))
         assert workers == sorted(p.id for p in graph.entities("process") if p.attrs.get("ai") is True)
         assert _check_links(page) == len(report.findings) >= 2
+        # clicking a worker in the picture names it and the findings that cite it
+        mismatch = next(f for f in report.findings if f.pattern == "interconnect.device_numa_mismatch")
+        worker = next(i for i in mismatch.subjects if i.startswith("process:"))
+        page.click(f'svg.topology g[data-entity="{worker}"]')
+        picked = page.text_content("figure.host p.picked")
+        assert picked.startswith("python3 (pid ") and mismatch.title in picked, picked
+        assert page.eval_on_selector_all("svg .hl", "els => els.map(e => e.dataset.entity)") == [worker]
         # the picture is drawn, not just present: the lines of the mismatch have a length
         length = page.evaluate("document.querySelector('svg g.link.remote path').getTotalLength()")
         assert length > 50

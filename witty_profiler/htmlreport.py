@@ -39,6 +39,8 @@ nav.hosts a{margin-right:10px}
 figure.host{margin:0 0 16px;background:#fff;border:1px solid #ddd;padding:8px;overflow-x:auto}
 figure.host figcaption{font-weight:bold;margin-bottom:6px}
 svg.topology{display:block}
+svg .ent{cursor:pointer}
+p.picked{margin:6px 0 0;min-height:1.4em;color:#333}
 svg .ent.cited>rect{stroke:#c62828;stroke-width:2}
 svg .ent.hl>rect,svg .ent:target>rect{stroke:#d500f9;stroke-width:4}
 svg .ent.hl>path,svg .ent:target>path{stroke-width:7;stroke-opacity:1}
@@ -59,17 +61,47 @@ code{font-family:"DejaVu Sans Mono",monospace;font-size:12px}
 SCRIPT = """
 (function () {
   "use strict";
-  document.addEventListener("click", function (event) {
-    var trigger = event.target.closest ? event.target.closest("[data-cites]") : null;
-    if (!trigger) { return; }
-    event.preventDefault();
+  function light(ids) {
     document.querySelectorAll(".hl").forEach(function (el) { el.classList.remove("hl"); });
     var first = null;
-    trigger.getAttribute("data-cites").split(" ").forEach(function (id) {
+    ids.forEach(function (id) {
       var el = id ? document.getElementById(id) : null;
       if (el) { el.classList.add("hl"); first = first || el; }
     });
-    if (first) { first.scrollIntoView({block: "center", inline: "center"}); }
+    return first;
+  }
+  function pick(el) {
+    var out = el.closest("figure").querySelector(".picked");
+    var title = el.querySelector("title");
+    out.textContent = "";
+    var head = document.createElement("strong");
+    head.textContent = title ? title.textContent.split("\\n")[0] : el.getAttribute("data-entity");
+    out.appendChild(head);
+    var citing = Array.prototype.filter.call(document.querySelectorAll("article.finding"), function (a) {
+      var b = a.querySelector("button[data-cites]");
+      return b && b.getAttribute("data-cites").split(" ").indexOf(el.id) >= 0;
+    });
+    out.appendChild(document.createTextNode(citing.length ? " \u2014 cited by: " : " \u2014 cited by no finding"));
+    citing.forEach(function (a, i) {
+      var link = document.createElement("a");
+      link.href = "#" + a.id;
+      link.textContent = a.querySelector("h3").textContent;
+      if (i) { out.appendChild(document.createTextNode("; ")); }
+      out.appendChild(link);
+    });
+    light([el.id]);
+  }
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    var trigger = target.closest ? target.closest("[data-cites]") : null;
+    if (trigger) {
+      event.preventDefault();
+      var first = light(trigger.getAttribute("data-cites").split(" "));
+      if (first) { first.scrollIntoView({block: "center", inline: "center"}); }
+      return;
+    }
+    var picked = target.closest ? target.closest("svg .ent") : null;
+    if (picked) { pick(picked); }
   });
 })();
 """
@@ -80,7 +112,7 @@ def _sha256(text: str) -> str:
 
 
 CONTENT_SECURITY_POLICY = (f"default-src 'none'; style-src {_sha256(STYLE)}; script-src {_sha256(SCRIPT)}; "
-                           "img-src data:; base-uri 'none'; form-action 'none'")
+                           "base-uri 'none'; form-action 'none'")
 
 
 def render_html(graph: Graph, report: Diagnosis) -> str:
@@ -152,7 +184,8 @@ def _topology(graph: Graph, pictures: list[Picture]) -> list[str]:
                    "<code>witty-profiler diagnose GRAPH --host NAME --format html</code>.</p>")
     for p in pictures:
         out.append(f'<figure class="host" id="{_a(_host_anchor(p.host))}"><figcaption>{_e(p.host)}</figcaption>'
-                   f"{p.svg}</figure>")
+                   f'{p.svg}<p class="picked">Click an element to see what it is and which findings cite it.</p>'
+                   "</figure>")
     out.append("</section>")
     return out
 
