@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from witty_profiler.converters.svglayout import build_scene
-from witty_profiler.converters.svgscene import Box, ProcessRow, Scene
+from witty_profiler.converters.svgscene import Box, Scene
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.query import GraphQuery
@@ -158,15 +158,10 @@ def _render(scene: Scene, shown: dict[str, str], cited: frozenset[str]) -> str:
                    + f'<path d="{line.path}" stroke="{line.colour}" stroke-width="{line.width:g}"{dash} '
                    f'stroke-opacity="0.85"/></g>')
     out.append("</g>")
-    for row in scene.processes:
-        out.extend(_process_row(row, cited, shown))
+    out.extend(_box(box, cited, shown) for row in scene.processes for box in row.boxes)
     out.extend(_legend(scene))
     out.append("</svg>")
     return "".join(out)
-
-
-def _process_row(row: ProcessRow, cited: frozenset[str], shown: dict[str, str]) -> list[str]:
-    return [_box(box, cited, shown) for box in row.boxes]
 
 
 def _legend(scene: Scene) -> list[str]:
