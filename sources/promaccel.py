@@ -24,12 +24,36 @@ MiB = 1024 * 1024
 DCGM_GAUGES = {"DCGM_FI_DEV_GPU_UTIL": M.UTIL_PCT, "DCGM_FI_DEV_MEM_COPY_UTIL": M.MEM_BW_UTIL_PCT,
                "DCGM_FI_DEV_SM_CLOCK": M.SM_CLOCK_MHZ, "DCGM_FI_DEV_MEM_CLOCK": M.MEM_CLOCK_MHZ,
                "DCGM_FI_DEV_POWER_USAGE": M.POWER_W, "DCGM_FI_DEV_GPU_TEMP": M.TEMPERATURE_C,
-               "DCGM_FI_PROF_PCIE_TX_BYTES": M.PCIE_TX_BYTES_PER_S, "DCGM_FI_PROF_PCIE_RX_BYTES": M.PCIE_RX_BYTES_PER_S}
+               # gauges of bytes/s in etc/dcp-metrics-included.csv (older lists called them counters of bytes)
+               "DCGM_FI_PROF_PCIE_TX_BYTES": M.PCIE_TX_BYTES_PER_S, "DCGM_FI_PROF_PCIE_RX_BYTES": M.PCIE_RX_BYTES_PER_S,
+               # not in the shipped lists; a site adds them: bytes/s without protocol headers
+               "DCGM_FI_PROF_NVLINK_TX_BYTES": M.NVLINK_TX_BYTES_PER_S,
+               "DCGM_FI_PROF_NVLINK_RX_BYTES": M.NVLINK_RX_BYTES_PER_S}
+# Field 449, in the default list typed as a counter, is an instantaneous figure in MB/s for all links and
+# both directions (dcgmi dmon and nvidia-smi nvlink -gt d agree on it; NVIDIA's maintainers have said KB/s
+# in dcgm-exporter issue #472, which a busy H100's figures rule out): averaged as a gauge.
+NVLINK_TOTAL, NVLINK_TOTAL_SCALE = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 1e6
+# counters over the window: increase -> metric (ECC volatile counts, off in the default list; PCIe replays, on)
+DCGM_INCREASES = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": M.ECC_ERRORS_TOTAL,
+                  "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": M.ECC_CORRECTED_ERRORS_TOTAL,
+                  "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": M.PCIE_REPLAYS_TOTAL}
+# memory repair state at the end of the window -> attrs: row remapping (Ampere and later, default list),
+# retired pages (earlier GPUs, off in the default list)
+DCGM_STATE = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "correctable"),
+              "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "uncorrectable"),
+              "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages", "single_bit"),
+              "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages", "double_bit"),
+              "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pages", "pending")}
+# DCGM 3.3 renamed the throttle-reasons field to clocks-event reasons (same field id, same bits); a
+# counter list names one or the other
+THROTTLE_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 # counters in KB (NVML's PCIe throughput), used where the DCP PCIe fields are not exported
 DCGM_KB_COUNTERS = {"DCGM_FI_DEV_PCIE_TX_THROUGHPUT": M.PCIE_TX_BYTES_PER_S,
                     "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": M.PCIE_RX_BYTES_PER_S}
-DCGM_SERIES = "|".join([*DCGM_GAUGES, *DCGM_KB_COUNTERS, "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-                        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"])
+DCGM_SERIES = "|".join([*DCGM_GAUGES, *DCGM_KB_COUNTERS, NVLINK_TOTAL, *DCGM_INCREASES, *DCGM_STATE,
+                        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+                        "DCGM_FI_DEV_XID_ERRORS", *THROTTLE_FIELDS])
+HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed its Hostname label
 
 # NVML's clocks-throttle-reason bits (nvmlClocksThrottleReasons), as collectors/gpu.py reads them
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -82,7 +106,7 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
         if str(lab.get("gpu", "")).isdigit():
             attrs["index"] = int(lab["gpu"])
         for attr, label in (("uuid", "UUID"), ("name", "modelName"), ("driver_version", "DCGM_FI_DRIVER_VERSION"),
-                            ("device", "device"), ("hostname", "Hostname")):
+                            ("device", "device"), ("hostname", "Hostname"), ("hostname", "hostname")):
             if lab.get(label):
                 attrs[attr] = lab[label]
         m: dict[str, float] = {}
@@ -101,7 +125,8 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
                 m[M.MEMORY_TOTAL_BYTES] = int(total * MiB)
                 if total > 0:
                     m[M.MEMORY_USED_PCT] = round(100 * used[-1][1] / total, 2)
-        reasons = s.get("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+        m.update(_dcgm_links_and_errors(s, attrs))
+        reasons = next((s[f] for f in THROTTLE_FIELDS if f in s), None)
         if reasons:
             seen = 0
             for v in _values(reasons):
@@ -118,11 +143,11 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
             if new:
                 attrs["xid_codes"] = sorted(set(new))
         for series, what in (("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL"),
-                             ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED"),
-                             ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (throttle "
-                                                                    "flags)")):
+                             ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED")):
             if series not in s:
                 lacking[what].append(eid)
+        if not any(f in s for f in THROTTLE_FIELDS):
+            lacking["DCGM_FI_DEV_CLOCKS_EVENT_REASONS or DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (throttle flags)"].append(eid)
         g.entity_of(T.GPU, eid, attrs, m)
     status = _summary(len(devs), "DCGM_FI_*", lacking)
     if unplaced:
@@ -130,6 +155,24 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
         status = CollectorStatus("partial" if devs else "unavailable",
                                  why if status.status != "partial" else f"{status.reason}; {why}")
     return status
+
+
+def _dcgm_links_and_errors(s: dict[str, list], attrs: dict[str, Any]) -> dict[str, float]:
+    """NVLink traffic, error counts over the window and the memory repair state of one GPU's series."""
+    from witty_profiler.sources.prometheus import Steps  # prometheus.py imports this module
+    m: dict[str, float] = {}
+    if NVLINK_TOTAL in s:
+        m.update(gauge(M.NVLINK_BYTES_PER_S, [v * NVLINK_TOTAL_SCALE for v in _values(s[NVLINK_TOTAL])], 0))
+    for series, metric in DCGM_INCREASES.items():
+        if series in s:
+            m[metric] = int(sum(Steps().add(s[series]).dv.values()))
+    for series, (attr, kind) in DCGM_STATE.items():
+        if series in s:
+            attrs.setdefault(attr, {})[kind] = int(s[series][-1][1])
+    failure = s.get("DCGM_FI_DEV_ROW_REMAP_FAILURE")
+    if failure:
+        attrs["row_remap_failure"] = failure[-1][1] != 0
+    return m
 
 
 def add_npus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from witty_profiler import __version__
-from witty_profiler.sources.promaccel import DCGM_SERIES, NPU_SERIES, add_gpus, add_npus
+from witty_profiler.sources.promaccel import DCGM_SERIES, HOSTNAME_LABELS, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
 from witty_profiler.sources.promcoverage import not_held
 from witty_profiler.sources.promwitty import WITTY_SERIES, add_witty
@@ -309,15 +309,17 @@ class NodeSource:
         return CollectorStatus("ok")
 
     def _accelerators(self, g: Graph, hosts: list[str]) -> dict[str, CollectorStatus]:
-        return {"prometheus.dcgm": add_gpus(g, self._other_rows("dcgm", DCGM_SERIES, "DCGM_FI_*", hosts, "Hostname")),
+        return {"prometheus.dcgm": add_gpus(g, self._other_rows("dcgm", DCGM_SERIES, "DCGM_FI_*", hosts,
+                                                                *HOSTNAME_LABELS)),
                 "prometheus.npu": add_npus(g, self._other_rows("npu", NPU_SERIES, "npu_chip_info_*", hosts))}
 
     def _other_rows(self, key: str, names: str, what: str, hosts: list[str],
-                    own_label: str | None = None) -> Iterator[tuple[str, dict, list]]:
+                    *own_labels: str) -> Iterator[tuple[str, dict, list]]:
         """(host, labels, values) of series another exporter of the same hosts serves (`names`, a regex of
         metric names). Such exporters run as other jobs, so --match (node_exporter's selector) does not
         apply: a series belongs to a host by its instance's address (any port), else by the exporter's own
-        host label `own_label` (dcgm-exporter's Hostname, this tool's host) equal to the host's name."""
+        host label (`own_labels`: dcgm-exporter's Hostname or hostname, this tool's host) equal to the host's
+        name."""
         by_address = {host_name(i): h for i, h in self.host_of_instance.items()}
         fam = self.families.setdefault(f"accel.{key}", Family(key, what))
         for i in range(0, len(hosts), self.batch_hosts):
@@ -325,12 +327,12 @@ class NodeSource:
             addresses = [a for a, h in by_address.items() if h in batch]
             name = f'__name__=~"{names}"'
             query = f'{{{name}, instance=~"({"|".join(_escape(a) for a in addresses)})(:[0-9]+)?"}}'
-            if own_label:
-                query += f' or {{{name}, {own_label}=~"{"|".join(_escape(h) for h in batch)}"}}'
+            for label in own_labels:
+                query += f' or {{{name}, {label}=~"{"|".join(_escape(h) for h in batch)}"}}'
             for labels, values in self._range(query):
                 host = by_address.get(host_name(labels.get("instance", "")))
-                if host is None and own_label and labels.get(own_label) in batch:
-                    host = labels[own_label]
+                if host is None:
+                    host = next((labels[k] for k in own_labels if labels.get(k) in batch), None)
                 if host is None or not values:
                     continue
                 fam.hosts.add(host)

@@ -78,6 +78,13 @@ def test_dcgm_series_make_gpus():
     assert idle.metrics["util_pct"] == 0 and idle.metrics["memory_used_bytes"] == 0
     assert idle.metrics["throttle_thermal"] == 0 and idle.metrics["throttle_power"] == 0
     assert idle.attrs["throttle_reasons"] == ["gpu_idle"]
+    # NVLink: the DCP byte rates as they are, field 449 as MB/s for both directions
+    assert hot.metrics["nvlink_tx_bytes_per_s"] == 92106517504 and hot.metrics["nvlink_rx_bytes_per_s"] == 91473305600
+    assert hot.metrics["nvlink_bytes_per_s"] == 184213 * 1e6 and idle.metrics["nvlink_bytes_per_s"] == 0
+    # errors over the window (the replayed counters stand still) and the memory repair state at its end
+    assert hot.metrics["ecc_errors_total"] == 0 and hot.metrics["ecc_corrected_errors_total"] == 0
+    assert hot.metrics["pcie_replays_total"] == 0
+    assert hot.attrs["remapped_rows"] == {"correctable": 2, "uncorrectable": 0} and hot.attrs["row_remap_failure"] is False
 
 
 def test_xid_counts_changes_and_throttle_bits_over_the_window():
@@ -92,6 +99,27 @@ def test_xid_counts_changes_and_throttle_bits_over_the_window():
     assert gpu.metrics["throttle_thermal"] == 1 and gpu.metrics["throttle_power"] == 0
     assert status.status == "partial" and "DCGM_FI_DEV_GPU_UTIL" in status.reason
     assert add_gpus(_graph(), []).reason == "no DCGM_FI_* series"
+
+
+def test_newer_dcgm_names_and_error_counters_over_the_window():
+    """DCGM 3.3 renamed the throttle field (clocks-event reasons); dcgm-exporter 4.x its Hostname label."""
+    labels = {"gpu": "0", "pci_bus_id": "00000000:9A:00.0", "hostname": "gpu07", "modelName": "H100"}
+    events = [(0.0, 0.0), (1.0, 0x08), (2.0, 0.0)]
+    sbe = [(0.0, 10.0), (1.0, 13.0), (2.0, 19.0)]
+    dbe = [(0.0, 0.0), (1.0, 0.0), (2.0, 1.0)]
+    replays = [(0.0, 100.0), (1.0, 100.0), (2.0, 7.0)]  # the driver reloaded: counts from zero
+    g = _graph()
+    add_gpus(g, [("h1", {"__name__": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", **labels}, events),
+                 ("h1", {"__name__": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", **labels}, sbe),
+                 ("h1", {"__name__": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", **labels}, dbe),
+                 ("h1", {"__name__": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", **labels}, replays),
+                 ("h1", {"__name__": "DCGM_FI_DEV_RETIRED_PENDING", **labels}, [(0.0, 0.0), (2.0, 1.0)])])
+    gpu = g.entity("gpu:h1:0000:9a:00.0")
+    assert gpu.metrics["throttle_thermal"] == 1 and gpu.attrs["throttle_reasons"] == ["hw_slowdown"]
+    assert gpu.attrs["hostname"] == "gpu07"
+    assert gpu.metrics["ecc_corrected_errors_total"] == 9 and gpu.metrics["ecc_errors_total"] == 1
+    assert gpu.metrics["pcie_replays_total"] == 7
+    assert gpu.attrs["retired_pages"] == {"pending": 1}
 
 
 def test_npu_exporter_series_make_npus():
@@ -143,6 +171,10 @@ def test_accelerators_from_prometheus_equal_the_exporters(stack, window):
         used, free = value(DCGM, "DCGM_FI_DEV_FB_USED", gpu=gpu), value(DCGM, "DCGM_FI_DEV_FB_FREE", gpu=gpu)
         assert m["memory_used_bytes"] == used * MiB and m["memory_total_bytes"] == (used + free) * MiB
         assert m["pcie_rx_bytes_per_s"] == value(DCGM, "DCGM_FI_PROF_PCIE_RX_BYTES", gpu=gpu)
+        assert m["nvlink_tx_bytes_per_s"] == value(DCGM, "DCGM_FI_PROF_NVLINK_TX_BYTES", gpu=gpu)
+        assert m["nvlink_bytes_per_s"] == value(DCGM, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu=gpu) * 1e6
+        assert g.entity(f"gpu:{gpu_host}:{address}").attrs["remapped_rows"]["correctable"] == value(
+            DCGM, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu=gpu)
     for address, chip in ((HOT_NPU, "0"), (SICK_NPU, "1")):
         n = g.entity(f"npu:{npu_host}:{address}")
         assert n.metrics["util_pct"] == value(NPU, "npu_chip_info_utilization", id=chip)

@@ -220,4 +220,5 @@ def test_coverage_says_what_prometheus_does_not_hold(read_back):
     assert "prometheus.ipc" in reasons["dataplane.ipc_backlog"]
     assert "prometheus.cgroup" in reasons["control.cpu_throttling"]
     assert "prometheus.pci" in reasons["interconnect.pcie_link_degraded"]
+    assert "prometheus.nvlink" in reasons["interconnect.nvlink_contention"]
     assert "prometheus.socket" in reasons["network.congestion"] and "prometheus.rdma" in reasons["network.rdma_bottleneck"]

@@ -200,6 +200,7 @@ class M:
     LINK_WIDTH_MAX = "link_width_max"
     NVLINK_TX_BYTES_PER_S = "nvlink_tx_bytes_per_s"
     NVLINK_RX_BYTES_PER_S = "nvlink_rx_bytes_per_s"
+    NVLINK_BYTES_PER_S = "nvlink_bytes_per_s"
     NVLINK_UTIL_PCT = "nvlink_util_pct"
     NVLINK_LINKS_UP = "nvlink_links_up"
     NVLINK_LINKS = "nvlink_links"
@@ -214,6 +215,8 @@ class M:
     THROTTLE_THERMAL = "throttle_thermal"
     THROTTLE_POWER = "throttle_power"
     ECC_ERRORS_TOTAL = "ecc_errors_total"
+    ECC_CORRECTED_ERRORS_TOTAL = "ecc_corrected_errors_total"
+    PCIE_REPLAYS_TOTAL = "pcie_replays_total"
     XID_ERRORS_TOTAL = "xid_errors_total"
     SM_ACTIVE_PCT = "sm_active_pct"
     SM_OCCUPANCY_PCT = "sm_occupancy_pct"
@@ -509,6 +512,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.LINK_WIDTH_MAX, "lanes", "maximum PCIe link width (sysfs)"),
     _M(M.NVLINK_TX_BYTES_PER_S, "bytes/s", "NVLink/HCCS bytes sent"),
     _M(M.NVLINK_RX_BYTES_PER_S, "bytes/s", "NVLink/HCCS bytes received"),
+    _M(M.NVLINK_BYTES_PER_S, "bytes/s", "NVLink/HCCS traffic of a device, both directions, all links (where only "
+       "the sum is known: dcgm-exporter's DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL)"),
     _M(M.NVLINK_UTIL_PCT, "%", "NVLink/HCCS throughput as a share of the links' capacity"),
     _M(M.NVLINK_LINKS_UP, "links", "active NVLink links"),
     _M(M.NVLINK_LINKS, "links", "NVLink/HCCS links the device reports a state for, up or not"),
@@ -524,6 +529,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.THROTTLE_THERMAL, "0/1", "thermal clock throttling active during the window"),
     _M(M.THROTTLE_POWER, "0/1", "power-cap clock throttling active during the window"),
     _M(M.ECC_ERRORS_TOTAL, "errors", "uncorrected ECC errors"),
+    _M(M.ECC_CORRECTED_ERRORS_TOTAL, "errors", "corrected (single-bit) ECC errors during the window"),
+    _M(M.PCIE_REPLAYS_TOTAL, "replays", "PCIe link-level retries (replays) during the window: a rising count "
+       "points at a bad riser, slot or cable"),
     _M(M.XID_ERRORS_TOTAL, "errors", "XID errors during the window"),
     # RDMA
     _M(M.PORT_RCV_BYTES_PER_S, "bytes/s", "RDMA port bytes received"),
