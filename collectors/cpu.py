@@ -36,6 +36,7 @@ class CpuCollector(CounterCollector):
             s[(key, "busy")].add(t, user + nice + system + irq + softirq)
             s[(key, "user")].add(t, user + nice)
             s[(key, "system")].add(t, system + irq + softirq)
+            s[(key, "softirq")].add(t, softirq)
             s[(key, "iowait")].add(t, iowait)
             s[(key, "steal")].add(t, steal)
 
@@ -44,7 +45,7 @@ class CpuCollector(CounterCollector):
         total = s[(key, "total")]
         out: dict[str, float] = {}
         for metric, part in ((M.CPU_UTIL_PCT, "busy"), (M.CPU_USER_PCT, "user"), (M.CPU_SYSTEM_PCT, "system"),
-                             (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal")):
+                             (M.CPU_SOFTIRQ_PCT, "softirq"), (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal")):
             out.update(ratio_metrics(metric, s[(key, part)], total, digits=2))
         return out
 

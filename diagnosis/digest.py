@@ -119,11 +119,16 @@ def _facts(mine: list[Entity]) -> dict[str, Any]:
             facts[f"{kind} count"] = len(by_type[kind])
     for nic in by_type.get(T.NIC, []):
         name = nic.id.split(":", 2)[2]
-        if not nic.attrs.get("pci_address"):
-            continue  # loopback, bridges, veth pairs: named differently on every host
+        if not nic.attrs.get("pci_address") and nic.attrs.get("virtual") is not False:
+            # loopback, bridges, veth pairs: named differently on every host. A NIC known to be physical
+            # without its PCI address (Prometheus: a permanent MAC address) is compared too.
+            continue
         speed = num(nic, M.SPEED_MBPS) if num(nic, M.SPEED_MBPS) is not None else nic.attrs.get("speed_mbps")
         if isinstance(speed, (int, float)) and speed > 0:
             facts[f"nic {name} speed_mbps"] = speed
+        for attr in ("operstate", "mtu"):
+            if isinstance(nic.attrs.get(attr), (str, int)) and not isinstance(nic.attrs.get(attr), bool):
+                facts[f"nic {name} {attr}"] = nic.attrs[attr]
         errors = sum(num(nic, m) or 0.0 for m in (M.RX_ERRORS_PER_S, M.TX_ERRORS_PER_S, M.RX_DROPS_PER_S,
                                                    M.TX_DROPS_PER_S))
         facts[f"nic {name} errors_per_s"] = round(errors, 3)

@@ -9,7 +9,7 @@ holds one batch's statistics, not the window's series. Counters are read raw at 
 (Prometheus's value at a step is the newest sample at or before it) and turned into rates here the
 way the live collectors do: the rate over the window, and p95/max of the per-step rates; a
 counter that went down was reset (a reboot, an exporter restart) and counts from zero. Where a
-family is summed on the server (per-CPU busy and total ticks), a reset of one summed series is
+family is summed on the server (per-CPU classes of modes, host modes), a reset of one summed series is
 read as a reset of the sum. Gauges (memory, load, link speed) are the value at the end of the
 window, as the live collectors read them at its end.
 
@@ -31,7 +31,7 @@ from witty_profiler import __version__
 from witty_profiler.sources.promaccel import DCGM_SERIES, HOSTNAME_LABELS, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
 from witty_profiler.sources.promcoverage import not_held
-from witty_profiler.sources.promwitty import WITTY_SERIES, add_witty
+from witty_profiler.sources.promwitty import WITTY_SERIES, WittyReadBack
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import cpu_id, entity_id, host_id
@@ -41,12 +41,16 @@ from witty_profiler.topology.windowstats import p95
 
 BATCH_HOSTS = 100  # instances per batch at most: keeps a query's instance=~"a|b|..." short
 # raw series a batch may hold: bounds an answer and the statistics held while a batch is read (the per-CPU
-# query's answer has 2 of every 8 raw CPU series, the others about as many as they touch)
+# query's answer has 6 of every 8 raw CPU series, the others about as many as they touch)
 SERIES_BUDGET = 10_000
 # raw samples a batch's largest query may load on the server: Prometheus refuses a query that loads more
 # than --query.max-samples (50 million by default)
 SAMPLES_BUDGET = 20_000_000
-BUSY_MODES = "user|nice|system|irq|softirq"  # as collectors/cpu.py: guest time is inside user
+# (metric, part of the CPU time) as collectors/cpu.py reads /proc/stat: busy = user + nice + system + irq +
+# softirq (guest time is inside user); softirq is also inside system
+CPU_SHARES = ((M.CPU_UTIL_PCT, "busy"), (M.CPU_USER_PCT, "user"), (M.CPU_SYSTEM_PCT, "system"),
+              (M.CPU_SOFTIRQ_PCT, "softirq"), (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal"))
+PER_CPU_PARTS = {"busy": ("user", "system", "softirq"), "system": ("system", "softirq")}  # classes of _per_cpu
 _BAD_HOST_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 _PSI = {"cpu_waiting": M.PSI_CPU_SOME_PCT, "io_waiting": M.PSI_IO_SOME_PCT, "io_stalled": M.PSI_IO_FULL_PCT,
         "memory_waiting": M.PSI_MEMORY_SOME_PCT, "memory_stalled": M.PSI_MEMORY_FULL_PCT}
@@ -60,12 +64,48 @@ _NIC = {"receive_bytes": M.RX_BYTES_PER_S, "transmit_bytes": M.TX_BYTES_PER_S,
         "receive_drop": M.RX_DROPS_PER_S, "transmit_drop": M.TX_DROPS_PER_S,
         "receive_errs": M.RX_ERRORS_PER_S, "transmit_errs": M.TX_ERRORS_PER_S}
 
+# node_network_* gauges read at the end of the window (node_exporter's netclass collector)
+NIC_STATE = "speed_bytes|mtu_bytes|address_assign_type|protocol_type|info"
+ARPHRD_LOOPBACK = 772
+
 # every node_exporter series the families read: what a batch's series budget counts
 NODE_SERIES = "|".join([
     "node_cpu_seconds_total", "node_load1", "node_memory_(MemTotal|MemAvailable|SwapTotal|SwapFree)_bytes",
     f"node_vmstat_({'|'.join(_VMSTAT)})", f"node_pressure_({'|'.join(_PSI)})_seconds_total",
     f"node_disk_({_DISK_COUNTERS})_total", "node_network_(receive|transmit)_(bytes|packets|drop|errs)_total",
-    "node_network_speed_bytes", "node_netstat_Tcp_(OutSegs|RetransSegs)"])
+    f"node_network_({NIC_STATE})", "node_netstat_Tcp_(OutSegs|RetransSegs)"])
+
+
+# scrape intervals people configure: a spacing of samples within 10 % of one is taken as it
+NICE_INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+
+
+def parse_duration(text: Any) -> float | None:
+    """Seconds of a Prometheus duration as the targets API gives it ('15s', '1m30s', '500ms')."""
+    if not isinstance(text, str) or not text:
+        return None
+    parts = _DURATION.findall(text)
+    if "".join(a + b for a, b in parts) != text:
+        return None
+    return sum(float(a) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[b] for a, b in parts)
+
+
+
+
+def nic_attrs(dev: str, n: dict[str, Any]) -> dict[str, Any]:
+    """The attrs of a NIC from node_exporter's netclass series, as collectors/network.py reads sysfs: name,
+    operstate, mtu and virtual. Prometheus has no sysfs path, so `virtual` comes from the MAC address's
+    origin (/sys/class/net/X/addr_assign_type, 0 = permanent, burnt into a device; veth pairs, bridges and
+    dummies get a random or derived one) and loopback's link type."""
+    attrs: dict[str, Any] = {"name": dev}
+    if n.get("operstate"):
+        attrs["operstate"] = n["operstate"]
+    if isinstance(n.get("mtu_bytes"), float):
+        attrs["mtu"] = int(n["mtu_bytes"])
+    if isinstance(n.get("address_assign_type"), float):
+        attrs["virtual"] = n["address_assign_type"] != 0 or n.get("protocol_type") == ARPHRD_LOOPBACK
+    return attrs
 
 
 # -- counters over the window ---------------------------------------------------------------
@@ -170,9 +210,12 @@ class NodeSource:
         if end <= start:
             raise InputError(f"the window ends ({iso(end)}) before it starts ({iso(start)})")
         self.api, self.start, self.end = api, start, end
-        self.step = float(step) if step else auto_step(end - start)
-        if self.step <= 0:
+        if step is not None and step <= 0:
             raise InputError("--step must be above 0")
+        # without --step: the scrape interval, found once the hosts are known (detect_step)
+        self.step = float(step) if step else auto_step(end - start)
+        self.step_given = bool(step)
+        self.scrape_interval: float | None = None
         self.match = selector(match)
         self.host_label = host_label
         self.batch_hosts = max(1, batch_hosts)
@@ -253,13 +296,51 @@ class NodeSource:
         return plan_batches(instances, self.series_counts(instances), self.budget, self.batch_hosts)
 
     # -- the graph ------------------------------------------------------------------------
+    def detect_step(self) -> None:
+        """The scrape interval of node_exporter's targets and, without --step, the default step from it (a
+        step under the interval reads some samples twice, one above it skips some). Prometheus's targets
+        say it (their scrapeInterval, the current configuration); else it is told from the samples' spacing
+        at the end of the window (the median over hosts of node_load1's samples in up to an hour)."""
+        interval = self._configured_interval() or self._sampled_interval()
+        if interval is None:
+            return
+        self.scrape_interval = interval
+        if not self.step_given:
+            self.step = max(interval, auto_step(self.end - self.start, least=0.0))
+
+    def _configured_interval(self) -> float | None:
+        try:
+            targets = (self.api.get("targets", {"state": "active"}) or {}).get("activeTargets") or []
+        except InputError:  # a server or proxy that does not answer the targets API: the samples tell
+            return None
+        found = sorted(parse_duration(t.get("scrapeInterval")) or 0.0 for t in targets
+                       if t.get("labels", {}).get("instance") in self.host_of_instance)
+        found = [f for f in found if f > 0]
+        return found[len(found) // 2] if found else None
+
+    def _sampled_interval(self) -> float | None:
+        span = min(self.end - self.start, 3600.0)
+        data = self.api.get("query", {"query": f"quantile(0.5, count_over_time(node_load1{self._sel()}[{span:.0f}s]))",
+                                      "time": f"{self.end:.3f}"})
+        try:
+            count = float(((data or {}).get("result") or [])[0]["value"][1])
+        except (IndexError, KeyError, TypeError, ValueError):
+            return None
+        if count < 2:
+            return None
+        guess = span / (count - 0.5)  # count samples in the span: span / interval of them, give or take one
+        nice = min(NICE_INTERVALS, key=lambda n: abs(n - guess))
+        return nice if abs(nice - guess) <= 0.1 * nice else round(guess, 1)
+
     def build(self) -> Graph:
         instances = self.discover()
+        self.detect_step()
         hosts = sorted(self.host_of_instance[i] for i in instances)
         g = Graph(Meta(hosts=hosts, tool_version=__version__, started_at=iso(self.start), duration_s=round(self.end - self.start, 3),
                        interval_s=self.step, source="prometheus"))
         host_metrics: dict[str, dict[str, float]] = {h: {} for h in hosts}
         accelerators: dict[str, list[CollectorStatus]] = defaultdict(list)
+        witty = WittyReadBack(g, self.step)
         for batch in self.plan(instances):
             self.batches.append(len(batch))
             self._cpu(g, host_metrics, batch)
@@ -268,8 +349,11 @@ class NodeSource:
             self._disks(g, batch)
             self._nics(g, batch)
             self._tcp(host_metrics, batch)
-            for name, status in self._accelerators(g, sorted(self.host_of_instance[i] for i in batch)).items():
+            batch_hosts = sorted(self.host_of_instance[i] for i in batch)
+            for name, status in self._accelerators(g, batch_hosts).items():
                 accelerators[name].append(status)
+            # after the accelerators: the processes' device edges join their entities
+            witty.add(self._other_rows("witty", WITTY_SERIES, "witty_*", batch_hosts, "host"), batch_hosts)
         for instance in instances:
             host = self.host_of_instance[instance]
             g.entity_of(T.HOST, host_id(host), {"name": host, "instance": instance}, host_metrics[host])
@@ -279,12 +363,15 @@ class NodeSource:
             if seen:
                 windows[host] = {"started_at": iso(seen[0]), "duration_s": round(seen[1] - seen[0], 3)}
         g.meta.extra["windows"] = windows
+        if self.scrape_interval is not None:
+            g.meta.extra["scrape_interval_s"] = self.scrape_interval
         cpus = defaultdict(int)
         for e in g.entities(T.CPU):
             cpus[e.id.split(":")[1]] += 1
-        g.meta.host_info = {h: {"cpus": cpus[h]} for h in hosts if cpus.get(h)}
+        for h in hosts:
+            if cpus.get(h):
+                g.meta.host_info[h] = {"cpus": cpus[h], **g.meta.host_info.get(h, {})}
         node = self._status(hosts)
-        witty = add_witty(g, self._other_rows("witty", WITTY_SERIES, "witty_*", hosts, "host"), self.step, hosts)
         s = self.api.stats
         node.extra["queries"] = {"requests": s.requests, "batches": len(self.batches),
                                  "largest_batch_hosts": max(self.batches), "series_budget": self.budget,
@@ -292,7 +379,7 @@ class NodeSource:
         g.meta.collectors = {"prometheus.node": node,
                              "prometheus.dcgm": merged(accelerators["prometheus.dcgm"], add_gpus),
                              "prometheus.npu": merged(accelerators["prometheus.npu"], add_npus),
-                             "prometheus.process": witty, **not_held()}
+                             "prometheus.process": witty.status(), **not_held()}
         return g
 
     def _status(self, hosts: list[str]) -> CollectorStatus:
@@ -349,9 +436,9 @@ class NodeSource:
             modes[host]["total"].add(values)
         for host, m in modes.items():
             parts = {"busy": ("user", "nice", "system", "irq", "softirq"), "user": ("user", "nice"),
-                     "system": ("system", "irq", "softirq"), "iowait": ("iowait",), "steal": ("steal",)}
-            for metric, part in ((M.CPU_UTIL_PCT, "busy"), (M.CPU_USER_PCT, "user"), (M.CPU_SYSTEM_PCT, "system"),
-                                 (M.CPU_IOWAIT_PCT, "iowait"), (M.CPU_STEAL_PCT, "steal")):
+                     "system": ("system", "irq", "softirq"), "softirq": ("softirq",), "iowait": ("iowait",),
+                     "steal": ("steal",)}
+            for metric, part in CPU_SHARES:
                 num = Steps()
                 for mode in parts[part]:
                     if mode in m:
@@ -362,24 +449,41 @@ class NodeSource:
                     num.dt = dict(m["total"].dt)
                     num.dv = defaultdict(float, {t: 0.0 for t in m["total"].dt})
                 host_metrics[host].update(ratio_metrics(metric, num, m["total"], digits=2))
-        per_cpu = self._family(
-            "cpu", "node_cpu_seconds_total",
-            lambda only: (f'sum by ({by}, cpu, busy) (label_replace(node_cpu_seconds_total{self._sel(only)}, '
-                          f'"busy", "1", "mode", "{BUSY_MODES}"))'), instances)
-        cpus: dict[tuple[str, str], dict[str, Steps]] = defaultdict(lambda: {"busy": Steps(), "total": Steps()})
-        for host, labels, values in per_cpu:
-            c = cpus[(host, labels.get("cpu", ""))]
-            c["total"].add(values)
-            if labels.get("busy") == "1":
-                c["busy"].add(values)
-        for (host, cpu), c in sorted(cpus.items()):
-            if not cpu.isdigit():
-                continue
-            g.entity_of(T.CPU, cpu_id(host, int(cpu)), {"cpu": int(cpu)},
-                        ratio_metrics(M.CPU_UTIL_PCT, c["busy"], c["total"], digits=2))
+        self._per_cpu(g, by, instances)
         for host, _, values in self._family("load", "node_load1", lambda only: f"node_load1{self._sel(only)}",
                                             instances):
             host_metrics[host][M.LOAD1] = values[-1][1]
+
+    def _per_cpu(self, g: Graph, by: str, instances: list[str]) -> None:
+        """Each CPU's busy, user, system, softirq, iowait and steal shares: node_cpu_seconds_total summed into
+        six classes of modes per CPU on the server (user+nice, system+irq, softirq, iowait, steal, idle)."""
+        rows = self._family(
+            "cpu", "node_cpu_seconds_total",
+            lambda only: (f'sum by ({by}, cpu, cls) (label_replace(label_replace(label_replace('
+                          f'node_cpu_seconds_total{self._sel(only)}, "cls", "$1", "mode", "(.*)"), '
+                          f'"cls", "user", "mode", "user|nice"), "cls", "system", "mode", "system|irq"))'), instances)
+        cpus: dict[tuple[str, str], dict[str, Steps]] = defaultdict(lambda: defaultdict(Steps))
+        for host, labels, values in rows:
+            c = cpus[(host, labels.get("cpu", ""))]
+            cls = labels.get("cls", "")
+            c["total"].add(values)
+            c[cls].add(values)
+            if cls in PER_CPU_PARTS["busy"]:
+                c["busy"].add(values)
+            if cls in PER_CPU_PARTS["system"]:
+                c["system+"].add(values)
+        for (host, cpu), c in sorted(cpus.items()):
+            if not cpu.isdigit():
+                continue
+            metrics: dict[str, float] = {}
+            for metric, part in CPU_SHARES:
+                num = c["busy"] if part == "busy" else c["system+"] if part == "system" else c.get(part)
+                if not num:  # a mode with no time in the window has no series of its own: 0 %
+                    num = Steps()
+                    num.dt = dict(c["total"].dt)
+                    num.dv = defaultdict(float, {t: 0.0 for t in c["total"].dt})
+                metrics.update(ratio_metrics(metric, num, c["total"], digits=2))
+            g.entity_of(T.CPU, cpu_id(host, int(cpu)), {"cpu": int(cpu)}, metrics)
 
     def _memory(self, host_metrics: dict, instances: list[str]) -> None:
         rows = self._family("memory", "node_memory_*_bytes", lambda only: self._sel(
@@ -432,14 +536,17 @@ class NodeSource:
 
     def _nics(self, g: Graph, instances: list[str]) -> None:
         rows = self._family("network", "node_network_*", lambda only: self._sel(
-            '__name__=~"node_network_(receive|transmit)_(bytes|packets|drop|errs)_total|node_network_speed_bytes"',
+            f'__name__=~"node_network_(receive|transmit)_(bytes|packets|drop|errs)_total|node_network_({NIC_STATE})"',
             only), instances)
         nics: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: defaultdict(Steps))
         for host, labels, values in rows:
             name = labels["__name__"]
             n = nics[(host, labels.get("device", "?"))]
-            if name == "node_network_speed_bytes":
-                n["speed"] = values[-1][1]
+            if name == "node_network_info":  # one series per set of labels: the one seen last holds
+                if values[-1][0] >= n.get("info_at", -1.0):
+                    n["info_at"], n["operstate"] = values[-1][0], labels.get("operstate")
+            elif name[len("node_network_"):] in NIC_STATE:
+                n[name[len("node_network_"):]] = values[-1][1]
             else:
                 n[name[len("node_network_"):-len("_total")]].add(values)
         for (host, dev), n in sorted(nics.items()):
@@ -447,7 +554,7 @@ class NodeSource:
             for counter, metric in _NIC.items():
                 if counter in n:
                     metrics.update(rate_metrics(metric, n[counter]))
-            speed = n.get("speed")
+            speed = n.get("speed_bytes")
             if isinstance(speed, float) and speed > 0:
                 mbps = speed * 8 / 1e6
                 metrics[M.SPEED_MBPS] = round(mbps, 3)
@@ -455,7 +562,7 @@ class NodeSource:
                 if rx and tx and rx.rate() is not None and tx.rate() is not None:
                     per = [max(a, b) * 8 / (mbps * 1e6) * 100 for a, b in zip(rx.step_rates(), tx.step_rates())]
                     metrics.update(stats(M.LINK_UTIL_PCT, max(rx.rate(), tx.rate()) * 8 / (mbps * 1e6) * 100, per))
-            g.entity_of(T.NIC, entity_id(T.NIC, host, dev), {"name": dev}, metrics)
+            g.entity_of(T.NIC, entity_id(T.NIC, host, dev), nic_attrs(dev, n), metrics)
 
     def _tcp(self, host_metrics: dict, instances: list[str]) -> None:
         rows = self._family("tcp", "node_netstat_Tcp_RetransSegs/OutSegs", lambda only: self._sel(

@@ -30,6 +30,7 @@ mean here is of those means, and p95/max are of window means, not of single samp
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from witty_profiler.sources.promapi import iso
@@ -146,78 +147,98 @@ def _device(g: Graph, host: str, short: str, node: str) -> str | None:
     return eid
 
 
-def add_witty(g: Graph, rows: list[tuple[str, dict, list]], step: float, hosts: list[str]) -> CollectorStatus:
-    """Processes, threads, placement and the exporters' findings from witty_* series; the status of
-    prometheus.process. `step` is the query's step (how long one sample stands for), `hosts` the graph's."""
-    r = _Rows(rows)
-    for (host, pid), series in sorted(r.processes.items()):
-        labels = r.labels[(host, pid)]
-        attrs: dict[str, Any] = {"pid": pid, "name": labels.get("comm", "")}
-        role = labels.get("role")
-        if role:
-            attrs["role"] = role
-        attrs["ai"] = role in AI_ROLES
-        rank = labels.get("rank")
-        if rank:
-            attrs["rank"] = _int(rank) if _int(rank) is not None else rank
-        metrics: dict[str, float] = {}
-        for name, (metric, factor) in PROCESS_GAUGES.items():
-            if name in series:
-                metrics.update(_stats(metric, _merged(series[name]), factor))
-        rss = _merged(series.get("witty_process_resident_memory_bytes", []))
-        if rss:
-            metrics[M.RSS_BYTES] = int(rss[-1][1])
-            metrics[f"{M.RSS_BYTES}_max"] = int(max(v for _, v in rss))
-        bursts = _merged(series.get(BURST, []))
-        if bursts:
-            metrics[M.WRITE_BURST_S] = max(v for _, v in bursts)
-        g.entity_of(T.PROCESS, process_id(host, pid), attrs, metrics)
-    for (host, pid, tid), series in sorted(r.threads.items()):
-        labels = r.thread_labels[(host, pid, tid)]
-        attrs = {"tid": tid, "pid": pid, "name": labels.get("comm", "")}
-        metrics = {}
-        for name, (metric, factor) in THREAD_GAUGES.items():
-            if name in series:
-                metrics.update(_stats(metric, _merged(series[name]), factor))
-        tid_id = g.entity_of(T.THREAD, thread_id(host, pid, tid), attrs, metrics).id
-        g.edge_of(E.HAS_THREAD, process_id(host, pid), tid_id)
-    for (host, pid, name, node), found in sorted(r.numa.items()):
-        values = _merged(found)
-        nid = _numa_node(g, host, node)
-        if name == "witty_process_numa_runtime_ratio":
-            g.edge_of(E.RUNS_ON, process_id(host, pid), nid,
-                      metrics=gauge(M.RUNTIME_SHARE_PCT, [v * 100 for _, v in values]))
-        else:
-            g.edge_of(E.ALLOCATES_ON, process_id(host, pid), nid, metrics={M.PAGES: int(values[-1][1])})
-    for (host, pid, short), (node, _) in sorted(r.devices.items()):
-        eid = _device(g, host, short, node)
-        if eid is not None and g.entity(process_id(host, pid)) is not None:
-            g.edge_of(E.USES_DEVICE, process_id(host, pid), eid)
-    findings = []
-    for (host, pattern, priority, layer), found in sorted(r.findings.items()):
-        seen = [t for t, v in _merged(found) if v >= 1]
-        if not seen or not pattern:
-            continue
-        findings.append({"host": host, "pattern": pattern, "priority": priority,
-                         **({"layer": int(layer)} if layer.isdigit() else {}),
-                         "first_seen": iso(seen[0]), "last_seen": iso(seen[-1]),
-                         "reported_s": round(len(seen) * step, 3),
-                         "source": f"witty-profiler export on {r.exporter_host.get(host, host)}"})
-    if findings:
-        g.meta.extra["exporter_findings"] = findings
-    for host, found in r.window.items():
-        values = _merged(found)
-        if values:
-            g.meta.host_info.setdefault(host, {})["exporter_window_s"] = values[-1][1]
-    exporting = sorted({h for h, _ in r.processes} | {h for h, *_ in r.findings} | set(r.window))
-    if not exporting:
-        return CollectorStatus("unavailable", "no witty_* series: Prometheus holds no per-process, per-thread or "
-                                              f"placement metrics of these hosts; {HOW}")
-    down = sorted({f"{c} on {h}" for (h, c), found in r.up.items() if _merged(found) and _merged(found)[-1][1] == 0})
-    notes = [f"the hosts' exporters report collector(s) down: {', '.join(down[:6])}{' …' if len(down) > 6 else ''}"
-             ] if down else []
-    lacking = [h for h in hosts if h not in exporting]
-    if lacking:
-        notes.insert(0, f"no witty_* series on {len(lacking)} of {len(hosts)} hosts ({', '.join(lacking[:3])}"
-                        f"{' …' if len(lacking) > 3 else ''}): no processes there; {HOW}")
-    return CollectorStatus("partial", "; ".join(notes)) if notes else CollectorStatus("ok")
+class WittyReadBack:
+    """The read-back of a window read in batches of hosts: `add` each batch's rows, then `status`."""
+
+    def __init__(self, g: Graph, step: float) -> None:
+        self.g, self.step = g, step  # step: the query's, how long one sample stands for
+        self.hosts: list[str] = []
+        self.exporting: set[str] = set()
+        self.down: set[str] = set()
+
+    def add(self, rows: Iterable[tuple[str, dict, list]], hosts: list[str]) -> None:
+        """Processes, threads, placement and the exporters' findings of `hosts` from their witty_* series."""
+        g, r = self.g, _Rows(rows)
+        self.hosts.extend(hosts)
+        for (host, pid), series in sorted(r.processes.items()):
+            labels = r.labels[(host, pid)]
+            attrs: dict[str, Any] = {"pid": pid, "name": labels.get("comm", "")}
+            role = labels.get("role")
+            if role:
+                attrs["role"] = role
+            attrs["ai"] = role in AI_ROLES
+            rank = labels.get("rank")
+            if rank:
+                attrs["rank"] = _int(rank) if _int(rank) is not None else rank
+            metrics: dict[str, float] = {}
+            for name, (metric, factor) in PROCESS_GAUGES.items():
+                if name in series:
+                    metrics.update(_stats(metric, _merged(series[name]), factor))
+            rss = _merged(series.get("witty_process_resident_memory_bytes", []))
+            if rss:
+                metrics[M.RSS_BYTES] = int(rss[-1][1])
+                metrics[f"{M.RSS_BYTES}_max"] = int(max(v for _, v in rss))
+            bursts = _merged(series.get(BURST, []))
+            if bursts:
+                metrics[M.WRITE_BURST_S] = max(v for _, v in bursts)
+            g.entity_of(T.PROCESS, process_id(host, pid), attrs, metrics)
+        for (host, pid, tid), series in sorted(r.threads.items()):
+            labels = r.thread_labels[(host, pid, tid)]
+            attrs = {"tid": tid, "pid": pid, "name": labels.get("comm", "")}
+            metrics = {}
+            for name, (metric, factor) in THREAD_GAUGES.items():
+                if name in series:
+                    metrics.update(_stats(metric, _merged(series[name]), factor))
+            tid_id = g.entity_of(T.THREAD, thread_id(host, pid, tid), attrs, metrics).id
+            g.edge_of(E.HAS_THREAD, process_id(host, pid), tid_id)
+        for (host, pid, name, node), found in sorted(r.numa.items()):
+            values = _merged(found)
+            nid = _numa_node(g, host, node)
+            if name == "witty_process_numa_runtime_ratio":
+                g.edge_of(E.RUNS_ON, process_id(host, pid), nid,
+                          metrics=gauge(M.RUNTIME_SHARE_PCT, [v * 100 for _, v in values]))
+            else:
+                g.edge_of(E.ALLOCATES_ON, process_id(host, pid), nid, metrics={M.PAGES: int(values[-1][1])})
+        for (host, pid, short), (node, _) in sorted(r.devices.items()):
+            eid = _device(g, host, short, node)
+            if eid is not None and g.entity(process_id(host, pid)) is not None:
+                g.edge_of(E.USES_DEVICE, process_id(host, pid), eid)
+        findings = []
+        for (host, pattern, priority, layer), found in sorted(r.findings.items()):
+            seen = [t for t, v in _merged(found) if v >= 1]
+            if not seen or not pattern:
+                continue
+            findings.append({"host": host, "pattern": pattern, "priority": priority,
+                             **({"layer": int(layer)} if layer.isdigit() else {}),
+                             "first_seen": iso(seen[0]), "last_seen": iso(seen[-1]),
+                             "reported_s": round(len(seen) * self.step, 3),
+                             "source": f"witty-profiler export on {r.exporter_host.get(host, host)}"})
+        if findings:
+            g.meta.extra.setdefault("exporter_findings", []).extend(findings)
+        for host, found in r.window.items():
+            values = _merged(found)
+            if values:
+                g.meta.host_info.setdefault(host, {})["exporter_window_s"] = values[-1][1]
+        self.exporting |= {h for h, _ in r.processes} | {h for h, *_ in r.findings} | set(r.window)
+        self.down |= {f"{c} on {h}" for (h, c), found in r.up.items() if _merged(found) and _merged(found)[-1][1] == 0}
+
+    def status(self) -> CollectorStatus:
+        """The status of prometheus.process over every batch."""
+        if not self.exporting:
+            return CollectorStatus("unavailable", "no witty_* series: Prometheus holds no per-process, per-thread or "
+                                                  f"placement metrics of these hosts; {HOW}")
+        down = sorted(self.down)
+        notes = [f"the hosts' exporters report collector(s) down: {', '.join(down[:6])}"
+                 f"{' …' if len(down) > 6 else ''}"] if down else []
+        lacking = [h for h in self.hosts if h not in self.exporting]
+        if lacking:
+            notes.insert(0, f"no witty_* series on {len(lacking)} of {len(self.hosts)} hosts ({', '.join(lacking[:3])}"
+                            f"{' …' if len(lacking) > 3 else ''}): no processes there; {HOW}")
+        return CollectorStatus("partial", "; ".join(notes)) if notes else CollectorStatus("ok")
+
+
+def add_witty(g: Graph, rows: Iterable[tuple[str, dict, list]], step: float, hosts: list[str]) -> CollectorStatus:
+    """The read-back of one set of rows (see WittyReadBack); the status of prometheus.process."""
+    back = WittyReadBack(g, step)
+    back.add(rows, hosts)
+    return back.status()

@@ -95,6 +95,7 @@ class M:
     CPU_UTIL_PCT = "cpu_util_pct"
     CPU_USER_PCT = "cpu_user_pct"
     CPU_SYSTEM_PCT = "cpu_system_pct"
+    CPU_SOFTIRQ_PCT = "cpu_softirq_pct"
     CPU_IOWAIT_PCT = "cpu_iowait_pct"
     CPU_STEAL_PCT = "cpu_steal_pct"
     LOAD1 = "load1"
@@ -394,6 +395,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "(200 = two cores busy)"),
     _M(M.CPU_USER_PCT, "%", "user-mode share of the window (same base as cpu_util_pct)"),
     _M(M.CPU_SYSTEM_PCT, "%", "kernel-mode share of the window (same base as cpu_util_pct)"),
+    _M(M.CPU_SOFTIRQ_PCT, "%", "share of CPU time spent in softirq (network and block completions; inside "
+       "cpu_system_pct)"),
     _M(M.CPU_IOWAIT_PCT, "%", "share of the window a CPU was idle with I/O outstanding"),
     _M(M.CPU_STEAL_PCT, "%", "share of the window taken by the hypervisor"),
     _M(M.LOAD1, "runnable tasks", "1-minute load average at the end of the window"),

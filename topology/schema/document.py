@@ -72,6 +72,9 @@ class Meta(_Open):
         default=None, description="a window read from Prometheus: the findings each host's `witty-profiler export` "
         "reported (witty_finding), recorded as facts, not judged again: host, pattern, priority, layer, first_seen, "
         "last_seen (ISO 8601), reported_s (seconds of the window it reported them in), source")
+    scrape_interval_s: float | None = Field(default=None, description="a window read from Prometheus: the scrape "
+                                            "interval of its node_exporter series, told from their sample spacing "
+                                            "(the default step, interval_s)")
 
 
 class GraphDocument(_Open):

@@ -109,8 +109,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "instead of collecting live, e.g. http://prometheus:9090")
     prom.add_argument("--start", metavar="T", help="window start: RFC 3339, Unix seconds, or relative (now-1h, or --start=-1h)")
     prom.add_argument("--end", metavar="T", default="now", help="window end (default now)")
-    prom.add_argument("--step", type=float, metavar="S", help="query step in seconds (default 15, more where the "
-                      "window would exceed 11,000 points per series); keep it at or above the scrape interval")
+    prom.add_argument("--step", type=float, metavar="S", help="query step in seconds (default the scrape interval, "
+                      "told from the samples' spacing, else 15; more where the window would exceed 11,000 points per "
+                      "series); keep it at or above the scrape interval")
     prom.add_argument("--match", metavar="SELECTOR", help="only series matching this selector, e.g. '{job=\"node\"}'")
     prom.add_argument("--host-label", default="instance", metavar="LABEL",
                       help="the label that names a host (default instance, without its port; e.g. nodename, "
