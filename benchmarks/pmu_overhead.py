@@ -38,20 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.collectors.base import Context  # noqa: E402
-from witty_profiler.collectors.perf_event import PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, Event, Syscalls  # noqa: E402
+from witty_profiler.collectors.perf_event import SoftwareStandIn  # noqa: E402
 from witty_profiler.collectors.pmu import PmuCollector  # noqa: E402
-
-# hardware event config -> the software event standing in for it
-# (task-clock, context-switches, cpu-migrations, page-faults, minor-faults, major-faults)
-STAND_IN = {0: 1, 1: 3, 2: 4, 3: 2, 7: 5, 8: 6}
-
-
-class SoftwareStandIn(Syscalls):
-    def open(self, event: Event, pid: int, cpu: int, group_fd: int, flags: int) -> int:
-        if event.type == PERF_TYPE_HARDWARE:
-            event = Event(event.name, PERF_TYPE_SOFTWARE, STAND_IN[event.config])
-        return super().open(event, pid, cpu, group_fd, flags)
-
 
 SLEEPER = """
 import sys, threading

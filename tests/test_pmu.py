@@ -20,13 +20,14 @@ from witty_profiler.collectors.perf_event import (
     ATTR_EXCLUDE_KERNEL,
     ATTR_INHERIT,
     PerfOpenError,
+    SoftwareStandIn,
     Syscalls,
     group_bytes,
     open_group,
     parse_group,
     refusal_reason,
 )
-from witty_profiler.collectors.pmu import PmuCollector
+from witty_profiler.collectors.pmu import Counts, PmuCollector
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.topology import Graph
 from witty_profiler.topology.models import Meta
@@ -275,6 +276,48 @@ def test_the_syscall_counts_a_process_and_the_threads_it_starts():
     assert skipped == {} and r.running_share == 1.0
     # the two threads it started after the open did the work: inherit counted them
     assert r.counts["task-clock"] > 100_000_000 and r.enabled_ns >= r.counts["task-clock"] // 3
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("as_root", [True, False])
+def test_the_collector_counts_a_process_live_with_software_events(monkeypatch, as_root):
+    """The whole collector on the real kernel (per-thread groups with inherit, group reads, scaling,
+    close), software events standing in for the hardware ones this guest lacks: the process's
+    task-clock over the window is the CPU time it used after the groups were opened. Without root
+    (paranoid 2) the groups count user space only, which the kernel must accept."""
+    if as_root and os.geteuid() != 0:
+        pytest.skip("needs root")  # CI runs as root; a user's run checks the user-space case
+    if not as_root:
+        monkeypatch.setattr(Context, "is_root", property(lambda self: False))
+    work = ("import sys, threading\nsys.stdin.read(1)\ndef spin():\n    x = 0\n"
+            "    for i in range(4_000_000): x += i\n"
+            "ts = [threading.Thread(target=spin) for _ in range(2)]\n[t.start() for t in ts]\nspin()\n"
+            "[t.join() for t in ts]\n")
+    child = subprocess.Popen([sys.executable, "-c", work], stdin=subprocess.PIPE)
+    ctx = Context(host="live")
+    ctx.cache["scope_pids"] = [child.pid]
+    c = PmuCollector(ctx, perf=SoftwareStandIn())
+    c.start()
+    child.stdin.write(b"g")
+    child.stdin.close()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    counts = {}
+    for subject, groups in c.groups.items():
+        counts[subject] = Counts()
+        for kind, group in groups:
+            counts[subject].add(kind, group)
+    g = c.finish()
+    assert c.status.status == "ok", c.status
+    assert c.status.extra["counted"] == ("user and kernel" if as_root else "user space")
+    task_clock_s = counts[f"process:live:{child.pid}"].values["core/cycles"] / 1e9
+    used_s = usage.ru_utime + usage.ru_stime  # includes the interpreter's start, before the groups opened
+    assert 0.6 * used_s < task_clock_s <= used_s * 1.05 + 0.01, (task_clock_s, used_s)
+    p = g.entity(f"process:live:{child.pid}")
+    assert p.attrs["pmu_threads_counted"] == 1  # its main thread; the two it started came in by inherit
+    assert p.metrics["pmu_running_pct"] == 100.0
+    if as_root:
+        assert g.entity("host:live").metrics["pmu_running_pct"] == 100.0
 
 
 def hardware_pmu() -> str | None:
