@@ -21,7 +21,6 @@ from graph_checks import assert_known_names
 from perf_replay import Recorded, ReplayedPerf
 from sysfs_tree import write
 
-GIB = 1024 ** 3
 CPUINFO_MBM = "processor\t: 0\nflags\t\t: fpu tsc msr rdt_a cqm_llc cqm_occup_llc cqm_mbm_total cqm_mbm_local\n"
 
 
