@@ -73,6 +73,22 @@ def test_h100_gpm_metrics(tmp_path):
     assert not g.entities("gpu_instance")
 
 
+def test_views_show_gpm_figures(tmp_path):
+    """The compute view shows SM activity and tensor activity beside NVML's utilisation, the memory
+    view GPM's share of peak HBM bandwidth beside NVML's memory-busy time."""
+    from witty_profiler.converters import render_view
+
+    _, g = window(RecordedNvml(FIXTURES / "hgx-h100-8gpu.json"), tmp_path / "sys")
+    compute = render_view(g, "compute").text.splitlines()
+    header = next(line for line in compute if "sm_active%" in line)
+    assert header.split()[:7] == ["id", "idx", "name", "util%", "util_p95%", "sm_active%", "tensor%"]
+    slow = next(line for line in compute if line.startswith("gpu:n1:0000:61:00.0"))
+    assert "59.0%" in slow and "45.1%" in slow and "23.8%" in slow
+    memory = render_view(g, "memory").text.splitlines()
+    assert next(line for line in memory if "hbm_peak%" in line).split()[-2:] == ["hbm_bw%", "hbm_peak%"]
+    assert next(line for line in memory if line.startswith("gpu:n1:0000:1b:00.0")).split()[-2:] == ["59.7%", "52.2%"]
+
+
 def test_l4_is_not_supported_and_says_why(tmp_path):
     c, g = window(RecordedNvml(FIXTURES / "pcie-2x-l4.json"), tmp_path / "sys")
     assert c.status.status == "partial"
@@ -275,3 +291,62 @@ def test_gpu_session_summary_replays_a_recording(tmp_path):
     assert len(replayed) == 8 and "tensor_active_pct 47.35" in replayed[0]
     assert "'nvmlGpmMetricsGet([2, 3, 5, 6, 7, 10, 20, 21, 60, 61])'" in out and "[memory] no NVML recording" in out
     assert out.rstrip().endswith("memory.hbm_bandwidth_limit: FOUND warning: saturated")
+
+
+def test_live_wrapper_builds_nvml_requests_from_nvidia_ml_py_structs():
+    """LiveNvml's GPM calls against nvidia-ml-py's own structs, with the driver calls standing in: the
+    request carries the version, the count, both samples and each metric id, and every sample it
+    allocated is freed."""
+    import types
+
+    import pynvml
+
+    from witty_profiler.collectors.nvml import LiveNvml
+
+    allocated, freed, requests = [], [], []
+
+    def alloc():
+        sample = pynvml.c_nvmlGpmSample_t()  # a NULL pointer of the right type, told apart by identity
+        allocated.append(sample)
+        return sample
+
+    def metrics_get(request):
+        requests.append((request.version, request.numMetrics, request.sample1, request.sample2))
+        for k in range(request.numMetrics):
+            m = request.metrics[k]
+            m.value, m.nvmlReturn = 10.0 * m.metricId, 0 if m.metricId != 60 else pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request
+
+    fake = types.SimpleNamespace(**{n: getattr(pynvml, n) for n in dir(pynvml) if n.startswith(("NVML", "c_nvml"))})
+    fake.NVMLError = pynvml.NVMLError
+    fake.nvmlDeviceGetHandleByIndex = lambda i: f"handle{i}"
+    fake.nvmlGpmSampleAlloc = alloc
+    fake.nvmlGpmSampleGet = lambda handle, sample: sample
+    fake.nvmlGpmMigSampleGet = lambda handle, gi, sample: sample
+    fake.nvmlGpmMetricsGet = metrics_get
+    fake.nvmlGpmSampleFree = freed.append
+    fake.nvmlShutdown = lambda: None
+
+    def mig_handle(parent, k):
+        if k == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return f"{parent}/mig{k}"
+
+    fake.nvmlDeviceGetMaxMigDeviceCount = lambda h: 3
+    fake.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    fake.nvmlDeviceGetGpuInstanceId = lambda h: {"handle0/mig0": 1, "handle0/mig2": 5}[h]
+
+    live = LiveNvml.__new__(LiveNvml)
+    live.pynvml, live._handles, live._events = fake, {}, None
+    live._gpm_samples, live._gpm_next = {}, 0
+    first, second = live.gpm_sample(0), live.gpm_sample(0, 5)
+    answers = live.gpm_metrics(0, first, second, [2, 10, 60])
+    assert [(a.metricId, a.value, a.nvmlReturn) for a in answers] == [
+        (2, 20.0, 0), (10, 100.0, 0), (60, 600.0, pynvml.NVML_ERROR_NOT_SUPPORTED)]
+    version, count, s1, s2 = requests[0]
+    assert (version, count) == (pynvml.NVML_GPM_METRICS_GET_VERSION, 3)
+    assert s1 is not None and s2 is not None
+    assert live.mig_instances(0) == [1, 5]  # the empty slot 1 skipped
+    live.gpm_release(first)
+    live.close()
+    assert [id(s) for s in freed] == [id(s) for s in allocated]

@@ -127,6 +127,18 @@ def test_npu_roce_ports_end_to_end(hccn_host):
     assert dead.metrics["optical_rx_power_mw"] == 0 and dead.attrs["optical_rx_power_low"] is True
 
 
+def test_network_view_shows_the_npu_ports(hccn_host):
+    from witty_profiler.converters import render_view
+
+    _, g = hccn_host()
+    lines = render_view(g, "network").text.splitlines()
+    header = next(line for line in lines if "pfc_rx" in line).split()
+    row = dict(zip(header, next(line for line in lines if line.startswith("rdma_port:a2:npu2:0")).split()))
+    assert row["state"] == "UP" and row["rate"] == "200Gb/s" and row["pfc_rx"] == "3.52k/s"
+    dead = dict(zip(header, next(line for line in lines if line.startswith("rdma_port:a2:npu7:0")).split()))
+    assert dead["state"] == "DOWN"
+
+
 def test_patterns_on_the_npu_ports(hccn_host):
     from witty_profiler.diagnosis import diagnose
 

@@ -141,3 +141,13 @@ def test_queue_pairs_in_error_are_a_finding(tmp_path, recorded):
     assert f is not None and f.severity == "warning" and f.subjects == ["rdma_port:n1:mlx5_1:1"]
     assert "mlx5_1:1 holding 2 queue pairs in an error state" in f.description
     assert [(e.metric, e.value) for e in f.evidence] == [("qps_error", 2)]
+
+
+def test_network_view_shows_queue_pairs(tmp_path, recorded):
+    from witty_profiler.converters import render_view
+
+    _, g = window(tmp_path, recorded)
+    lines = render_view(g, "network").text.splitlines()
+    header = next(line for line in lines if "qps_err" in line)
+    assert header.split()[-2:] == ["qps", "qps_err"]
+    assert next(line for line in lines if line.startswith("rdma_port:n1:mlx5_1:1")).split()[-2:] == ["11", "2"]

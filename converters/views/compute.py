@@ -76,6 +76,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
         ID, Column("idx", lambda d: num(d.attrs.get("index"))), NAME,
         Column("util%", lambda d: pct(d.metrics.get(M.UTIL_PCT))),
         Column("util_p95%", lambda d: pct(d.metrics.get("util_pct_p95"))),
+        Column("sm_active%", lambda d: pct(d.metrics.get(M.SM_ACTIVE_PCT))),
+        Column("tensor%", lambda d: pct(d.metrics.get(M.TENSOR_ACTIVE_PCT))),
         Column("clock", lambda d: _clock(d.metrics)),
         Column("temp", lambda d: f"{num(d.metrics[M.TEMPERATURE_C])}C"
                if d.metrics.get(M.TEMPERATURE_C) is not None else ""),

@@ -74,7 +74,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("pages_by_node", lambda p: pages_cell(pages_by_node(ctx, p)), left=True),
     ], procs, "processes", fold_query(ctx, T.PROCESS, procs, top=M.RSS_BYTES), pinned, weight=1.5))
     devices = [d for d in ctx.query.accelerators() if has_any(d, (M.MEMORY_USED_BYTES, M.MEMORY_TOTAL_BYTES,
-                                                          M.MEM_BW_UTIL_PCT)) or d.id in cited]
+                                                          M.MEM_BW_UTIL_PCT, M.HBM_BW_UTIL_PCT)) or d.id in cited]
     devices, pinned = rank(devices, lambda d: neg(d.metrics.get(M.MEMORY_USED_PCT)), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids
                                                   for e in ctx.query.in_edges(d.id, E.USES_DEVICE)))
@@ -83,6 +83,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("total", lambda d: size(d.metrics.get(M.MEMORY_TOTAL_BYTES))),
         Column("used%", lambda d: pct(d.metrics.get(M.MEMORY_USED_PCT))),
         Column("hbm_bw%", lambda d: pct(d.metrics.get(M.MEM_BW_UTIL_PCT))),
+        Column("hbm_peak%", lambda d: pct(d.metrics.get(M.HBM_BW_UTIL_PCT))),
     ], devices, "accelerators", per_type_query(ctx, devices, M.MEMORY_USED_PCT), pinned))
     groups = [c for c in ctx.graph.entities(T.CGROUP) if c.metrics.get(M.MEMORY_LIMIT_BYTES) is not None
               or c.id in cited]

@@ -61,6 +61,10 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("util%", lambda p: pct(p.metrics.get(M.PORT_UTIL_PCT))),
         Column("errors", lambda p: rate(p.metrics.get(M.PORT_ERRORS_PER_S))),
         Column("retrans", lambda p: rate(p.metrics.get(M.PORT_RETRANS_PER_S))),
+        Column("pfc_rx", lambda p: rate(p.metrics.get(M.PFC_RX_FRAMES_PER_S))),
+        Column("cnp_rx", lambda p: rate(p.metrics.get(M.CNP_RX_PACKETS_PER_S))),
+        Column("qps", lambda p: num(p.metrics.get(M.QPS))),
+        Column("qps_err", lambda p: num(p.metrics.get(M.QPS_ERROR))),
     ], ports, "rdma ports", fold_query(ctx, T.RDMA_PORT, ports), pinned, weight=0.8))
     owner = {e.target: e.source for e in ctx.graph.edges(E.OWNS_CONNECTION)}
     conns, pinned = rank(ctx.graph.entities(T.TCP_CONNECTION), lambda c: (neg(c.metrics.get(M.RTT_US)),
