@@ -136,7 +136,7 @@ def _bar_colour(util: float) -> str:
 
 def _render(scene: Scene, shown: dict[str, str], cited: frozenset[str]) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="topology" width="{scene.width:g}" '
-           f'height="{scene.height:g}" viewBox="0 0 {scene.width:g} {scene.height:g}" {FONT} role="img" '
+           f'height="{scene.height:g}" viewBox="0 0 {scene.width:g} {scene.height:g}" {FONT} '
            f'aria-label="{_attr("topology of " + scene.host)}" data-host="{_attr(scene.host)}">']
     out.append(f'<rect class="bg" x="0" y="0" width="{scene.width:g}" height="{scene.height:g}" fill="#ffffff"/>')
     if scene.banner is not None:

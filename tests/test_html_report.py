@@ -323,3 +323,20 @@ def test_the_readme_shows_a_small_screenshot():
     assert "docs/html-report.png" in shots
     data = (REPO / "docs" / "html-report.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300 * 1024
+
+
+def test_a_merged_graph_of_many_hosts_draws_the_first_ones_and_names_the_rest():
+    from witty_profiler.htmlreport import HOSTS_MAX
+    from witty_profiler.topology import Graph
+    from witty_profiler.topology.models import Meta
+    hosts = [f"n{i:02d}" for i in range(HOSTS_MAX + 2)]
+    graphs = []
+    for host in hosts:
+        g = Graph(Meta(hosts=[host], source="live"))
+        g.entity_of("host", f"host:{host}", {"name": host}, {"cpu_util_pct": 10.0})
+        g.entity_of("numa_node", numa_id(host, 0), {"node": 0, "cpus": "0-3"})
+        graphs.append((host, g))
+    merged = merge_hosts(graphs)
+    page = render_html(merged, diagnose(merged))
+    assert [s.get("data-host") for s in _svgs(page)] == hosts[:HOSTS_MAX]
+    assert f"2 more hosts are not drawn here ({hosts[-2]}, {hosts[-1]})" in page

@@ -20,6 +20,7 @@ from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import host_of
 from witty_profiler.topology.query import GraphQuery
+from witty_profiler.topology.wording import counted
 from witty_profiler.topology.workload import resolve_workload
 
 HOSTS_MAX = 32  # hosts drawn one by one; a larger merged graph is drawn per host with --host
@@ -180,7 +181,9 @@ def _topology(graph: Graph, pictures: list[Picture]) -> list[str]:
             f'<a href="#{_a(_host_anchor(p.host))}">{_e(p.host)}</a>' for p in pictures) + "</nav>")
     hosts = _hosts(graph)
     if len(hosts) > len(pictures):
-        out.append(f"<p>{len(hosts) - len(pictures)} more hosts are not drawn here; draw one with "
+        left = hosts[len(pictures):]
+        out.append(f"<p>{counted(len(left), 'more hosts', 'are')} not drawn here ({_e(', '.join(left[:20]))}"
+                   f"{' …' if len(left) > 20 else ''}); draw one with "
                    "<code>witty-profiler diagnose GRAPH --host NAME --format html</code>.</p>")
     for p in pictures:
         out.append(f'<figure class="host" id="{_a(_host_anchor(p.host))}"><figcaption>{_e(p.host)}</figcaption>'
