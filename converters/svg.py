@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from witty_profiler.converters.svglayout import build_scene
-from witty_profiler.converters.svgscene import Box, Scene
+from witty_profiler.converters.svgscene import CITED, Box, Scene
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_of_thread
 from witty_profiler.topology.query import GraphQuery
@@ -117,7 +117,8 @@ def _box(box: Box, cited: frozenset[str], shown: dict[str, str]) -> str:
         shown.setdefault(alias, element_id(box.eid))
     parts = [_group_open(box.eid, box.kind, box.title, cited, box.extra_class),
              f'<rect x="{box.x:g}" y="{box.y:g}" width="{box.w:g}" height="{box.h:g}" rx="{box.radius:g}" '
-             f'fill="{box.fill}" stroke="{box.stroke}" stroke-width="1"/>']
+             f'fill="{box.fill}" ' + (f'stroke="{CITED}" stroke-width="2"/>' if box.eid in cited
+                                      else f'stroke="{box.stroke}" stroke-width="1"/>')]
     if box.bar is not None:  # CPU or device utilisation, 0-100 %, inside the bottom edge
         share = min(max(box.bar, 0.0), 100.0) / 100
         parts.append(f'<rect class="bar" x="{box.x + 1:g}" y="{box.y + box.h - 4:g}" width="{(box.w - 2) * share:.1f}" '
@@ -168,8 +169,12 @@ def _legend(scene: Scene) -> list[str]:
     out = ['<g class="legend">']
     for item in scene.legend:
         dash = ' stroke-dasharray="5 4"' if item.dashed else ""
-        out.append(f'<line x1="{item.x:g}" y1="{item.y - 4:g}" x2="{item.x + 22:g}" y2="{item.y - 4:g}" '
-                   f'stroke="{item.colour}" stroke-width="3"{dash}/>')
+        if item.outline:
+            out.append(f'<rect x="{item.x:g}" y="{item.y - 10:g}" width="22" height="12" rx="2" fill="#ffffff" '
+                       f'stroke="{item.colour}" stroke-width="2"/>')
+        else:
+            out.append(f'<line x1="{item.x:g}" y1="{item.y - 4:g}" x2="{item.x + 22:g}" y2="{item.y - 4:g}" '
+                       f'stroke="{item.colour}" stroke-width="3"{dash}/>')
         out.append(_text(item.x + 27, item.y, item.label, 10, fill="#444"))
     out.append("</g>")
     return out

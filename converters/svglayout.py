@@ -16,7 +16,7 @@ from witty_profiler.converters.render import pct, size
 from witty_profiler.converters.svgprocesses import arrange_processes, ipc_lines, placement_lines
 from witty_profiler.converters.svgscene import (BANNER_H, CHIP_H, CHIPS_MAX, CHIPS_PER_ROW, COLUMNS, DEVICE_H,
                                                 DEVICE_W, DEVICES_PER_ROW, GAP, LEGEND, LEGEND_ROW, MARGIN, NIC_H,
-                                                NICS_MAX, NODE_W, PROC_GAP, PROC_W, Box, LegendItem, NodeView,
+                                                NICS_MAX, NODE_W, PROC_GAP, PROC_W, CITED, Box, LegendItem, NodeView,
                                                 Scene, fit)
 from witty_profiler.topology import Entity, Graph
 from witty_profiler.topology.cpulist import cpu_set, format_cpulist
@@ -52,6 +52,10 @@ def _legend(width: float, y: float) -> list[LegendItem]:
             x, y = float(MARGIN), y + LEGEND_ROW
         items.append(LegendItem(x, y, colour, dashed, label))
         x += w
+    label = "cited by a finding"
+    if x + 40 + 6.0 * len(label) > width - MARGIN:
+        x, y = float(MARGIN), y + LEGEND_ROW
+    items.append(LegendItem(x, y, CITED, False, label, outline=True))
     return items
 
 

@@ -81,6 +81,7 @@ class LegendItem:
     colour: str
     dashed: bool
     label: str
+    outline: bool = False  # a box outline, not a line
 
 
 @dataclass
@@ -99,6 +100,7 @@ LEGEND = [(LOCAL, False, "device local: the process runs and keeps its memory on
           (REMOTE, False, "device remote: the process runs or keeps memory elsewhere"),
           (UNKNOWN, False, "runs on (or not known)"), (MEMORY, True, "most memory on another node"),
           (IPC, False, "IPC")]
+CITED = "#c62828"  # the outline of a box that a finding cites
 
 
 def fit(text: str, width: float) -> str:

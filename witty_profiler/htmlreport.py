@@ -42,7 +42,6 @@ figure.host figcaption{font-weight:bold;margin-bottom:6px}
 svg.topology{display:block}
 svg .ent{cursor:pointer}
 p.picked{margin:6px 0 0;min-height:1.4em;color:#333}
-svg .ent.cited>rect{stroke:#c62828;stroke-width:2}
 svg .ent.hl>rect,svg .ent:target>rect{stroke:#d500f9;stroke-width:4}
 svg .ent.hl>path,svg .ent:target>path{stroke-width:7;stroke-opacity:1}
 article.finding{background:#fff;border:1px solid #ddd;border-left:6px solid #757575;padding:10px 14px;margin:0 0 14px}
@@ -264,7 +263,7 @@ def _coverage(report: Diagnosis) -> list[str]:
         if not rows:
             continue
         tally = {k: sum(r.status == k for r in rows) for k in ("finding", "clear", "not_evaluated")}
-        out.append(f"<details><summary>Layer {number}: {_e(title)} &mdash; {tally['finding']} finding, "
+        out.append(f"<details><summary>Layer {number}: {_e(title)} &mdash; {counted(tally['finding'], 'findings')}, "
                    f"{tally['clear']} clear, {tally['not_evaluated']} not evaluated</summary><ul>")
         out += [f'<li class="{_a(r.status)}"><code>{_e(r.pattern)}</code> {_e(r.status.replace("_", " "))}: '
                 f"{_e(r.reason)}</li>" for r in rows]
