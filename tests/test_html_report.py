@@ -6,6 +6,7 @@ tests/test_html_browser.py."""
 from __future__ import annotations
 
 import base64
+import json
 import hashlib
 import re
 import xml.etree.ElementTree as ET
@@ -340,3 +341,29 @@ def test_a_merged_graph_of_many_hosts_draws_the_first_ones_and_names_the_rest():
     page = render_html(merged, diagnose(merged))
     assert [s.get("data-host") for s in _svgs(page)] == hosts[:HOSTS_MAX]
     assert f"2 more hosts are not drawn here ({hosts[-2]}, {hosts[-1]})" in page
+
+
+def test_markup_in_ids_hosts_and_attributes_stays_text():
+    """A graph file can hold anything in its ids, host names and attributes: the page parses as the
+    same markup (one script, the SVG well-formed) and shows the strings as text."""
+    from witty_profiler.topology import loads_graph
+    bad = '"><script>alert(3)</script><x a=\''
+    host = f"h{bad}"
+    doc = {"format": "witty-graph", "schema_version": 1, "meta": {"hosts": [host], "source": "live"},
+           "entities": [
+               {"id": f"numa_node:{host}:0", "type": "numa_node", "attrs": {"node": 0, "cpus": "0-3"}},
+               {"id": f"gpu:{host}:{bad}", "type": "gpu", "attrs": {"index": 0, "name": bad, "numa_node": 0}},
+               {"id": f"nic:{host}:{bad}", "type": "nic", "attrs": {"name": bad, "numa_node": 0}},
+               {"id": f"process:{host}:1", "type": "process",
+                "attrs": {"pid": 1, "name": bad, "ai": True, "role": bad, "cmdline": bad}}],
+           "edges": [{"id": f"uses_device|process:{host}:1|gpu:{host}:{bad}", "type": "uses_device",
+                      "source": f"process:{host}:1", "target": f"gpu:{host}:{bad}"}]}
+    graph = loads_graph(json.dumps(doc))
+    page = render_html(graph, diagnose(graph))
+    assert "<script>alert(3)" not in page
+    assert [t for t, _ in _parse(page).tags].count("script") == 1
+    svg, = _svgs(page)
+    drawn = _entities(svg)
+    assert {f"gpu:{host}:{bad}", f"nic:{host}:{bad}", f"process:{host}:1",
+            f"uses_device|process:{host}:1|gpu:{host}:{bad}"} <= set(drawn)
+    assert all(re.fullmatch(r"wp-[A-Za-z0-9_.:~-]+", el.get("id")) for el in drawn.values())
