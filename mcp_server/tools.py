@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import heapq
 import json
+import re
 import threading
 import tomllib
 from collections import OrderedDict
@@ -564,7 +565,7 @@ def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatch
     def short_reasons() -> str | None:
         rows = [c for c in out.coverage if c.status == "not_evaluated" and c.reason and len(c.reason) > 100]
         for c in rows:
-            c.reason = c.reason.split(" (")[0][:100]
+            c.reason = shorten_reason(c.reason)
         return f"{len(rows)} not_evaluated reasons shortened" if rows else None
 
     def fold_clear() -> str | None:
@@ -618,3 +619,14 @@ def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatch
         out.note = ("; ".join(steps) + ". generate_report has everything; match_patterns with layer=... or a "
                     "larger max_tokens shows more, query_graph around=<id> the entities")
     return out, text()
+
+
+def shorten_reason(reason: str, limit: int = 100) -> str:
+    """A not-evaluated reason cut to about `limit` characters: what is missing (the text before the
+    first parenthesis) and, where the reason goes on to quote a collector, which one and its status,
+    the part a reader acts on ("… (collector pmu: unavailable)"), without the collectors' own words."""
+    head, _, rest = reason.partition(" (")
+    quoted = re.findall(r"\bcollector ([\w.-]+): (\w+)", rest)
+    tail = f" ({'; '.join(f'collector {name}: {status}' for name, status in quoted)})" if quoted else ""
+    room = max(limit - len(tail), 20)
+    return (head if len(head) <= room else head[:room - 1] + "…") + tail

@@ -635,3 +635,18 @@ async def test_a_message_that_cannot_be_encoded_is_sent_with_u_fffd() -> None:
     assert await receive.receive() is good
     written = json.loads((await receive.receive()).message.model_dump_json(by_alias=True, exclude_unset=True))
     assert written == {"jsonrpc": "2.0", "id": 2, "result": {"bad\ufffdkey": ["x\ufffd"]}}
+
+
+def test_a_shortened_reason_keeps_what_is_missing_and_which_collectors_said_why():
+    from witty_profiler.mcp_server.tools import shorten_reason
+    long = ("no ipc from PMU counters for the host (collector pmu: unavailable (no hardware PMU: "
+            "perf_event_open(cycles) gave ENOENT (virtual machine without a virtual PMU)))")
+    assert shorten_reason(long) == "no ipc from PMU counters for the host (collector pmu: unavailable)"
+    two = ("no accelerators of the workload in this graph (collector gpu: unavailable (NVML library not found "
+           "(libnvidia-ml.so.1): no NVIDIA driver); collector npu: unavailable (npu-smi not found on PATH))")
+    assert shorten_reason(two, limit=120) == ("no accelerators of the workload in this graph "
+                                   "(collector gpu: unavailable; collector npu: unavailable)")
+    cut = shorten_reason("a" * 150)
+    assert len(cut) == 100 and cut.endswith("…")
+    assert shorten_reason(two) == "no accelerators of the workload in this gr… (collector gpu: unavailable; collector npu: unavailable)"
+    assert shorten_reason("short (detail)") == "short"
