@@ -341,6 +341,7 @@ def test_a_merged_graph_of_many_hosts_draws_the_first_ones_and_names_the_rest():
     page = render_html(merged, diagnose(merged))
     assert [s.get("data-host") for s in _svgs(page)] == hosts[:HOSTS_MAX]
     assert f"2 more hosts are not drawn here ({hosts[-2]}, {hosts[-1]})" in page
+    assert f"<title>witty-profiler diagnosis: n00, n01, n02 (+{len(hosts) - 3} more)</title>" in page
 
 
 def test_markup_in_ids_hosts_and_attributes_stays_text():

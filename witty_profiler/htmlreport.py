@@ -122,7 +122,7 @@ def render_html(graph: Graph, report: Diagnosis) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f'<meta http-equiv="Content-Security-Policy" content="{_a(CONTENT_SECURITY_POLICY)}">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>witty-profiler diagnosis: {_e(', '.join(s.get('hosts') or []) or 'unknown host')}</title>",
+             f"<title>witty-profiler diagnosis: {_e(_few(s.get('hosts') or [], 3) or 'unknown host')}</title>",
              f"<style>{STYLE}</style></head><body>"]
     parts += _header(report)
     parts.append("<main>")
@@ -139,6 +139,12 @@ def _e(text: object) -> str:
 
 def _a(text: object) -> str:
     return escape(str(text), quote=True)
+
+
+def _few(names: list[str], limit: int) -> str:
+    """'a, b, c' or, past `limit` names, 'a, b (+498 more)'."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
 def _pictures(graph: Graph, report: Diagnosis) -> list[Picture]:
@@ -160,7 +166,7 @@ def _header(report: Diagnosis) -> list[str]:
     counts = report.counts()
     window = (f"{s.get('started_at')}, {s.get('duration_s'):g} s" if s.get("duration_s") is not None
               else "no capture window (snapshot)")
-    rows = [("Hosts", ", ".join(s.get("hosts") or []) or "unknown"), ("Source", s.get("source") or "unknown"),
+    rows = [("Hosts", _few(s.get("hosts") or [], 20) or "unknown"), ("Source", s.get("source") or "unknown"),
             ("Window", window), ("Scope", (s.get("scope") or {}).get("description", ""))]
     if s.get("layer"):
         rows.append(("Layer", f"{s['layer']} only"))
