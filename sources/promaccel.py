@@ -3,7 +3,7 @@
 Rows are (host, labels, values) as a range query gives them: values [(t, v), ...] at each step.
 Entities have the live collectors' types, ids and metric names: gpu:<host>:<pci address> (the
 dcgm-exporter pci_bus_id label, normalised as NVML's is), npu:<host>:<pci address> (npu-exporter's
-pcie_bus_info). Gauges sampled over the window give the mean with p95 and max; memory is the value
+pcie_bus_info), with each NPU's RoCE port and HCCS links from sources/promascend.py. Gauges sampled over the window give the mean with p95 and max; memory is the value
 at the end of the window, as the live collectors read it.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from witty_profiler.sources.promascend import NETWORK_SERIES, add_roce_port, hccs_metrics
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import entity_id, pci_address
 from witty_profiler.topology.models import CollectorStatus
@@ -66,7 +67,8 @@ NPU_GAUGES = {"npu_chip_info_utilization": M.UTIL_PCT, "npu_chip_info_temperatur
               "npu_chip_info_power": M.POWER_W, "npu_chip_info_aicore_current_freq": M.SM_CLOCK_MHZ}
 NPU_MEMORY = ("npu_chip_info_hbm_used_memory", "npu_chip_info_hbm_total_memory",  # MB, chips with HBM
               "npu_chip_info_used_memory", "npu_chip_info_total_memory")  # MB, DDR (310P)
-NPU_SERIES = "|".join([*NPU_GAUGES, *NPU_MEMORY, "npu_chip_info_health_status", "npu_chip_info_error_code"])
+NPU_SERIES = "|".join([*NPU_GAUGES, *NPU_MEMORY, "npu_chip_info_health_status", "npu_chip_info_error_code",
+                       NETWORK_SERIES])
 
 
 def _values(values: list) -> list[float]:
@@ -218,8 +220,10 @@ def add_npus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
                 m[M.MEMORY_TOTAL_BYTES] = int(total[-1][1] * MiB)
                 m[M.MEMORY_USED_PCT] = round(100 * used[-1][1] / total[-1][1], 2)
                 break
+        m.update(hccs_metrics(s, attrs))
         for series in ("npu_chip_info_utilization", "npu_chip_info_health_status"):
             if series not in s:
                 lacking[series].append(eid)
-        g.entity_of(T.NPU, eid, attrs, m)
+        npu = g.entity_of(T.NPU, eid, attrs, m)
+        add_roce_port(g, host, npu, str(lab.get("id", key)), s)
     return _summary(len(devs), "npu_chip_info_*", lacking)

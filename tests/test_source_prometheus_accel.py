@@ -135,6 +135,38 @@ def test_npu_exporter_series_make_npus():
     assert sick.attrs["health"] == "Unhealthy" and sick.attrs["error_codes"] == [hex(2350000263)]
     assert sick.metrics["util_pct"] == 0
     assert add_npus(_graph(), []).status == "unavailable"
+    # HCCS: DCMI's GB/s, 7 links reporting on a 910B
+    assert hot.metrics["nvlink_tx_bytes_per_s"] == 28.6e9 and hot.metrics["nvlink_rx_bytes_per_s"] == 28.1e9
+    assert hot.metrics["nvlink_links"] == 7 and hot.attrs["hccs_crc_errors"] == 0
+
+
+def test_npu_exporter_roce_series_make_the_npus_ports():
+    g = _graph()
+    add_npus(g, rows(NPU, "h1"))
+    hot, sick = g.entity("rdma_port:h1:npu0:0"), g.entity("rdma_port:h1:npu1:0")
+    assert ("npu:h1:" + HOT_NPU, hot.id) in [(e.source, e.target) for e in g.edges("has_port")]
+    assert hot.attrs["state"] == "UP" and hot.attrs["net_healthy"] is True and hot.attrs["link_layer"] == "Ethernet"
+    assert sick.attrs["state"] == "DOWN" and sick.attrs["net_healthy"] is False
+    assert hot.metrics["rate_gbps"] == 200 and hot.metrics["port_rcv_bytes_per_s"] == 11874.3e6
+    assert hot.metrics["port_util_pct"] == pytest.approx(11902.8e6 * 8 / 200e9 * 100, abs=1e-3)
+    # the counters stand still in a replay: nothing over the window
+    assert hot.metrics["port_errors_per_s"] == 0 and hot.metrics["port_retrans_per_s"] == 0
+    assert hot.attrs["retrans_counters_delta"] == {"roce_new_pkt_rty_num": 0, "roce_out_of_order_num": 0}
+
+
+def test_npu_counters_over_the_window_and_a_flapping_link():
+    labels = {"id": "3", "pcie_bus_info": "0000:41:00.0", "model_name": "Ascend910B3"}
+    g = _graph()
+    add_npus(g, [("h1", {"__name__": "npu_chip_info_link_status", **labels}, [(0.0, 1.0), (5.0, 0.0), (10.0, 1.0)]),
+                 ("h1", {"__name__": "npu_chip_roce_new_pkt_rty_num", **labels}, [(0.0, 100.0), (5.0, 130.0), (10.0, 150.0)]),
+                 ("h1", {"__name__": "npu_chip_roce_rx_err_pkt_num", **labels}, [(0.0, 7.0), (5.0, 2.0), (10.0, 4.0)]),
+                 ("h1", {"__name__": "npu_chip_info_hccs_statistic_info_crc_err_cnt_1", **labels},
+                  [(0.0, 0.0), (10.0, 3.0)])])
+    port = g.entity("rdma_port:h1:npu3:0")
+    assert port.attrs["state"] == "UP" and port.attrs["link_states_seen"] == ["DOWN", "UP"]
+    assert port.metrics["port_retrans_per_s"] == 5.0  # 50 retried packets in 10 s
+    assert port.metrics["port_errors_per_s"] == 0.4  # cleared at 5 s: 2 + 2 counted from zero
+    assert g.entity("npu:h1:0000:41:00.0").attrs["hccs_crc_errors"] == 3
 
 
 # -- with real engines -----------------------------------------------------------------------
@@ -182,6 +214,9 @@ def test_accelerators_from_prometheus_equal_the_exporters(stack, window):
         assert n.metrics["sm_clock_mhz"] == value(NPU, "npu_chip_info_aicore_current_freq", id=chip)
         assert n.metrics["memory_used_bytes"] == value(NPU, "npu_chip_info_hbm_used_memory", id=chip) * MiB
         assert n.attrs["health"] == ("OK" if value(NPU, "npu_chip_info_health_status", id=chip) == 1 else "Unhealthy")
+        port = g.entity(f"rdma_port:{npu_host}:npu{chip}:0")
+        assert port.metrics["rate_gbps"] == value(NPU, "npu_chip_link_speed", id=chip) / 1000
+        assert port.attrs["state"] == ("UP" if value(NPU, "npu_chip_info_link_status", id=chip) == 1 else "DOWN")
     assert window.requests <= 16
 
 
