@@ -215,8 +215,7 @@ class PrometheusAPI:
                         error = status
                 elif key == "data" and status in (None, "success"):
                     for item in _result(answer):
-                        values = [(float(t), float(v)) for t, v in item.get("values") or ()]
-                        values = [(t, v) for t, v in values if not math.isnan(v)]
+                        values = [(float(t), x) for t, v in item.get("values") or () if (x := float(v)) == x]  # not NaN
                         self.stats.series += 1
                         self.stats.points += len(values)
                         yield item.get("metric") or {}, values

@@ -22,6 +22,7 @@ dcgm-exporter and npu-exporter series of the same hosts (sources/promaccel.py).
 from __future__ import annotations
 
 import re
+from array import array
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -110,27 +111,83 @@ def nic_attrs(dev: str, n: dict[str, Any]) -> dict[str, Any]:
 
 # -- counters over the window ---------------------------------------------------------------
 class Steps:
-    """The increases of one counter (or a sum of counters) per step: t -> (seconds, increase)."""
+    """The increases of one counter (or a sum of counters) per step: t -> (seconds, increase).
+
+    While every series added has the same step ends (a range query's grid: the usual case) they are held
+    as three arrays of doubles, a sixth of two dicts' memory: a batch of hosts holds two of these per
+    CPU and about eight per disk and NIC. Reading or setting `dv`/`dt` turns them into the dicts for good."""
+
+    __slots__ = ("_ends", "_inc", "_span", "_dv", "_dt")
 
     def __init__(self) -> None:
-        self.dv: dict[float, float] = defaultdict(float)
-        self.dt: dict[float, float] = {}
+        self._ends: array | None = None
+        self._inc: array | None = None
+        self._span: array | None = None
+        self._dv: dict[float, float] | None = None
+        self._dt: dict[float, float] | None = None
 
     def add(self, values: list[tuple[float, float]]) -> Steps:
-        for (t0, v0), (t1, v1) in zip(values, values[1:]):
-            self.dv[t1] += v1 - v0 if v1 >= v0 else v1  # went down: reset, counts from zero
-            self.dt[t1] = max(self.dt.get(t1, 0.0), t1 - t0)
+        if len(values) < 2:
+            return self
+        pairs = list(zip(values, values[1:]))
+        ends = array("d", [t1 for _, (t1, _) in pairs])
+        inc = [v1 - v0 if v1 >= v0 else v1 for (_, v0), (_, v1) in pairs]  # went down: reset, counts from zero
+        span = [t1 - t0 for (t0, _), (t1, _) in pairs]
+        if self._dv is None and self._ends is None:
+            self._ends, self._inc, self._span = ends, array("d", inc), array("d", span)
+        elif self._dv is None and self._ends == ends:
+            self._inc = array("d", [a + b for a, b in zip(self._inc, inc)])  # type: ignore[arg-type]
+            self._span = array("d", [max(a, b) for a, b in zip(self._span, span)])  # type: ignore[arg-type]
+        else:
+            dv, dt = self._dicts()
+            for t1, d, seconds in zip(ends, inc, span):
+                dv[t1] += d
+                dt[t1] = max(dt.get(t1, 0.0), seconds)
         return self
 
+    def _dicts(self) -> tuple[dict[float, float], dict[float, float]]:
+        if self._dv is None or self._dt is None:
+            self._dv, self._dt = defaultdict(float), {}
+            if self._ends is not None:
+                self._dv.update(zip(self._ends, self._inc))  # type: ignore[arg-type]
+                self._dt.update(zip(self._ends, self._span))  # type: ignore[arg-type]
+            self._ends = self._inc = self._span = None
+        return self._dv, self._dt
+
+    @property
+    def dv(self) -> dict[float, float]:
+        return self._dicts()[0]
+
+    @dv.setter
+    def dv(self, value: dict[float, float]) -> None:
+        self._dicts()
+        self._dv = value
+
+    @property
+    def dt(self) -> dict[float, float]:
+        return self._dicts()[1]
+
+    @dt.setter
+    def dt(self, value: dict[float, float]) -> None:
+        self._dicts()
+        self._dt = value
+
+    def increases(self) -> dict[float, float]:
+        """t -> increase, in time order (a new dict while held as arrays: nothing kept)."""
+        return dict(zip(self._ends, self._inc)) if self._ends is not None else self._dv or {}  # type: ignore
+
     def __bool__(self) -> bool:
-        return bool(self.dt)
+        return self._ends is not None or bool(self._dt)
 
     def rate(self) -> float | None:
-        span = sum(self.dt.values())
-        return sum(self.dv.values()) / span if span > 0 else None
+        span = sum(self._span if self._ends is not None else (self._dt or {}).values())  # type: ignore[arg-type]
+        return sum(self.increases().values()) / span if span > 0 else None
 
     def step_rates(self) -> list[float]:
-        return [self.dv[t] / self.dt[t] for t in sorted(self.dt) if self.dt[t] > 0]
+        if self._ends is not None:
+            return [d / s for d, s in zip(self._inc, self._span) if s > 0]  # type: ignore[arg-type]
+        dv, dt = self._dicts()
+        return [dv[t] / dt[t] for t in sorted(dt) if dt[t] > 0]
 
 
 def stats(name: str, overall: float | None, per_step: list[float], digits: int = 3) -> dict[str, float]:
@@ -146,18 +203,20 @@ def stats(name: str, overall: float | None, per_step: list[float], digits: int =
 def rate_metrics(name: str, steps: Steps, scale: float = 1.0, digits: int = 3) -> dict[str, float]:
     if not steps:
         return {}
-    if steps.dv and all(v == 0 for v in steps.dv.values()) and len(steps.dt) >= 2:
+    inc = steps.increases()
+    if inc and all(v == 0 for v in inc.values()) and len(inc) >= 2:
         return {name: 0.0, f"{name}_p95": 0.0, f"{name}_max": 0.0}
     rate = steps.rate()
     return stats(name, None if rate is None else rate * scale, [r * scale for r in steps.step_rates()], digits)
 
 
 def ratio_metrics(name: str, num: Steps, den: Steps, scale: float = 100.0, digits: int = 3) -> dict[str, float]:
-    total = sum(den.dv.values())
+    num_inc, den_inc = num.increases(), den.increases()
+    total = sum(den_inc.values())
     if not num or not den or total <= 0:
         return {}
-    per = [num.dv.get(t, 0.0) / den.dv[t] * scale for t in sorted(den.dv) if den.dv[t] > 0]
-    return stats(name, sum(num.dv.values()) / total * scale, per, digits)
+    per = [num_inc.get(t, 0.0) / den_inc[t] * scale for t in sorted(den_inc) if den_inc[t] > 0]
+    return stats(name, sum(num_inc.values()) / total * scale, per, digits)
 
 
 # -- hosts --------------------------------------------------------------------------------

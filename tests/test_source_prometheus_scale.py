@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import random
 import threading
 import time
 
@@ -18,7 +19,7 @@ import pytest
 
 from witty_profiler.sources import promapi, prometheus
 from witty_profiler.sources.promaccel import add_gpus
-from witty_profiler.sources.prometheus import NodeSource, merged, plan_batches
+from witty_profiler.sources.prometheus import NodeSource, Steps, merged, plan_batches, rate_metrics, ratio_metrics
 from witty_profiler.topology import jsonstream
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
@@ -160,3 +161,28 @@ def test_exporter_statuses_of_batches_merge_into_one():
     assert merged([nothing, ok, nothing], add_gpus).status == "ok"  # batches of hosts without GPUs say nothing
     both = merged([ok, odd, nothing, odd], add_gpus)
     assert (both.status, both.reason) == ("partial", odd.reason)
+
+
+# -- folding -------------------------------------------------------------------------------
+def test_steps_held_as_arrays_give_what_dicts_give():
+    rng = random.Random(7)
+    grid = [START + k * STEP for k in range(30)]
+    series = [[(t, v) for t, v in zip(grid, _counter(rng))] for _ in range(4)]
+    gappy = [p for i, p in enumerate(series[0]) if i != 11]  # another grid: a scrape missed
+    for parts in (series, [*series, gappy]):
+        compact, plain = Steps(), Steps()
+        assert plain.dv == {}  # read as dicts from the start, as a caller reading dv/dt leaves them
+        for values in parts:
+            compact.add(values)
+            plain.add(values)
+        assert rate_metrics("x", compact) == rate_metrics("x", plain)
+        assert ratio_metrics("y", Steps().add(series[1]), compact) == ratio_metrics("y", Steps().add(series[1]), plain)
+        assert compact.step_rates() == plain.step_rates() and compact.rate() == plain.rate()
+        assert compact.increases() == plain.dv and dict(compact.dt) == dict(plain.dt)
+
+
+def _counter(rng):
+    value = 1e6
+    for k in range(30):
+        value = 3.0 if k == 17 else value + rng.random() * 100  # a reset at step 17
+        yield value
