@@ -5,9 +5,8 @@ Prometheus scraping them every second; needs root), lets it record, then reads w
 sizes at a 1 s step, each in a fresh process so that its peak RSS is its own. Or, with --url, reads
 an existing Prometheus (then --match should select node_exporter jobs).
 
-The projection to many hosts is arithmetic on the measured figures, not a measurement: the bytes
-of a range-query answer grow with series x points, the requests with metric families x batches of
-hosts (sources.prometheus.BATCH_HOSTS), and the series per host with its CPUs, NICs and disks.
+Many hosts (500 x 1 h at 15 s, a real Prometheus backfilled with generated series) are measured by
+benchmarks/prometheus_scale.py.
 Usage: python benchmarks/prometheus_query.py [--windows 10,30,60] [--url URL --match SEL]
 """
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import subprocess
 import sys
@@ -50,19 +48,6 @@ def measure(url: str, windows: list[int], step: float, match: str) -> list[dict]
     return rows
 
 
-def project(row: dict, hosts: int = 500, window_s: float = 3600, step_s: float = 15, cpus: int = 128,
-            nics: int = 4, disks: int = 4, batch: int = 50) -> dict:
-    """500 hosts x 1 h at 15 s from one measured row: bytes per point measured, series per host counted
-    from the queries (2 per CPU, 8 CPU modes, 9 per NIC, 7 per disk, 12 others)."""
-    bytes_per_point = row["bytes"] / max(1, row["points"])
-    series = hosts * (2 * cpus + 8 + 9 * nics + 7 * disks + 12)
-    points = series * (window_s / step_s + 1)
-    families = 9  # range queries per batch of hosts (sources.prometheus); plus discovery and 2 instant probes
-    return {"hosts": hosts, "window_s": window_s, "step_s": step_s, "series": series, "points": int(points),
-            "requests": families * math.ceil(hosts / batch) + 3, "bytes_per_point": round(bytes_per_point, 1),
-            "bytes": int(points * bytes_per_point)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", default="10,30,60")
@@ -88,7 +73,6 @@ def main() -> None:
             stack.stop()
     for row in rows:
         print(json.dumps(row))
-    print(json.dumps({"projection": project(rows[-1])}))
 
 
 if __name__ == "__main__":
