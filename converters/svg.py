@@ -105,9 +105,11 @@ def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "start", 
             f'fill="{fill}">{escape(text)}</text>')
 
 
-def _group_open(eid: str, kind: str, title: str, cited: frozenset[str], extra: str = "") -> str:
+def _group_open(eid: str, kind: str, title: str, cited: frozenset[str], extra: str = "",
+                related: list[str] | None = None) -> str:
     classes = f"ent {kind}" + (" cited" if eid in cited else "") + (f" {extra}" if extra else "")
-    return (f'<g id="{_attr(element_id(eid))}" class="{classes}" data-entity="{_attr(eid)}">'
+    also = f' data-related="{_attr(" ".join(element_id(r) for r in related))}"' if related else ""
+    return (f'<g id="{_attr(element_id(eid))}" class="{classes}" data-entity="{_attr(eid)}"{also}>'
             f"<title>{escape(title)}</title>")
 
 
@@ -115,7 +117,7 @@ def _box(box: Box, cited: frozenset[str], shown: dict[str, str]) -> str:
     shown[box.eid] = element_id(box.eid)
     for alias in box.aliases:
         shown.setdefault(alias, element_id(box.eid))
-    parts = [_group_open(box.eid, box.kind, box.title, cited, box.extra_class),
+    parts = [_group_open(box.eid, box.kind, box.title, cited, box.extra_class, box.related),
              f'<rect x="{box.x:g}" y="{box.y:g}" width="{box.w:g}" height="{box.h:g}" rx="{box.radius:g}" '
              f'fill="{box.fill}" ' + (f'stroke="{CITED}" stroke-width="2"/>' if box.eid in cited
                                       else f'stroke="{box.stroke}" stroke-width="1"/>')]

@@ -237,17 +237,20 @@ def placement_lines(q: GraphQuery, host: str, nodes: list[NodeView], rows: list[
                          f"most pages on NUMA {mem if mem is not None else '?'}: {kind}")
                 lines.append(Line(edge.id, kind, _curve(box.top, device_box[device.id].bottom), colour, title,
                                   width=2.5))
+                box.related += [edge.id, device.id]
             if used:
                 continue
             if run in node_box:
                 runs_on = [e.id for e in q.out_edges(process.id, E.RUNS_ON)]
                 lines.append(Line(f"runs:{process.id}", "runs", _curve(box.top, node_box[run].bottom), UNKNOWN,
                                   f"{box.lines[0]} runs on NUMA {run}", width=1.5, aliases=runs_on))
+                box.related += [f"runs:{process.id}", node_box[run].eid]
             if mem in node_box and mem != run:
                 allocates = [e.id for e in q.out_edges(process.id, E.ALLOCATES_ON)]
                 lines.append(Line(f"memory:{process.id}", "memory", _curve(box.top, node_box[mem].bottom), MEMORY,
                                   f"{box.lines[0]} keeps most of its pages on NUMA {mem}", dashed=True, width=1.5,
                                   aliases=allocates))
+                box.related += [f"memory:{process.id}", node_box[mem].eid]
     return lines
 
 
@@ -295,4 +298,6 @@ def ipc_lines(q: GraphQuery, host: str, rows: list[ProcessRow]) -> list[Line]:
         what = ", ".join(sorted("socket flow" if k == E.SENDS_TO else k for k in kinds[(a, b)]))
         title = f"{ba.lines[0]} \u2194 {bb.lines[0]}: {what} ({len(eids)} {'edge' if len(eids) == 1 else 'edges'})"
         lines.append(Line(f"ipc:{a}:{b}", "ipc", path, IPC, title, width=2.0, aliases=eids))
+        ba.related += [f"ipc:{a}:{b}", bb.eid]
+        bb.related += [f"ipc:{a}:{b}", ba.eid]
     return lines

@@ -39,6 +39,7 @@ class Box:
     font: int = 11  # px, of the first line; the others are 10 px
     bar: float | None = None  # a utilisation (%) drawn as a bar along the bottom edge
     aliases: list[str] = field(default_factory=list)  # other ids this box stands for (CPUs of a range, folded processes)
+    related: list[str] = field(default_factory=list)  # what a click on it also lights: its lines, devices, peers
 
     @property
     def top(self) -> tuple[float, float]:

@@ -91,7 +91,10 @@ def test_the_8_npu_sample_in_a_browser(browser, vllm_sample_path, tmp_path):
         page.click(f'svg.topology g[data-entity="{worker}"]')
         picked = page.text_content("figure.host p.picked")
         assert picked.startswith("python3 (pid ") and mismatch.title in picked, picked
-        assert page.eval_on_selector_all("svg .hl", "els => els.map(e => e.dataset.entity)") == [worker]
+        # and lights it with its line and its NPU
+        line, npu = next((e.id, e.target) for e in graph.edges("uses_device") if e.source == worker)
+        lit = page.eval_on_selector_all("svg .hl", "els => els.map(e => e.dataset.entity)")
+        assert sorted(lit) == sorted([worker, line, npu])
         # the picture is drawn, not just present: the lines of the mismatch have a length
         length = page.evaluate("document.querySelector('svg g.link.remote path').getTotalLength()")
         assert length > 50

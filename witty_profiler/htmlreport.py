@@ -89,7 +89,7 @@ SCRIPT = """
       if (i) { out.appendChild(document.createTextNode("; ")); }
       out.appendChild(link);
     });
-    light([el.id]);
+    light([el.id].concat((el.getAttribute("data-related") || "").split(" ")));
   }
   document.addEventListener("click", function (event) {
     var target = event.target;
