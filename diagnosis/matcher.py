@@ -179,4 +179,7 @@ def _summary(d: Diagnosis, graph: Graph, scope: Scope, only: int | None, overrid
         "thresholds_overridden": sorted(overrides or {}),
         "collectors": {name: {"status": c.status, **({"reason": c.reason} if c.reason else {})}
                        for name, c in sorted(meta.collectors.items())},
+        # a window read from Prometheus: what each host's own exporter reported, passed on as recorded, never
+        # judged again (the patterns above judge the window itself)
+        **({"exporter_findings": meta.extra["exporter_findings"]} if meta.extra.get("exporter_findings") else {}),
     }

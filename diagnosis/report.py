@@ -148,8 +148,25 @@ def markdown(d: Diagnosis, graph: Graph | None = None) -> str:
                   "say nothing about their layer (see each layer below).", ""]
     for number, _, _ in LAYERS:
         lines += layer_section(d, number, detail=True)
-    lines += recommendations(d) + roadmap(d) + appendix(d)
+    lines += exporter_findings(d) + recommendations(d) + roadmap(d) + appendix(d)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def exporter_findings(d: Diagnosis) -> list[str]:
+    """What the hosts' own `witty-profiler export` reported during a window read from Prometheus: recorded
+    facts, with when each host reported them; the findings above are this diagnosis's own."""
+    rows = d.summary.get("exporter_findings") or []
+    if not rows:
+        return []
+    lines = ["## Reported by the hosts' exporters", "",
+             "Findings each host's `witty-profiler export` reported on its own windows (witty_finding), as Prometheus "
+             "kept them: recorded facts, not judged again here.", "",
+             "| host | pattern | priority | first seen | last seen | reported for |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {_cell(str(r.get('host', '')))} | `{_cell(str(r.get('pattern', '')))}` | "
+                     f"{_cell(str(r.get('priority', '')))} | {_cell(str(r.get('first_seen', '')))} | "
+                     f"{_cell(str(r.get('last_seen', '')))} | {r.get('reported_s', 0):g} s |")
+    return lines + [""]
 
 
 def recommendations(d: Diagnosis) -> list[str]:

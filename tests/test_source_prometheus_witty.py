@@ -115,6 +115,19 @@ def test_exporter_findings_are_recorded_facts(read_back):
         assert f["reported_s"] == STEPS
 
 
+def test_the_report_shows_them_apart_from_its_own_findings(read_back):
+    from witty_profiler import report
+    source, g = read_back
+    d = diagnose(g)
+    assert d.summary["exporter_findings"] == g.meta.extra["exporter_findings"]
+    text = report(d, g, format="md")
+    section = text.split("## Reported by the hosts' exporters", 1)[1].split("\n## ", 1)[0]
+    assert "not judged again" in section
+    for f in diagnose(source).findings:
+        assert f"| h1 | `{f.pattern}` | {f.priority} | 2026-12-03T09:00:00Z | 2026-12-03T09:00:10Z | 11 s |" in section
+    assert "## Reported by the hosts' exporters" not in report(diagnose(source), source, format="md")
+
+
 def test_patterns_judge_the_read_back(read_back):
     _, g = read_back
     d = diagnose(g)
