@@ -236,10 +236,10 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
 
 
 def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIMEOUT_S,
-                 work_threads: int = WORK_THREADS) -> WittyServer:
+                 work_threads: int = WORK_THREADS, server_class: type[WittyServer] = WittyServer) -> WittyServer:
     from witty_profiler import __version__
     w = tools or WittyTools(GraphStore())
-    server = WittyServer("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
+    server = server_class("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
     server.inputs, server.schemas, server.witty = {}, {}, w
     server.workers = workers = Workers(work_threads, tool_timeout)

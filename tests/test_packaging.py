@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 # the folders at the top of the repository that install as witty_profiler.<folder>
-PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server", "cluster", "traces", "sources")
+PARTS = ("collectors", "topology", "converters", "diagnosis", "mcp_server", "cluster", "traces", "sources", "service")
 
 
 def _tracked(*patterns: str) -> list[str]:
@@ -134,6 +134,7 @@ ALLOWED_IMPORTS = {
     "traces": {"topology"},
     "sources": {"topology"},
     "mcp_server": {"topology", "collectors", "converters", "diagnosis", "cluster", "traces", "sources"},
+    "service": {"topology", "collectors", "converters", "diagnosis", "cluster", "traces", "sources", "mcp_server"},
 }
 
 

@@ -32,13 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def seed_form(argv: list[str]) -> list[str]:
+    """The forms of the original quick start, as subcommands: bare `witty-profiler` (or options only, such as
+    `--config FILE`) is `serve`; `--offline --duration N` is one window, `collect`."""
+    if argv and not argv[0].startswith("-"):
+        return argv
+    if any(a in ("-h", "--help", "--version") for a in argv[:1]):
+        return argv
+    return ["collect", *argv] if "--offline" in argv else ["serve", *argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        print(f"witty-profiler: error: name a command ({', '.join(COMMANDS)}); "
-              "witty-profiler --help describes them", file=sys.stderr)
-        return 2
+    args = parser.parse_args(seed_form(sys.argv[1:] if argv is None else list(argv)))
     return guarded(lambda: args.handler(args))
 
 

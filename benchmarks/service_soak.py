@@ -1,0 +1,184 @@
+"""The service over a long run: its CPU, memory and disk while it monitors a busy host.
+
+Starts a helper process holding THREADS sleeping Python threads (the host then has that many more
+threads for the collectors to read), then the service (`witty-profiler serve`, its default window and
+interval unless given) on a free loopback port with its own state directory. With --idle-minutes the
+service first runs stopped (serving, not collecting): the baseline of the same process. Then it
+collects for --minutes. Every --sample seconds it records the service's CPU time (user + system, from
+/proc/PID/stat), its RSS and the size of its state directory, and asks GET /api/v1/status; each sample
+is a JSON line in --out as it is taken, so a run cut short keeps what it measured. At the end: SIGTERM,
+the exit code, and a JSON summary on stdout:
+
+    cpu_pct_of_one_core   CPU seconds / wall seconds while collecting, x100 (goal: < 1)
+    idle_cpu_pct          the same while stopped (the baseline), and the ratio
+    rss_max_mib, rss_drift_mib   the largest RSS; the mean of the last quarter minus the second quarter's
+    disk_max_mib vs cap_mib      the state directory's largest size against ring_max_mb + kept_max_mb
+
+Usage: python3 benchmarks/service_soak.py [--minutes 60] [--idle-minutes 5] [--threads 2000] [--sample 60]
+       [--window S] [--interval S] [--out /tmp/soak.jsonl] [-- more serve options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TICK = os.sysconf("SC_CLK_TCK")
+HOLDER = """
+import sys, threading
+threading.stack_size(64 * 1024)
+stop = threading.Event()
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def dir_mib(path: Path) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total / (1024 * 1024)
+
+
+def api(port: int, path: str, method: str = "GET") -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def wait_up(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"the service exited with {proc.returncode} before it answered")
+        try:
+            api(port, "/api/v1/status")
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the service did not answer within a minute")
+
+
+def phase(name: str, seconds: float, every: float, pid: int, port: int, state: Path, out) -> list[dict]:
+    samples, t0, c0 = [], time.monotonic(), cpu_s(pid)
+    last_t, last_c = t0, c0
+    while time.monotonic() - t0 < seconds:
+        time.sleep(min(every, max(0.0, seconds - (time.monotonic() - t0))))
+        now, cpu = time.monotonic(), cpu_s(pid)
+        status = api(port, "/api/v1/status")
+        sample = {"phase": name, "t_s": round(now - t0, 1), "cpu_s": round(cpu - c0, 3),
+                  "interval_cpu_pct": round(100 * (cpu - last_c) / (now - last_t), 3), "rss_mib": round(rss_mib(pid), 1),
+                  "disk_mib": round(dir_mib(state), 2), "windows_done": status["monitor"]["windows_done"],
+                  "windows_failed": status["monitor"]["windows_failed"], "ring": status["storage"]["ring"]["windows"],
+                  "kept": status["storage"]["kept"]["windows"], "evicted": status["evicted_windows"],
+                  "loadavg": os.getloadavg()[0]}
+        last_t, last_c = now, cpu
+        samples.append(sample)
+        out.write(json.dumps(sample) + "\n")
+        out.flush()
+    return samples
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--idle-minutes", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=2000)
+    ap.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
+    ap.add_argument("--window", type=float)
+    ap.add_argument("--interval", type=float)
+    ap.add_argument("--out", default="/tmp/witty-service-soak.jsonl")
+    ap.add_argument("serve_args", nargs="*", help="more `witty-profiler serve` options, after --")
+    args = ap.parse_args()
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(args.threads)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    host_threads = sum(1 for _ in Path("/proc").glob("[0-9]*/task/[0-9]*"))
+    port = free_port()
+    state = Path(tempfile.mkdtemp(prefix="witty-soak-"))
+    cmd = [sys.executable, "-m", "witty_profiler", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", str(state)]
+    cmd += ["--window", str(args.window)] if args.window else []
+    cmd += ["--interval", str(args.interval)] if args.interval else []
+    cmd += ["--stopped"] if args.idle_minutes else []
+    cmd += args.serve_args
+    service = subprocess.Popen(cmd, cwd=REPO)
+    summary: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine":
+                     f"{platform.machine()} {os.cpu_count()} CPUs, kernel {platform.release()}, Python "
+                     f"{platform.python_version()}", "host_threads": host_threads, "command": " ".join(cmd[1:])}
+    try:
+        wait_up(port, service)
+        config = api(port, "/api/v1/status")
+        with open(args.out, "w") as out:
+            if args.idle_minutes:
+                idle = phase("idle", args.idle_minutes * 60, args.sample, service.pid, port, state, out)
+                summary["idle_cpu_pct"] = round(100 * idle[-1]["cpu_s"] / idle[-1]["t_s"], 3)
+                api(port, "/api/v1/start", "POST")
+            run = phase("collecting", args.minutes * 60, args.sample, service.pid, port, state, out)
+        storage = config["storage"]
+        cap = (storage["ring"]["max_bytes"] + storage["kept"]["max_bytes"]) / (1024 * 1024)
+        n = len(run)
+        second = [s["rss_mib"] for s in run[n // 4: n // 2]] or [run[0]["rss_mib"]]
+        last = [s["rss_mib"] for s in run[3 * n // 4:]] or [run[-1]["rss_mib"]]
+        summary.update({
+            "window_s": config["monitor"]["window_s"], "interval_s": config["monitor"]["interval_s"],
+            "collecting_s": run[-1]["t_s"], "windows_done": run[-1]["windows_done"],
+            "windows_failed": run[-1]["windows_failed"], "evicted": run[-1]["evicted"],
+            "cpu_pct_of_one_core": round(100 * run[-1]["cpu_s"] / run[-1]["t_s"], 3),
+            "interval_cpu_pct_max": max(s["interval_cpu_pct"] for s in run),
+            "rss_max_mib": max(s["rss_mib"] for s in run),
+            "rss_drift_mib": round(sum(last) / len(last) - sum(second) / len(second), 1),
+            "disk_max_mib": max(s["disk_mib"] for s in run), "cap_mib": cap,
+            "loadavg_mean": round(sum(s["loadavg"] for s in run) / n, 2)})
+        if "idle_cpu_pct" in summary and summary["idle_cpu_pct"] > 0:
+            summary["collecting_vs_idle"] = round(summary["cpu_pct_of_one_core"] / summary["idle_cpu_pct"], 1)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        try:
+            summary["exit_code"] = service.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            summary["exit_code"] = "killed after 120 s"
+        holder.kill()
+        summary["state_dir"] = str(state)
+        print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The service: one process that monitors this host in rolling windows and serves them.
+
+    witty-profiler [serve] [--config FILE]      http://127.0.0.1:18090/api/v1/status, /openapi.json, /mcp
+
+It holds the state directory's lock (one service per directory), collects window after window
+(`monitor.Monitor`) into the ring (`ring.Ring`), and serves the REST API (`routes`) and the MCP server
+(streamable HTTP, /mcp) on one port, behind `mcp_server.httpguard` (Host/Origin, bearer token). It
+writes only inside its state directory. SIGTERM or SIGINT: the window in progress ends early, is
+stored, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from witty_profiler.service.config import TOKEN_ENV, ServiceConfig, read_token
+from witty_profiler.service.lock import InstanceLock
+from witty_profiler.service.monitor import Monitor
+from witty_profiler.service.ring import MIB, Ring
+from witty_profiler.topology.errors import InputError
+
+log = logging.getLogger("witty-profiler.service")
+
+
+class Service:
+    def __init__(self, config: ServiceConfig, state: Path) -> None:
+        from witty_profiler.diagnosis.thresholds import coerce
+        self.config, self.state = config, state
+        s = config.storage
+        self.ring = Ring(state, s.ring_windows, int(s.ring_max_mb * MIB), s.kept_windows, int(s.kept_max_mb * MIB))
+        thresholds = config.diagnosis.thresholds
+        self.thresholds = coerce(thresholds) if thresholds is not None else None
+        self.monitor = Monitor(config, self.ring, self.thresholds)
+        self._diagnoses: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        from witty_profiler.service.routes import table
+        self.api_routes = table()
+
+    def status(self) -> dict[str, Any]:
+        host, port = self.config.listen_address()
+        latest = self.ring.latest()
+        return {"service": "witty-profiler", "listen": f"{host}:{port}", "state_dir": str(self.state),
+                "monitor": self.monitor.status(), "latest_window": latest.window_id if latest else None,
+                "storage": self.ring.usage(), "evicted_windows": self.ring.evicted}
+
+    # -- graph work (worker threads) ----------------------------------------------------------
+    def diagnosis(self, window_id: str) -> Any:
+        with self._lock:
+            if window_id in self._diagnoses:
+                return self._diagnoses[window_id]
+        from witty_profiler.diagnosis import diagnose
+        c = self.config.collection
+        result = diagnose(self.ring.graph(window_id), pids=c.pids or None, thresholds=self.thresholds)
+        with self._lock:
+            self._diagnoses[window_id] = result
+            while len(self._diagnoses) > 8:
+                self._diagnoses.popitem(last=False)
+        return result
+
+    def view(self, window_id: str, layer: str, max_tokens: int | None) -> str:
+        from witty_profiler.converters import render_view
+        from witty_profiler.converters.hints import McpHints
+        graph, diagnosis = self.ring.graph(window_id), self.diagnosis(window_id)
+        return render_view(graph, layer, max_tokens, hints=McpHints(window_id), diagnosis=diagnosis).text
+
+    def report(self, window_id: str, fmt: str) -> str:
+        graph, diagnosis = self.ring.graph(window_id), self.diagnosis(window_id)
+        if fmt == "html":
+            from witty_profiler.htmlreport import render_html  # type: ignore[import-not-found]
+            return render_html(graph, diagnosis)
+        from witty_profiler.diagnosis.report import report
+        return report(diagnosis, graph, format=fmt)
+
+    def compare(self, before: str, after: str) -> Any:
+        from witty_profiler.diagnosis.compare import compare
+        c = self.config.collection
+        return compare(self.ring.graph(before), self.ring.graph(after), thresholds=self.thresholds,
+                       pids=c.pids or None)
+
+
+def build_app(service: Service, token: str | None) -> Any:
+    """The REST routes and /mcp on one Starlette app, behind the HTTP guard."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from witty_profiler.mcp_server.httpguard import HttpGuard, allowed_hosts, allowed_origins
+    from witty_profiler.service.mcp import build_mcp
+    from witty_profiler.service.routes import starlette_routes
+    host, port = service.config.listen_address()
+    server = service.config.server
+    hosts = allowed_hosts(host, port, server.allowed_hosts)
+    origins = allowed_origins(hosts, server.allowed_origins)
+    mcp = build_mcp(service)
+    # the SDK checks Host/Origin too; given the same lists, so it never disagrees with the guard
+    app = mcp.streamable_http_app(transport_security=TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins), host=host)
+    app.router.routes.extend(starlette_routes(service, service.api_routes))
+    return HttpGuard(app, hosts, origins, token)
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn.Server, except that (1) after a graceful shutdown on SIGTERM/SIGINT it does not raise the
+    signal again (which would kill the process before the window in progress is stored): SIGTERM is how
+    a service is stopped, and it exits 0; (2) its housekeeping wakes once a second, not ten times: on an
+    idle service those wake-ups were most of its CPU time (BENCHMARKS.md)."""
+
+    async def main_loop(self) -> None:
+        counter = 0  # a multiple of 10: uvicorn refreshes its Date header on those
+        while not await self.on_tick(counter):
+            await asyncio.sleep(1.0)
+            counter = (counter + 10) % 864000
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a busy port is one sentence, exit 2."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another server.listen") \
+            from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def run(config: ServiceConfig, running: bool = True) -> int:
+    """Serve until SIGTERM/SIGINT; the exit code."""
+    from witty_profiler.mcp_server.httpguard import check_bind
+    host, port = config.listen_address()
+    token = read_token(config)
+    check_bind(host, token, f"server.token_file or ${TOKEN_ENV}")
+    state = config.state_path()
+    lock = InstanceLock(state)
+    lock.acquire()
+    try:
+        sock = bind(host, port)
+        service = Service(config, state)
+        app = build_app(service, token)
+        service.monitor.launch(running)
+        try:
+            log.warning("witty-profiler service on http://%s:%d (state %s)", f"[{host}]" if ":" in host else host,
+                        port, state)
+            # uvicorn handles SIGTERM/SIGINT: it stops serving; then the window in progress ends and is stored
+            QuietServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                       timeout_graceful_shutdown=5)).run(sockets=[sock])
+        finally:
+            service.monitor.close()
+    finally:
+        lock.release()
+    return 0

@@ -1,0 +1,120 @@
+"""The service's settings: defaults < config file (TOML or JSON) < command line; bad keys and values are
+one line, exit 2, naming the key; --dump-config prints what the service would use, and reads back."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from witty_profiler.cli import main, seed_form
+from witty_profiler.service import config as cfg
+from witty_profiler.topology.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_seed_forms_map_to_subcommands():
+    assert seed_form([]) == ["serve"]
+    assert seed_form(["--config", "configs/production.json"]) == ["serve", "--config", "configs/production.json"]
+    assert seed_form(["--offline", "--duration", "30"]) == ["collect", "--offline", "--duration", "30"]
+    assert seed_form(["collect", "--duration", "1"]) == ["collect", "--duration", "1"]
+    assert seed_form(["--help"]) == ["--help"]
+
+
+def test_the_example_production_config_loads():
+    config = cfg.load(str(REPO / "configs" / "production.json"), {})
+    assert config.server.listen == "127.0.0.1:18090"
+    assert config.storage.state_dir == "/var/lib/witty-profiler"
+    assert config.collection.collectors == ["-ebpf"]
+
+
+def test_toml_and_json_give_the_same_settings(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('[collection]\nwindow_s = 20\ninterval_s = 5\npids = [1]\n[storage]\nring_windows = 7\n'
+                    '[diagnosis.thresholds."compute.cpu_saturation"]\n')
+    as_json = tmp_path / "s.json"
+    as_json.write_text(json.dumps({"collection": {"window_s": 20, "interval_s": 5, "pids": [1]},
+                                   "storage": {"ring_windows": 7},
+                                   "diagnosis": {"thresholds": {"compute.cpu_saturation": {}}}}))
+    a, b = cfg.load(str(toml), {}), cfg.load(str(as_json), {})
+    assert a == b
+    assert (a.collection.window_s, a.collection.interval_s, a.storage.ring_windows) == (20, 5, 7)
+
+
+def test_the_command_line_wins_over_the_file_which_wins_over_the_defaults(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"collection": {"window_s": 30, "interval_s": 3}, "storage": {"ring_windows": 5}}))
+    config = cfg.load(str(f), {"collection": {"window_s": 40, "interval_s": None}, "storage": {}})
+    assert config.collection.window_s == 40  # command line
+    assert config.collection.interval_s == 3  # file
+    assert config.storage.kept_windows == cfg.Storage().kept_windows  # default
+
+
+@pytest.mark.parametrize("text, key", [
+    ('{"collection": {"window_z": 3}}', "collection.window_z"),
+    ('{"colection": {}}', "colection"),
+    ('{"collection": {"window_s": -1}}', "collection.window_s"),
+    ('{"collection": {"window_s": 5, "interval_s": 10}}', "collection.interval_s"),
+    ('{"collection": {"pids": ["1"]}}', "collection.pids"),
+    ('{"storage": {"ring_windows": 0}}', "storage.ring_windows"),
+    ('{"storage": {"ring_max_mb": true}}', "storage.ring_max_mb"),
+    ('{"server": {"listen": "localhost"}}', "server.listen"),
+    ('{"diagnosis": {"trigger_priority": "P3"}}', "diagnosis.trigger_priority"),
+    ('{"diagnosis": {"trigger_patterns": ["compute.nope"]}}', "diagnosis.trigger_patterns"),
+    ('{"diagnosis": {"thresholds": {"compute.nope": {}}}}', "compute.nope"),
+    ('{"collection": ', "not valid JSON"),
+])
+def test_a_bad_setting_is_one_line_naming_the_key_exit_2(tmp_path, capsys, text, key):
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    assert main(["serve", "--config", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and key in err and "Traceback" not in err
+
+
+def test_a_bad_value_on_the_command_line_is_refused_too(capsys):
+    assert main(["--window", "5", "--interval", "10", "--dump-config"]) == 2
+    assert "collection.interval_s" in capsys.readouterr().err
+
+
+def test_a_missing_config_file_is_one_line(tmp_path, capsys):
+    assert main(["--config", str(tmp_path / "none.toml")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
+def test_dump_config_prints_the_settings_in_force_and_reads_back(tmp_path, capsys):
+    f = tmp_path / "s.toml"
+    f.write_text('[server]\nlisten = "127.0.0.1:18123"\n')
+    assert main(["--config", str(f), "--ring-windows", "9", "--dump-config"]) == 0
+    dumped = json.loads(capsys.readouterr().out)
+    assert dumped["server"]["listen"] == "127.0.0.1:18123" and dumped["storage"]["ring_windows"] == 9
+    assert cfg.from_mapping(dumped) == cfg.load(str(f), {"storage": {"ring_windows": 9}})
+
+
+def test_the_token_comes_from_its_file_or_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv(cfg.TOKEN_ENV, raising=False)
+    config = cfg.ServiceConfig()
+    assert cfg.read_token(config) is None
+    monkeypatch.setenv(cfg.TOKEN_ENV, "from-the-environment-123")
+    assert cfg.read_token(config) == "from-the-environment-123"
+    token = tmp_path / "token"
+    token.write_text("from-the-file-0123456789\n")
+    config.server.token_file = str(token)
+    assert cfg.read_token(config) == "from-the-file-0123456789"
+    token.write_text("")
+    with pytest.raises(InputError, match="is empty"):
+        cfg.read_token(config)
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_offline_duration_collects_one_window_like_collect(tmp_path):
+    out = tmp_path / "g.json"
+    done = subprocess.run([sys.executable, "-m", "witty_profiler", "--offline", "--duration", "1", "-o", str(out), "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    graph = json.loads(out.read_text())
+    assert graph["format"] == "witty-graph" and graph["meta"]["duration_s"] == 1.0
+    assert graph["meta"]["collectors"]["process"]["status"] in ("ok", "partial")
