@@ -1,5 +1,8 @@
 """`witty-mcp`: run the MCP server, over stdio (default) or streamable HTTP on loopback.
 
+Over HTTP every request passes Host/Origin validation (`mcp_server.httpguard`); an address beyond
+loopback needs a bearer token (--token-file, or $WITTY_MCP_TOKEN), which every request must carry.
+
 In stdio mode stdout carries the protocol and nothing else: logs go to stderr, and while the
 server runs the SDK points file descriptor 1 at stderr, so a stray print cannot corrupt the wire.
 """
@@ -13,7 +16,11 @@ import os
 import sys
 from typing import Any
 
+from pathlib import Path
+
 from witty_profiler.topology.errors import InputError
+
+TOKEN_ENV = "WITTY_MCP_TOKEN"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stdio (default; what assistants launch) or streamable-http")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on (default 127.0.0.1, loopback)")
     p.add_argument("--port", type=int, default=18090, help="HTTP port (default 18090)")
+    p.add_argument("--token-file", metavar="FILE", help="HTTP: the bearer token clients must send (else "
+                   f"${TOKEN_ENV}); required beyond loopback")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+                   help="HTTP: a Host header to accept besides this host's own names (repeatable)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file of pattern thresholds to use by default")
     p.add_argument("--state-dir", metavar="DIR", help="where graphs are kept between sessions "
                    "(default $WITTY_STATE_DIR, else $XDG_STATE_HOME/witty-profiler, else ~/.local/state/witty-profiler)")
@@ -56,13 +67,35 @@ def _seconds(text: str) -> float:
     return value
 
 
-def serve_http(server: Any, host: str, port: int, log_level: str) -> None:
-    """Streamable HTTP under /mcp, with uvicorn's access log on stderr like every other log line."""
+def read_token(path: str | None) -> str | None:
+    if path is None:
+        return os.environ.get(TOKEN_ENV) or None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--token-file {path}: cannot read it ({exc})") from None
+    if not token:
+        raise InputError(f"--token-file {path}: is empty")
+    return token
+
+
+def serve_http(server: Any, host: str, port: int, log_level: str, token: str | None = None,
+               extra_hosts: list[str] | None = None) -> None:
+    """Streamable HTTP under /mcp behind the HTTP guard, with uvicorn's access log on stderr like every
+    other log line."""
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
     from uvicorn.config import LOGGING_CONFIG
+
+    from witty_profiler.mcp_server.httpguard import HttpGuard, allowed_hosts, allowed_origins
+    hosts = allowed_hosts(host, port, extra_hosts or [])
+    origins = allowed_origins(hosts)
+    # the SDK turns its own DNS-rebinding check off for any address but loopback: given the lists, it keeps it
+    app = server.streamable_http_app(host=host, transport_security=TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins))
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
-    uvicorn.run(server.streamable_http_app(host=host), host=host, port=port, log_level=log_level.lower(),
+    uvicorn.run(HttpGuard(app, hosts, origins, token), host=host, port=port, log_level=log_level.lower(),
                 log_config=log_config)
 
 
@@ -72,8 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.thresholds and not os.path.isfile(args.thresholds):
         print(f"witty-mcp: error: --thresholds {args.thresholds}: no such file", file=sys.stderr)
         return 2
-    from pathlib import Path
-
     from witty_profiler.cluster.collect import Launch
     from witty_profiler.mcp_server.server import build_server
     from witty_profiler.mcp_server.store import GraphStore
@@ -91,10 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.transport == "stdio":
             server.run("stdio")  # the SDK points fd 1 at stderr while it serves, so stray prints miss the wire
         else:
-            if args.host not in ("127.0.0.1", "localhost", "::1"):
+            from witty_profiler.mcp_server.httpguard import check_bind, is_loopback
+            token = read_token(args.token_file)
+            check_bind(args.host, token, f"--token-file or ${TOKEN_ENV}")
+            if not is_loopback(args.host):
                 logging.getLogger("witty-mcp").warning(
-                    "listening on %s: anyone who can reach it can read this host's processes", args.host)
-            serve_http(server, args.host, args.port, args.log_level)
+                    "listening on %s: every client that has the token can read this host's processes", args.host)
+            serve_http(server, args.host, args.port, args.log_level, token, args.allowed_host)
     except KeyboardInterrupt:
         return 130
     except InputError as exc:

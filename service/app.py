@@ -99,7 +99,7 @@ def build_app(service: Service, token: str | None) -> Any:
     origins = allowed_origins(hosts, server.allowed_origins)
     mcp = build_mcp(service)
     # the SDK checks Host/Origin too; given the same lists, so it never disagrees with the guard
-    app = mcp.streamable_http_app(transport_security=TransportSecuritySettings(
+    app = mcp.app(transport_security=TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins), host=host)
     app.router.routes.extend(starlette_routes(service, service.api_routes))
     return HttpGuard(app, hosts, origins, token)

@@ -43,7 +43,7 @@ class Collection:
 @dataclass
 class Diagnosis:
     thresholds: str | dict[str, Any] | None = None
-    trigger_priority: str = "P0"  # keep a window whose diagnosis has a finding this urgent or more; "off"
+    trigger_priority: str = "P0"  # keep the window where a finding this urgent (or more) starts; "off"
     trigger_patterns: list[str] = field(default_factory=list)  # only these pattern ids trigger (empty: any)
 
 

@@ -1,19 +1,21 @@
 """The MCP server of the service (/mcp): witty-mcp's tools, whose graphs include the service's windows.
 
 A window is a graph whose id is its window id (list_graphs shows them, newest first, beside graphs
-collected or loaded through MCP); the tools read it from the ring. When a window is added, every MCP
-session that has called a tool is told the resource list changed (notifications/resources/list_changed),
-so clients that show the graphs refresh them.
+collected or loaded through MCP); the tools read it from the ring, and the graph resources include
+them. When a window is added, clients listening for resource list changes are told
+(`subscriptions/listen` with resources_list_changed), so those that show the graphs refresh them.
+Clients on protocol versions before 2026-07-28 have no such stream here: they poll list_graphs.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.from_thread
 import anyio.lowlevel
+from mcp.shared.subscriptions import ResourcesListChanged
 
 from witty_profiler.mcp_server.server import WittyServer, build_server
 from witty_profiler.mcp_server.store import GraphRecord, GraphStore
@@ -58,30 +60,33 @@ class WindowStore(GraphStore):
 
 
 class ServiceMcp(WittyServer):
-    """WittyServer that remembers its sessions, to tell them when the windows change."""
+    """WittyServer that tells its clients when a window is added, through the SDK's subscription bus:
+    a client listening for resources_list_changed (`subscriptions/listen`, the 2026-07-28 protocol)
+    hears of every new window."""
 
-    sessions: weakref.WeakSet
-    loop_token: Any = None
-
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        if self.loop_token is None:
-            self.loop_token = anyio.lowlevel.current_token()
-        try:
-            session = (context or self.get_context()).session
-            self.sessions.add(session)
-        except Exception:  # noqa: BLE001 - no session (a direct call): nobody to notify
-            pass
-        return await super().call_tool(name, arguments, context)
+    loop_token: Any = None  # the event loop's, set when the app starts: windows arrive on another thread
 
     def windows_changed(self, record: WindowRecord) -> None:
-        """From the monitor's thread: notify each known session on the event loop."""
+        """From the monitor's thread; nothing to do before the app has started or after it ended."""
         if self.loop_token is None:
             return
-        for session in list(self.sessions):
-            try:
-                anyio.from_thread.run(session.send_resource_list_changed, token=self.loop_token)
-            except Exception:  # noqa: BLE001 - a session that ended
-                self.sessions.discard(session)
+        try:
+            anyio.from_thread.run(self._subscriptions.publish, ResourcesListChanged(), token=self.loop_token)
+        except anyio.RunFinishedError:
+            self.loop_token = None
+
+    def app(self, **kwargs: Any) -> Any:
+        """The streamable HTTP app, noting its event loop as it starts."""
+        app = self.streamable_http_app(**kwargs)
+        inner = app.router.lifespan_context
+
+        @asynccontextmanager
+        async def lifespan(a: Any) -> Any:
+            self.loop_token = anyio.lowlevel.current_token()
+            async with inner(a) as state:
+                yield state
+        app.router.lifespan_context = lifespan
+        return app
 
 
 def build_mcp(service: Any) -> ServiceMcp:
@@ -91,6 +96,5 @@ def build_mcp(service: Any) -> ServiceMcp:
                        workdir=service.state)
     server = build_server(tools, server_class=ServiceMcp)
     assert isinstance(server, ServiceMcp)
-    server.sessions = weakref.WeakSet()
     service.monitor.listeners.append(server.windows_changed)
     return server

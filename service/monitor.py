@@ -1,7 +1,9 @@
 """Continuous monitoring: one window after another on a thread, each diagnosed and put in the ring.
 
 A window whose diagnosis has a finding at least as urgent as `diagnosis.trigger_priority` (among
-`trigger_patterns`, if given) is kept out of the ring's reach; `trigger()` keeps the latest window
+`trigger_patterns`, if given) that the window before did not have is kept out of the ring's reach: the
+window where a problem starts, not every window while it lasts (a host saturated for a day would
+otherwise fill the kept windows with copies of one finding); `trigger()` keeps the latest window
 on demand. `stop()` ends the running window early (what it collected is still stored) and waits;
 `start()` resumes. Listeners hear of every new window (the MCP server tells its clients the graph
 list changed).
@@ -41,6 +43,7 @@ class Monitor:
         self.last_error: str | None = None
         self.current_started: str | None = None
         self.started_at = _now()
+        self._firing: set[str] = set()  # the patterns that triggered in the previous window
 
     # -- control ------------------------------------------------------------------------
     def launch(self, running: bool = True) -> None:
@@ -127,11 +130,13 @@ class Monitor:
         return record
 
     def fired(self, findings: list[FindingBrief]) -> list[str]:
-        """The patterns whose findings trigger keeping the window."""
+        """The patterns that start triggering with this window (they did not in the previous one)."""
         d = self.config.diagnosis
         if d.trigger_priority == "off":
             return []
         limit = RANK[d.trigger_priority]
-        return [f.pattern for f in findings if RANK[f.priority] <= limit
-                and (not d.trigger_patterns or f.pattern in d.trigger_patterns)]
+        firing = {f.pattern for f in findings if RANK[f.priority] <= limit
+                  and (not d.trigger_patterns or f.pattern in d.trigger_patterns)}
+        new, self._firing = sorted(firing - self._firing), firing
+        return new
 

@@ -517,18 +517,29 @@ async def test_a_call_past_its_deadline_is_an_error_and_the_server_goes_on(state
 
 
 def test_cli_passes_its_limits_and_warns_about_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    served: list[tuple[Any, str]] = []
-    monkeypatch.setattr(cli, "serve_http", lambda server, host, port, level: served.append((server, host)))
+                                                                   caplog: pytest.LogCaptureFixture,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    served: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(cli, "serve_http", lambda server, host, port, level, token, extra: served.append(
+        (server, host, token, extra)))
+    monkeypatch.delenv(cli.TOKEN_ENV, raising=False)
     base = ["--transport", "streamable-http", "--state-dir", str(tmp_path / "state")]
-    assert cli.main([*base, "--host", "0.0.0.0", "--tool-timeout", "7", "--report-dir", str(tmp_path / "r")]) == 0
-    server, host = served[-1]
-    assert host == "0.0.0.0" and "listening on 0.0.0.0" in caplog.text
+    beyond = [*base, "--host", "0.0.0.0", "--tool-timeout", "7", "--report-dir", str(tmp_path / "r")]
+    assert cli.main(beyond) == 2 and served == []  # no token, no server
+    assert "needs a bearer token" in capsys.readouterr().err
+    monkeypatch.setenv(cli.TOKEN_ENV, "short")
+    assert cli.main(beyond) == 2 and "at least 16" in capsys.readouterr().err
+    monkeypatch.setenv(cli.TOKEN_ENV, "a-long-enough-token-0123")
+    assert cli.main([*beyond, "--allowed-host", "mcp.example"]) == 0
+    server, host, token, extra = served[-1]
+    assert host == "0.0.0.0" and token == "a-long-enough-token-0123" and extra == ["mcp.example"]
+    assert "listening on 0.0.0.0" in caplog.text
     assert server.workers.timeout == 7 and server.witty.report_dir == tmp_path / "r"
     caplog.clear()
+    monkeypatch.delenv(cli.TOKEN_ENV)
     assert cli.main(base) == 0
-    server, host = served[-1]
-    assert host == "127.0.0.1" and "listening on" not in caplog.text
+    server, host, token, _ = served[-1]
+    assert host == "127.0.0.1" and token is None and "listening on" not in caplog.text
     assert server.workers.timeout == 120 and server.witty.report_dir == tmp_path / "state" / "reports"
     with pytest.raises(SystemExit):
         cli.main([*base, "--tool-timeout", "0"])

@@ -260,27 +260,24 @@ def test_the_served_openapi_document_is_valid_and_names_every_route(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_mcp_on_the_same_port_lists_the_windows_and_notifies_new_ones(tmp_path, anyio_backend):
-    notices: list[str] = []
-
-    async def on_message(message) -> None:
-        method = getattr(getattr(message, "root", message), "method", None)
-        if method:
-            notices.append(method)
-
+async def test_mcp_on_the_same_port_lists_the_windows_and_announces_new_ones(tmp_path, anyio_backend):
     with service(tmp_path / "state") as c:
         await anyio.to_thread.run_sync(wait_for, c, 1)
-        async with mcp.Client(f"http://127.0.0.1:{c.port}/mcp", message_handler=on_message) as client:
+        async with mcp.Client(f"http://127.0.0.1:{c.port}/mcp") as client:
             listed = (await client.call_tool("list_graphs", {})).structured_content
             window_id = c.get("/api/v1/status").json()["latest_window"]
             assert window_id in [g["graph_id"] for g in listed["graphs"]]
             view = await client.call_tool("convert_layer", {"graph_id": window_id, "layer": "summary"})
             assert not view.is_error and "witty-profiler summary" in view.content[0].text
-            with anyio.fail_after(30):
-                while "notifications/resources/list_changed" not in notices:
-                    await anyio.sleep(0.2)
             resources = await client.list_resources()
             assert any(window_id in str(r.uri) for r in resources.resources)
+            async with client.listen(resources_list_changed=True) as changes:
+                with anyio.fail_after(30):
+                    async for event in changes:
+                        assert type(event).__name__ == "ResourcesListChanged"
+                        break
+            newer = (await client.call_tool("list_graphs", {})).structured_content["graphs"][0]["graph_id"]
+            assert newer > window_id
 
 
 @pytest.fixture

@@ -77,3 +77,24 @@ def test_ids_are_unique_within_a_second_and_unknown_ids_say_why(tmp_path):
     assert a.window_id == "w-20261203T100000Z" and b.window_id == "w-20261203T100000Z-2"
     with pytest.raises(UnknownWindow, match="not a window id"):
         ring.record("../../etc/passwd")
+
+
+def test_a_window_is_kept_where_a_pattern_starts_firing_not_while_it_lasts(tmp_path):
+    from witty_profiler.service.config import ServiceConfig
+    from witty_profiler.service.monitor import Monitor
+
+    def brief(pattern: str, priority: str = "P0") -> FindingBrief:
+        return FindingBrief(pattern=pattern, priority=priority, title=pattern)
+
+    config = ServiceConfig()
+    config.diagnosis.trigger_priority = "P1"
+    monitor = Monitor(config, Ring(tmp_path, 5, 10**9, 5, 10**9))
+    assert monitor.fired([brief("compute.cpu_saturation"), brief("memory.x", "P2")]) == ["compute.cpu_saturation"]
+    assert monitor.fired([brief("compute.cpu_saturation")]) == []  # still firing: not kept again
+    assert monitor.fired([brief("compute.cpu_saturation"), brief("storage.y", "P1")]) == ["storage.y"]
+    assert monitor.fired([]) == []
+    assert monitor.fired([brief("compute.cpu_saturation")]) == ["compute.cpu_saturation"]  # fired again
+    config.diagnosis.trigger_patterns = ["storage.y"]
+    assert monitor.fired([brief("compute.z"), brief("storage.y")]) == ["storage.y"]
+    config.diagnosis.trigger_priority = "off"
+    assert monitor.fired([brief("storage.q")]) == []
