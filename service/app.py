@@ -72,12 +72,8 @@ class Service:
         return render_view(graph, layer, max_tokens, hints=McpHints(window_id), diagnosis=diagnosis).text
 
     def report(self, window_id: str, fmt: str) -> str:
-        graph, diagnosis = self.ring.graph(window_id), self.diagnosis(window_id)
-        if fmt == "html":
-            from witty_profiler.htmlreport import render_html  # type: ignore[import-not-found]
-            return render_html(graph, diagnosis)
-        from witty_profiler.diagnosis.report import report
-        return report(diagnosis, graph, format=fmt)
+        from witty_profiler.api import report
+        return report(self.diagnosis(window_id), self.ring.graph(window_id), format=fmt)
 
     def compare(self, before: str, after: str) -> Any:
         from witty_profiler.diagnosis.compare import compare

@@ -48,11 +48,7 @@ class Api:
 
 WINDOW = Param("window_id", "path", {"type": "string"}, "a window id from GET /api/v1/graphs, or latest", True)
 FORMAT = {"type": "string", "enum": ["md", "json"], "default": "md"}
-
-
-def report_formats() -> list[str]:
-    from importlib.util import find_spec
-    return ["md", "json", *(["html"] if find_spec("witty_profiler.htmlreport") else [])]
+REPORT_FORMATS = {"md": "text/markdown", "json": "application/json", "html": "text/html"}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -142,10 +138,9 @@ async def diagnosis(service: Any, request: Request) -> Response:
 
 
 async def report(service: Any, request: Request) -> Response:
-    window_id, fmt = _window_id(service, request), _format(request, report_formats())
+    window_id, fmt = _window_id(service, request), _format(request, list(REPORT_FORMATS))
     text = await _off_loop(lambda: service.report(window_id, fmt))
-    media = {"md": "text/markdown", "json": "application/json", "html": "text/html"}[fmt]
-    return Response(text, media_type=f"{media}; charset=utf-8")
+    return Response(text, media_type=f"{REPORT_FORMATS[fmt]}; charset=utf-8")
 
 
 async def compare(service: Any, request: Request) -> Response:
@@ -185,9 +180,9 @@ def table() -> list[Api]:
         Api("GET", "/api/v1/graphs/{window_id}/diagnosis", "The seven-layer diagnosis: findings and coverage",
             diagnosis, [WINDOW]),
         Api("GET", "/api/v1/graphs/{window_id}/report", "The diagnosis report", report,
-            [WINDOW, Param("format", "query", {"type": "string", "enum": report_formats(), "default": "md"},
-                           "md, json (or html where this version has it)")],
-            produces=("text/markdown", "application/json", *(("text/html",) if "html" in report_formats() else ()))),
+            [WINDOW, Param("format", "query", {"type": "string", "enum": list(REPORT_FORMATS), "default": "md"},
+                           "md, json, or html (a self-contained page with the topology picture)")],
+            produces=tuple(REPORT_FORMATS.values())),
         Api("GET", "/api/v1/compare", "Which findings two windows differ in, and how their metrics moved", compare,
             [Param("before", "query", {"type": "string"}, "window id (or latest)", True),
              Param("after", "query", {"type": "string"}, "window id (or latest)", True),

@@ -133,6 +133,8 @@ def test_windows_roll_into_the_ring_and_every_route_answers(tmp_path):
         assert {"findings", "coverage", "summary"} <= set(diagnosis)
         assert c.get(f"/api/v1/graphs/{latest}/report").text.startswith("#")
         assert "findings" in c.get(f"/api/v1/graphs/{latest}/report", params={"format": "json"}).json()
+        page = c.get(f"/api/v1/graphs/{latest}/report", params={"format": "html"})
+        assert page.headers["content-type"].startswith("text/html") and page.text.startswith("<!DOCTYPE html>")
 
         compared = c.get("/api/v1/compare", params={"before": first, "after": latest, "format": "json"}).json()
         assert {"resolved", "new", "persisting", "before_counts", "after_counts"} <= set(compared)
