@@ -316,6 +316,8 @@ def test_the_api_writes_the_page_and_needs_the_graph_for_it(vllm):
     assert wp.report(report, graph, "html") == render_html(graph, report)
     with pytest.raises(InputError, match="draws the graph"):
         wp.report(report, None, "html")
+    with pytest.raises(InputError, match="^unknown report format 'pdf'; use md, json or html$"):
+        wp.report(report, graph, "pdf")
 
 
 def test_the_readme_shows_a_small_screenshot():

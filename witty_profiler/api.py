@@ -34,6 +34,8 @@ def convert(graph: Graph, layer: str = "summary", max_tokens: int | None = None,
 def report(diagnosis: Diagnosis, graph: Graph | None = None, format: str = "md") -> str:
     """The report of `diagnosis`: `md` (Markdown), `json`, or `html` (a self-contained page with the
     topology of `graph` drawn, which it needs)."""
+    if format not in ("md", "markdown", "json", "html"):
+        raise InputError(f"unknown report format {format!r}; use md, json or html")
     if format != "html":
         from witty_profiler.diagnosis.report import report as text_report
         return text_report(diagnosis, graph, format)
