@@ -64,11 +64,16 @@ class GpmSampler:
     def sample(self) -> None:
         p = self.nvml.pynvml
         for key, last in list(self.targets.items()):
+            if key not in self.targets:
+                continue  # dropped while sampling another
             index, gi = key
             try:
                 number = self.nvml.gpm_sample(index, gi)
             except p.NVMLError as e:
-                self._drop(key, f"nvmlGpm{'Mig' if gi is not None else ''}SampleGet failed on GPU {index}: {e}")
+                if gi is None and self.instances(index):
+                    self._drop(key, None)  # a MIG GPU is read per instance; the whole GPU may not answer
+                else:
+                    self._drop(key, f"nvmlGpm{'Mig' if gi is not None else ''}SampleGet failed on GPU {index}: {e}")
                 continue
             self.targets[key] = number
             if last is None:
@@ -76,11 +81,12 @@ class GpmSampler:
             try:
                 answers = self.nvml.gpm_metrics(index, last, number, METRIC_IDS, gi)
             except p.NVMLError as e:
-                if getattr(e, "value", None) == p.NVML_ERROR_FUNCTION_NOT_FOUND:
-                    self.failure = "the NVIDIA driver lacks nvmlGpmMetricsGet"
-                else:
-                    self.failure = f"nvmlGpmMetricsGet failed on GPU {index}: {e}"
                 answers = []
+                if getattr(e, "value", None) == p.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    for other in list(self.targets):  # no GPU of this driver will answer: stop sampling
+                        self._drop(other, "the NVIDIA driver lacks nvmlGpmMetricsGet")
+                    return
+                self.failure = f"nvmlGpmMetricsGet failed on GPU {index}: {e}"
             finally:
                 self.nvml.gpm_release(last)
             for a in answers:
@@ -155,11 +161,12 @@ class GpmSampler:
             return "version unknown"
         return version.decode() if isinstance(version, bytes) else str(version)
 
-    def _drop(self, key: tuple[int, int | None], why: str) -> None:
+    def _drop(self, key: tuple[int, int | None], why: str | None) -> None:
         last = self.targets.pop(key, None)
         if last is not None:
             self.nvml.gpm_release(last)
-        self.failure = why
+        if why:
+            self.failure = why
 
 
 def _names(names: list[str]) -> str:

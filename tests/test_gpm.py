@@ -170,6 +170,22 @@ def test_mig_gpu_instances(tmp_path):
         (i, "gpu:n1:0000:df:00.0") for i in instances}
 
 
+def test_mig_gpu_whose_whole_gpu_sample_is_refused(tmp_path):
+    """Where the driver reads a MIG GPU per instance only, the whole-GPU sample's refusal is no failure."""
+    def mig(data):
+        d = data["devices"][7]
+        d["nvmlDeviceGetMigMode"] = [[1, 1]]
+        d["migGpuInstanceIds"] = [[2]]
+        d["nvmlGpmSampleGet"] = [{"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}]
+        d["nvmlGpmMigSampleGet(2)"] = [201, 202, 203]
+        d["nvmlGpmMetricsGet(2,[2, 3, 5, 6, 7, 10, 20, 21, 60, 61])"] = d[GPM_KEY]
+
+    c, g = window(RecordedNvml(variant(tmp_path, "hgx-h100-8gpu.json", mig)), tmp_path / "sys")
+    assert c.status.status == "ok", c.status.reason
+    assert "sm_active_pct" not in g.entity("gpu:n1:0000:df:00.0").metrics
+    assert g.entity("gpu_instance:n1:0000:df:00.0:2").metrics["sm_active_pct"] == pytest.approx((86.1 + 85.4) / 2)
+
+
 def test_recorder_keeps_gpm_answers_in_the_replay_format():
     """A live answer is a ctypes array of c_nvmlGpmMetric_t; the recording holds it as plain values
     that RecordedNvml plays back to the collector."""
