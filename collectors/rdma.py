@@ -84,6 +84,12 @@ def port_rates(first: dict, last: dict, dt: float) -> dict[str, float]:
     retrans = [d for n in RETRANS_COUNTERS if (d := delta("hw", n)) is not None]
     if retrans:
         out[M.PORT_RETRANS_PER_S] = sum(retrans) / dt
+    # mlx5: the notification point sends a CNP for ECN-marked packets it receives; the reaction
+    # point handles the CNPs that tell it to slow down (the same rates hccn_tool gives NPU ports)
+    for metric, name in ((M.CNP_TX_PACKETS_PER_S, "np_cnp_sent"), (M.CNP_RX_PACKETS_PER_S, "rp_cnp_handled")):
+        d = delta("hw", name)
+        if d is not None:
+            out[metric] = d / dt
     return out
 
 

@@ -123,6 +123,7 @@ def test_connectx6_two_samples(tmp_path, clock):
     assert rp.attrs["netdev"] == "ens1f0np0" and rp.attrs["link_layer"] == "Ethernet"
     assert rp.metrics["port_retrans_per_s"] == pytest.approx(50 / 4)
     assert rp.attrs["congestion_counters_delta"]["np_cnp_sent"] == 6
+    assert rp.metrics["cnp_tx_packets_per_s"] == pytest.approx(6 / 4) and rp.metrics["cnp_rx_packets_per_s"] == 0
     assert rp.metrics["port_util_pct"] == pytest.approx(5e9 / 4 * 8 / 100e9 * 100)
 
     edges = {(e.type, e.source): e.target for e in g.edges()}
