@@ -3,8 +3,9 @@
 Rows are (host, labels, values) as a range query gives them: values [(t, v), ...] at each step.
 Entities have the live collectors' types, ids and metric names: gpu:<host>:<pci address> (the
 dcgm-exporter pci_bus_id label, normalised as NVML's is), npu:<host>:<pci address> (npu-exporter's
-pcie_bus_info), with each NPU's RoCE port and HCCS links from sources/promascend.py. Gauges sampled over the window give the mean with p95 and max; memory is the value
-at the end of the window, as the live collectors read it.
+pcie_bus_info), with each NPU's RoCE port and HCCS links from sources/promascend.py. Gauges sampled
+over the window give the mean with p95 and max; memory is the value at the end of the window, as the
+live collectors read it.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
             if series not in s:
                 lacking[what].append(eid)
         if not any(f in s for f in THROTTLE_FIELDS):
-            lacking["DCGM_FI_DEV_CLOCKS_EVENT_REASONS or DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (throttle flags)"].append(eid)
+            lacking["DCGM_FI_DEV_CLOCKS_EVENT_REASONS or DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (throttle "
+                    "flags)"].append(eid)
         g.entity_of(T.GPU, eid, attrs, m)
     status = _summary(len(devs), "DCGM_FI_*", lacking)
     if unplaced:

@@ -4,9 +4,9 @@ A pattern that cannot judge says what it missed and quotes the statuses of the c
 names hold its keywords (diagnosis.scope.Scope.missing): 'pmu'/'perf' for hardware counters,
 'cgroup' for quota throttling, 'ebpf' for futex waits, 'ipc' for pipes and sockets between
 processes, 'socket' for per-connection RTT, 'rdma' for InfiniBand/RoCE ports, 'nvlink' for link
-capacities, 'pci' for PCIe link states. Each status below is named for those keywords and gives the precise reason, so the
-coverage of a diagnosis of a Prometheus window says "not in Prometheus, because ..." instead of
-"no such collector ran".
+capacities, 'pci' for PCIe link states. Each status below is named for those keywords and gives the
+precise reason, so the coverage of a diagnosis of a Prometheus window says "not in Prometheus,
+because ..." instead of "no such collector ran".
 """
 
 from __future__ import annotations

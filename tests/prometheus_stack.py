@@ -106,8 +106,10 @@ class Command:
 
 class PrometheusStack:
     def __init__(self, root: Path, hosts: int = 3, odd: int = 3, replays: tuple[Replay, ...] = (),
-                 prefix: str = "wpm", commands: tuple[Command, ...] = ()) -> None:
+                 prefix: str = "wpm", commands: tuple[Command, ...] = (),
+                 node_args: dict[int, list[str]] | None = None) -> None:
         self.root, self.count, self.odd, self.replays, self.commands = root, hosts, odd, replays, commands
+        self.node_args = node_args or {}  # host (1-based) -> more node_exporter flags (a textfile directory)
         tag = f"{prefix}{os.getpid() % 10000}"
         self.namespaces = [f"{tag}h{i}" for i in range(1, hosts + 1)]
         self.links = [f"{tag}s{i}" for i in range(1, hosts + 1)] + [f"{tag}d{i}" for i in range(1, hosts + 1)]
@@ -149,7 +151,8 @@ class PrometheusStack:
         _ip(*inside, "link", "set", "eth1", "up")
         # a peer at a known address, so that frames go out without ARP
         _ip(*inside, "neigh", "add", f"10.214.{i}.9", "lladdr", "02:00:00:00:00:09", "dev", "eth1", "nud", "permanent")
-        self._spawn(f"node{i}", ["ip", "netns", "exec", ns, NODE_EXPORTER, f"--web.listen-address=10.213.{i}.2:9100"])
+        self._spawn(f"node{i}", ["ip", "netns", "exec", ns, NODE_EXPORTER, f"--web.listen-address=10.213.{i}.2:9100",
+                                 *self.node_args.get(i, [])])
         for r in self.replays:
             if r.host == i:
                 self._spawn(f"{r.job}{i}", ["ip", "netns", "exec", ns, "python3", "-c", REPLAY, str(r.fixture),

@@ -84,7 +84,8 @@ def test_dcgm_series_make_gpus():
     # errors over the window (the replayed counters stand still) and the memory repair state at its end
     assert hot.metrics["ecc_errors_total"] == 0 and hot.metrics["ecc_corrected_errors_total"] == 0
     assert hot.metrics["pcie_replays_total"] == 0
-    assert hot.attrs["remapped_rows"] == {"correctable": 2, "uncorrectable": 0} and hot.attrs["row_remap_failure"] is False
+    assert hot.attrs["remapped_rows"] == {"correctable": 2, "uncorrectable": 0}
+    assert hot.attrs["row_remap_failure"] is False
 
 
 def test_xid_counts_changes_and_throttle_bits_over_the_window():
@@ -158,7 +159,8 @@ def test_npu_counters_over_the_window_and_a_flapping_link():
     labels = {"id": "3", "pcie_bus_info": "0000:41:00.0", "model_name": "Ascend910B3"}
     g = _graph()
     add_npus(g, [("h1", {"__name__": "npu_chip_info_link_status", **labels}, [(0.0, 1.0), (5.0, 0.0), (10.0, 1.0)]),
-                 ("h1", {"__name__": "npu_chip_roce_new_pkt_rty_num", **labels}, [(0.0, 100.0), (5.0, 130.0), (10.0, 150.0)]),
+                 ("h1", {"__name__": "npu_chip_roce_new_pkt_rty_num", **labels},
+                  [(0.0, 100.0), (5.0, 130.0), (10.0, 150.0)]),
                  ("h1", {"__name__": "npu_chip_roce_rx_err_pkt_num", **labels}, [(0.0, 7.0), (5.0, 2.0), (10.0, 4.0)]),
                  ("h1", {"__name__": "npu_chip_info_hccs_statistic_info_crc_err_cnt_1", **labels},
                   [(0.0, 0.0), (10.0, 3.0)])])

@@ -154,7 +154,8 @@ def test_no_exporter_series_says_how_to_get_them():
 
 # -- with real engines -----------------------------------------------------------------------
 # one thread spins, one sleeps: a serial bottleneck compute.hot_thread names
-BUSY = "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\nwhile True:\n    pass\n"
+BUSY = ("import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+        "while True:\n    pass\n")
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +168,20 @@ def busy():
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, busy):
+    """Host 1 runs `export --listen`, scraped as its own job; host 2's node_exporter serves one window that
+    `export --textfile` wrote into its textfile directory; host 3 runs no exporter."""
+    root = tmp_path_factory.mktemp("prometheus-witty")
+    textfiles = root / "textfile"
+    textfiles.mkdir()
+    written = subprocess.run([sys.executable, "-m", "witty_profiler", "export", "--textfile",
+                              str(textfiles / "witty.prom"), "--duration", "2", "--pid", str(busy.pid), "-q"],
+                             capture_output=True, text=True, timeout=120)
+    assert written.returncode == 0, written.stderr
     exporter = [sys.executable, "-m", "witty_profiler", "export", "--listen", "10.213.1.2:9818", "--listen-public",
                 "--interval", "1", "--pid", str(busy.pid), "-q"]
     env = {**os.environ, "WITTY_HOST": "exporter-h1"}
-    with running_stack(tmp_path_factory.mktemp("prometheus-witty"), 14, prefix="wpw",
-                       commands=(Command("witty", 1, 9818, exporter, env),)) as s:
+    with running_stack(root, 14, prefix="wpw", commands=(Command("witty", 1, 9818, exporter, env),),
+                       node_args={2: [f"--collector.textfile.directory={textfiles}"]}) as s:
         yield s
 
 
@@ -182,14 +192,14 @@ def test_busy_process_comes_back_from_prometheus(stack, busy, tmp_path):
     w = collect_window(stack.url, end - 10, end, step=1.0, match='{job="node"}')
     g = w.graph
     host = stack.hosts[0]
-    assert g.meta.collectors["prometheus.process"].status == "partial"  # hosts 2 and 3 run no exporter
-    assert "2 of 3 hosts" in g.meta.collectors["prometheus.process"].reason
+    assert g.meta.collectors["prometheus.process"].status == "partial"  # host 3 runs no exporter
+    assert f"no witty_* series on 1 of 3 hosts ({stack.hosts[2]})" in g.meta.collectors["prometheus.process"].reason
     p = g.entity(f"process:{host}:{busy.pid}")
     assert p is not None, sorted(e.id for e in g.entities("process"))[:20]
     assert p.attrs["name"] == "python3" or p.attrs["name"].startswith("python")
     # the values are Prometheus's own samples of the exporter's series, x 100, averaged over the window
-    held = stack.api("query_range", query=f'witty_process_cpu_utilisation_ratio{{pid="{busy.pid}"}}',
-                     start=f"{end - 10:.3f}", end=f"{end:.3f}", step="1")["result"]
+    query = f'witty_process_cpu_utilisation_ratio{{job="witty", pid="{busy.pid}"}}'  # host 1's, not the textfile's
+    held = stack.api("query_range", query=query, start=f"{end - 10:.3f}", end=f"{end:.3f}", step="1")["result"]
     samples = [float(v) * 100 for _, v in held[0]["values"]]
     assert p.metrics["cpu_util_pct"] == pytest.approx(sum(samples) / len(samples), abs=0.01)
     assert p.metrics["cpu_util_pct_max"] == pytest.approx(max(samples), abs=0.01)
@@ -197,17 +207,23 @@ def test_busy_process_comes_back_from_prometheus(stack, busy, tmp_path):
     threads = [t for t in g.entities("thread") if t.id.startswith(f"thread:{host}:{busy.pid}:")]
     assert len(threads) == 2  # the spinning main thread and the sleeping one
     spinning = g.entity(f"thread:{host}:{busy.pid}:{busy.pid}").metrics["cpu_util_pct"]
-    assert spinning > 20 and all(t.metrics["cpu_util_pct"] < 5 for t in threads if t.id.rsplit(":", 1)[1] != str(busy.pid))
+    sleeping = [t for t in threads if t.id.rsplit(":", 1)[1] != str(busy.pid)]
+    assert spinning > 20 and sleeping[0].metrics["cpu_util_pct"] < 5
     runs = [e for e in g.edges("runs_on") if e.source == p.id]
     assert runs and sum(e.metrics["runtime_share_pct"] for e in runs) == pytest.approx(100, abs=1)
     assert g.meta.host_info[host]["exporter_window_s"] == pytest.approx(1.0, abs=0.5)
-    assert not [e for e in g.entities("process") if e.id.split(":")[1] != host]
+    assert not [e for e in g.entities("process") if e.id.split(":")[1] == stack.hosts[2]]
+    # host 2: the same process, from the textfile node_exporter served (its window, constant over ours)
+    through_node = g.entity(f"process:{stack.hosts[1]}:{busy.pid}")
+    assert through_node is not None and through_node.metrics["cpu_util_pct"] > 20
+    assert through_node.metrics["cpu_util_pct"] == through_node.metrics["cpu_util_pct_max"]
+    assert [e.target for e in g.edges("runs_on") if e.source == through_node.id] == [f"numa_node:{stack.hosts[1]}:0"]
     # the diagnosis judges it: a thread keeping a core busy while its sibling sleeps is a hot thread, where
     # it got more than 90 % of a core (on a shared machine it may not have)
     d = diagnose(g, pids=[busy.pid])
     hot = d.finding("compute.hot_thread")
     if spinning > 90:
-        assert hot is not None and hot.subjects == [f"thread:{host}:{busy.pid}:{busy.pid}"]
+        assert hot is not None and f"thread:{host}:{busy.pid}:{busy.pid}" in hot.subjects
     else:
         assert d.status("compute.hot_thread") == "clear"
     assert d.status("interconnect.cross_numa_access") in ("clear", "finding")
@@ -234,4 +250,5 @@ def test_coverage_says_what_prometheus_does_not_hold(read_back):
     assert "prometheus.cgroup" in reasons["control.cpu_throttling"]
     assert "prometheus.pci" in reasons["interconnect.pcie_link_degraded"]
     assert "prometheus.nvlink" in reasons["interconnect.nvlink_contention"]
-    assert "prometheus.socket" in reasons["network.congestion"] and "prometheus.rdma" in reasons["network.rdma_bottleneck"]
+    assert "prometheus.socket" in reasons["network.congestion"]
+    assert "prometheus.rdma" in reasons["network.rdma_bottleneck"]
