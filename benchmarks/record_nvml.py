@@ -51,7 +51,10 @@ def describe(recording: dict) -> str:
     kinds = sorted(set(map(str, names)))
     count = ", ".join(f"{names.count(k)}x {k}" for k in kinds) or "no GPU"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    return f"{count}, driver {driver}, recorded {when} by benchmarks/record_nvml.py"
+    devices = recording.get("devices", [])
+    gpm = sum(1 for d in devices if any(isinstance(a, int) for a in d.get("nvmlGpmSampleGet", [])))
+    return (f"{count}, driver {driver}, recorded {when} by benchmarks/record_nvml.py"
+            + (f"; GPM samples from {gpm} of {len(devices)} GPUs" if gpm else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -366,3 +366,15 @@ def test_live_wrapper_builds_nvml_requests_from_nvidia_ml_py_structs():
     live.gpm_release(first)
     live.close()
     assert [id(s) for s in freed] == [id(s) for s in allocated]
+
+
+def test_recording_source_says_whether_gpm_was_recorded(tmp_path):
+    from benchmarks.record_nvml import describe, record
+
+    recording, collector, _ = record(RecordedNvml(FIXTURES / "hgx-h100-8gpu.json"), 0.0, 0.0, sys_root=tmp_path)
+    assert collector.status.status == "ok"
+    assert describe(recording).endswith("by benchmarks/record_nvml.py; GPM samples from 8 of 8 GPUs")
+    assert len(recording["devices"][0]["nvmlGpmSampleGet"]) == 2  # start and finish: one pair, one answer
+    assert len(recording["devices"][0][GPM_KEY]) == 1
+    l4, _, _ = record(RecordedNvml(FIXTURES / "pcie-2x-l4.json"), 0.0, 0.0, sys_root=tmp_path)
+    assert "GPM" not in describe(l4)
