@@ -112,7 +112,7 @@ class GpmSampler:
 
     def reason(self) -> str | None:
         """Why some or all GPUs have no GPM metrics; None when every GPU has them."""
-        parts = [f"{why.format(name=_names(names))}" for why, names in sorted(self.unsupported.items())]
+        parts = [why.replace("{name}", _names(names)) for why, names in sorted(self.unsupported.items())]
         if self.failure:
             parts.append(self.failure)
         if not parts:
