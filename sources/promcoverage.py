@@ -3,10 +3,10 @@
 A pattern that cannot judge says what it missed and quotes the statuses of the collectors whose
 names hold its keywords (diagnosis.scope.Scope.missing): 'pmu'/'perf' for hardware counters,
 'cgroup' for quota throttling, 'ebpf' for futex waits, 'ipc' for pipes and sockets between
-processes, 'socket' for per-connection RTT, 'rdma' for InfiniBand/RoCE ports, 'nvlink' for link
-capacities, 'pci' for PCIe link states. Each status below is named for those keywords and gives the
-precise reason, so the coverage of a diagnosis of a Prometheus window says "not in Prometheus,
-because ..." instead of "no such collector ran".
+processes, 'socket' for per-connection RTT, 'nvlink' for link capacities, 'pci' for PCIe link
+states. Each status below is named for those keywords and gives the precise reason, so the coverage
+of a diagnosis of a Prometheus window says "not in Prometheus, because ..." instead of "no such
+collector ran".
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ NOT_HELD = {
                       f"by node_exporter or by `witty-profiler export`; {LIVE}",
     "prometheus.socket": "per-connection TCP round-trip times are not in Prometheus (node_exporter exports "
                          f"host-wide TCP counters only); {LIVE}",
-    "prometheus.rdma": "InfiniBand/RoCE port counters (node_exporter's node_infiniband_*) are not mapped yet; "
-                       f"{LIVE}",
     "prometheus.nvlink": "NVLink/HCCS utilisation needs each device's active links and their speed, which "
                          "dcgm-exporter and npu-exporter do not export: their link traffic is read "
                          f"(nvlink_*bytes_per_s), not judged against a capacity; {LIVE}",

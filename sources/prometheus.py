@@ -32,6 +32,7 @@ from witty_profiler import __version__
 from witty_profiler.sources.promaccel import DCGM_SERIES, HOSTNAME_LABELS, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
 from witty_profiler.sources.promcoverage import not_held
+from witty_profiler.sources.promib import INFINIBAND_SERIES, add_ports
 from witty_profiler.sources.promwitty import WITTY_SERIES, WittyReadBack
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.graph import Graph
@@ -413,6 +414,10 @@ class NodeSource:
                 accelerators[name].append(status)
             # after the accelerators: the processes' device edges join their entities
             witty.add(self._other_rows("witty", WITTY_SERIES, "witty_*", batch_hosts, "host"), batch_hosts)
+            # node_exporter's own, but matched as the other exporters' are (by address), so that a site's
+            # separate job for them counts too
+            accelerators["prometheus.rdma"].append(
+                add_ports(g, self._other_rows("rdma", INFINIBAND_SERIES, "node_infiniband_*", batch_hosts)))
         for instance in instances:
             host = self.host_of_instance[instance]
             g.entity_of(T.HOST, host_id(host), {"name": host, "instance": instance}, host_metrics[host])
@@ -438,6 +443,7 @@ class NodeSource:
         g.meta.collectors = {"prometheus.node": node,
                              "prometheus.dcgm": merged(accelerators["prometheus.dcgm"], add_gpus),
                              "prometheus.npu": merged(accelerators["prometheus.npu"], add_npus),
+                             "prometheus.rdma": merged(accelerators["prometheus.rdma"], add_ports),
                              "prometheus.process": witty.status(), **not_held()}
         return g
 

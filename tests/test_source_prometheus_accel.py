@@ -23,6 +23,7 @@ from witty_profiler.topology.models import Meta
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DCGM, NPU = FIXTURES / "dcgm-exporter.prom", FIXTURES / "npu-exporter.prom"
+IB = FIXTURES / "node-exporter-infiniband.prom"
 WINDOW_S = 10
 MiB = 1024 * 1024
 HOT_GPU, IDLE_GPU = "0000:18:00.0", "0000:2a:00.0"
@@ -175,7 +176,8 @@ def test_npu_counters_over_the_window_and_a_flapping_link():
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     with running_stack(tmp_path_factory.mktemp("prometheus-accel"), WINDOW_S + 4, prefix="wpa",
-                       replays=(Replay("dcgm", 1, 9400, DCGM), Replay("npu", 2, 8082, NPU))) as s:
+                       replays=(Replay("dcgm", 1, 9400, DCGM), Replay("npu", 2, 8082, NPU),
+                                Replay("ib", 1, 9101, IB))) as s:
         yield s
 
 
@@ -219,7 +221,12 @@ def test_accelerators_from_prometheus_equal_the_exporters(stack, window):
         port = g.entity(f"rdma_port:{npu_host}:npu{chip}:0")
         assert port.metrics["rate_gbps"] == value(NPU, "npu_chip_link_speed", id=chip) / 1000
         assert port.attrs["state"] == ("UP" if value(NPU, "npu_chip_info_link_status", id=chip) == 1 else "DOWN")
-    assert window.requests <= 16
+    assert window.requests <= 17
+    # the GPU host's InfiniBand ports, from node_exporter's infiniband collector as recorded
+    assert g.meta.collectors["prometheus.rdma"].status == "ok"
+    ib = g.entity(f"rdma_port:{gpu_host}:mlx5_0:1")
+    assert ib.attrs["state"] == "ACTIVE" and g.entity(f"rdma_port:{gpu_host}:mlx5_1:1").attrs["state"] == "DOWN"
+    assert ib.metrics["rate_gbps"] == value(IB, "node_infiniband_rate_bytes_per_second", device="mlx5_0") * 8 / 1e9
 
 
 @pytest.mark.live

@@ -240,8 +240,9 @@ def test_busy_process_comes_back_from_prometheus(stack, busy, tmp_path):
 
 def test_coverage_says_what_prometheus_does_not_hold(read_back):
     from witty_profiler.sources.promcoverage import not_held
+    from witty_profiler.sources.promib import add_ports
     _, g = read_back
-    g.meta.collectors.update(not_held())
+    g.meta.collectors.update({**not_held(), "prometheus.rdma": add_ports(Graph(Meta()), [])})
     d = diagnose(g, pids=[10])
     reasons = {c.pattern: c.reason or "" for c in d.coverage if c.status == "not_evaluated"}
     assert "prometheus.ebpf: unavailable (futex (lock) wait times" in reasons["control.lock_contention"]
@@ -251,4 +252,4 @@ def test_coverage_says_what_prometheus_does_not_hold(read_back):
     assert "prometheus.pci" in reasons["interconnect.pcie_link_degraded"]
     assert "prometheus.nvlink" in reasons["interconnect.nvlink_contention"]
     assert "prometheus.socket" in reasons["network.congestion"]
-    assert "prometheus.rdma" in reasons["network.rdma_bottleneck"]
+    assert "prometheus.rdma: unavailable (no node_infiniband_* series" in reasons["network.rdma_bottleneck"]
