@@ -57,6 +57,10 @@ class UnknownWindow(InputError):
     pass
 
 
+class NoWindowYet(InputError):
+    """Asked for the latest window before any has finished."""
+
+
 class Shelf:
     """One folder of windows with its caps; the caller holds the Ring's lock."""
 
@@ -166,6 +170,12 @@ class Ring:
             for gone in self.kept.evict():
                 self._cache.pop(gone, None)
             return record
+
+    def latest_id(self) -> str:
+        latest = self.latest()
+        if latest is None:
+            raise NoWindowYet("no window has finished yet; GET /api/v1/status shows when one has")
+        return latest.window_id
 
     def latest(self) -> WindowRecord | None:
         with self._lock:

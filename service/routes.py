@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from witty_profiler import __version__
-from witty_profiler.service.ring import UnknownWindow
+from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
 
 LAYERS = ("summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all")
@@ -61,12 +61,7 @@ async def _off_loop(fn: Callable[[], Any]) -> Any:
 
 def _window_id(service: Any, request: Request) -> str:
     given = request.path_params["window_id"]
-    if given == "latest":
-        latest = service.ring.latest()
-        if latest is None:
-            raise UnknownWindow("no window has finished yet")
-        return latest.window_id
-    return given
+    return service.ring.latest_id() if given == "latest" else given
 
 
 def _format(request: Request, allowed: list[str]) -> str:
@@ -148,8 +143,7 @@ async def compare(service: Any, request: Request) -> Response:
     if not before or not after:
         raise InputError("compare needs ?before=WINDOW_ID&after=WINDOW_ID (ids from GET /api/v1/graphs, or latest)")
     fmt = _format(request, ["md", "json"])
-    latest = service.ring.latest()
-    ids = [latest.window_id if w == "latest" and latest else w for w in (before, after)]
+    ids = [service.ring.latest_id() if w == "latest" else w for w in (before, after)]
     result = await _off_loop(lambda: service.compare(*ids))
     if fmt == "json":
         return Response(result.to_json(), media_type="application/json")
@@ -198,8 +192,10 @@ def starlette_routes(service: Any, apis: list[Api]) -> list[Route]:
                 return await api.handler(service, request)
             except UnknownWindow as exc:
                 return _error(404, str(exc))
+            except NoWindowYet as exc:
+                return _error(409, str(exc))
             except InputError as exc:
-                return _error(409 if "no window has finished" in str(exc) else 400, str(exc))
+                return _error(400, str(exc))
         return handle
     return [Route(api.path, endpoint(api), methods=[api.method]) for api in apis]
 

@@ -285,3 +285,25 @@ async def test_mcp_on_the_same_port_lists_the_windows_and_announces_new_ones(tmp
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_the_seed_form_with_the_example_config_serves(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "witty_profiler", "--config", "configs/production.json",
+                             "--state-dir", str(tmp_path / "state"), "--listen", f"127.0.0.1:{port}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                status = Http(port).get("/api/v1/status").json()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert status["monitor"]["window_s"] == 60 and status["monitor"]["running"]  # from the file
+        assert status["state_dir"] == str(tmp_path / "state")  # the command line wins
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
