@@ -15,7 +15,7 @@ the exit code, and a JSON summary on stdout:
     disk_max_mib vs cap_mib      the state directory's largest size against ring_max_mb + kept_max_mb
 
 Usage: python3 benchmarks/service_soak.py [--minutes 60] [--idle-minutes 5] [--threads 2000] [--sample 60]
-       [--window S] [--interval S] [--out /tmp/soak.jsonl] [-- more serve options]
+       [--window S] [--interval S] [--scope-holder] [--out /tmp/soak.jsonl] [-- more serve options]
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
     ap.add_argument("--window", type=float)
     ap.add_argument("--interval", type=float)
+    ap.add_argument("--scope-holder", action="store_true", help="serve with --pid HOLDER: its threads are then "
+                    "the workload, each read every sample (the worst case), not an idle process read every 5th")
     ap.add_argument("--out", default="/tmp/witty-service-soak.jsonl")
     ap.add_argument("serve_args", nargs="*", help="more `witty-profiler serve` options, after --")
     args = ap.parse_args()
@@ -137,6 +139,7 @@ def main() -> None:
     cmd += ["--window", str(args.window)] if args.window else []
     cmd += ["--interval", str(args.interval)] if args.interval else []
     cmd += ["--stopped"] if args.idle_minutes else []
+    cmd += ["--pid", str(holder.pid)] if args.scope_holder else []
     cmd += args.serve_args
     service = subprocess.Popen(cmd, cwd=REPO)
     summary: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine":

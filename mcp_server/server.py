@@ -30,7 +30,7 @@ import anyio.lowlevel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations, ToolExecution
 from mcp.types import Resource as MCPResource
 from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, Field, ValidationError
@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from witty_profiler.mcp_server import guide
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.tasks import Tasks
 from witty_profiler.mcp_server.tools import WittyTools, suggest
 from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text
 from witty_profiler.topology.errors import InputError
@@ -142,6 +143,7 @@ class WittyServer(MCPServer):
 
     inputs: dict[str, type[BaseModel]]
     schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]]
+    tasks: Tasks
     witty: WittyTools
     workers: Workers
 
@@ -159,7 +161,17 @@ class WittyServer(MCPServer):
         for tool in listed:
             if tool.name in self.schemas:
                 tool.input_schema, tool.output_schema = self.schemas[tool.name]
+            if tool.name in self.tasks.tools:
+                tool.execution = ToolExecution(task_support="optional")
         return listed
+
+    async def _handle_call_tool(self, ctx: Any, params: Any) -> Any:
+        """A call that asks to run as a task (params.task) and may: answered at once with the task, which
+        runs on (mcp_server.tasks); any other call as the SDK handles it."""
+        if params.task is not None and params.name in self.tasks.tools:
+            plain = params.model_copy(update={"task": None})
+            return self.tasks.start(params.task, lambda: super(WittyServer, self)._handle_call_tool(ctx, plain))
+        return await super()._handle_call_tool(ctx, params)
 
     async def list_resources(self) -> list[MCPResource]:
         """The static resources, then each known graph's summary (newest first), so that clients with a
@@ -242,6 +254,8 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
     server = server_class("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
                          log_level="INFO")
     server.inputs, server.schemas, server.witty = {}, {}, w
+    server.tasks = Tasks({"collect"})  # the one tool that takes a while: a window
+    server.tasks.register(server._lowlevel_server)
     server.workers = workers = Workers(work_threads, tool_timeout)
 
     def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
