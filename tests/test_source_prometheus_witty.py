@@ -138,7 +138,7 @@ def test_patterns_judge_the_read_back(read_back):
     cross = d.finding("interconnect.cross_numa_access")
     assert cross is not None and cross.subjects == ["process:h1:10"]
     assert d.status("control.scheduling_latency") == "clear"
-    stall = d.finding("storage.checkpoint_stall")  # 42 s writing: above its warning level (10 s)
+    stall = d.finding("storage.checkpoint_stall")  # 42 s writing: above its critical level (30 s)
     assert stall is not None and stall.subjects == ["process:h1:10"]
     assert d.status("control.thread_oversubscription") == "clear"  # 3 runnable threads on 8 CPUs
 
