@@ -305,14 +305,18 @@ ENTITY_TYPES: dict[str, str] = {
     T.CONTAINER: "a container or pod; id container:<host>:<id>; attrs runtime, name, pod",
     T.CGROUP: "a cgroup; id cgroup:<host>:<version>:<path> (version v1 or v2); attrs version, path, controllers",
     T.GPU: "an NVIDIA GPU; id gpu:<host>:<pci address>; attrs index, name, uuid, pci_address, numa_node, "
-           "local_cpus, driver_version, throttle_reasons, pcie_link_degraded, nvlink_version",
+           "local_cpus, driver_version, throttle_reasons, pcie_link_degraded, nvlink_version; from dcgm-exporter "
+           "also remapped_rows {correctable, uncorrectable}, row_remap_failure, retired_pages {single_bit, "
+           "double_bit, pending}, xid_codes",
     T.GPU_INSTANCE: "a MIG GPU instance of an NVIDIA GPU; id gpu_instance:<host>:<gpu pci address>:<instance id>; "
                     "attrs gpu_instance_id; metrics from GPM (sm_active_pct, tensor_active_pct, hbm_bw_util_pct...)",
     T.NPU: "an Ascend NPU chip; id npu:<host>:<pci address>; attrs index, chip, phy_id or device, name, health, "
-           "pci_address, numa_node, cpu_affinity",
+           "pci_address, numa_node, cpu_affinity; from npu-exporter also error_codes, hccs_crc_errors (HCCS CRC "
+           "errors in the window)",
     T.PCI_DEVICE: "a PCI function; id pci_device:<host>:<pci address>; attrs class, numa_node, link speeds and widths",
     T.BLOCK_DEVICE: "a disk; id block_device:<host>:<name>",
-    T.NIC: "a network interface; id nic:<host>:<name>; attrs speed_mbps, pci_address, numa_node",
+    T.NIC: "a network interface; id nic:<host>:<name>; attrs speed_mbps, pci_address, numa_node, operstate, mtu, "
+           "virtual (no device behind it: sysfs path, or from Prometheus a MAC address that is not permanent)",
     T.RDMA_PORT: "an InfiniBand/RoCE port; id rdma_port:<host>:<device>:<port>; attrs state, phys_state, rate, "
                  "link_layer, netdev, pci_address, numa_node, error/retrans/congestion_counters_delta; from "
                  "`rdma res show qp`: qp_states (QPs per state), kernel_qps (QPs per kernel module); an Ascend NPU's "
