@@ -31,6 +31,11 @@ DCGM_GAUGES = {"DCGM_FI_DEV_GPU_UTIL": M.UTIL_PCT, "DCGM_FI_DEV_MEM_COPY_UTIL": 
                # not in the shipped lists; a site adds them: bytes/s without protocol headers
                "DCGM_FI_PROF_NVLINK_TX_BYTES": M.NVLINK_TX_BYTES_PER_S,
                "DCGM_FI_PROF_NVLINK_RX_BYTES": M.NVLINK_RX_BYTES_PER_S}
+# DCGM's profiling ratios (0-1 gauges, the figures NVML's GPM gives a live collector) -> percent: SM_ACTIVE
+# and SM_OCCUPANCY are commented out in the shipped lists (a site enables them), PIPE_TENSOR_ACTIVE (any
+# tensor pipe, whatever the list's "(HMMA)" says) and DRAM_ACTIVE are on
+DCGM_RATIOS = {"DCGM_FI_PROF_SM_ACTIVE": M.SM_ACTIVE_PCT, "DCGM_FI_PROF_SM_OCCUPANCY": M.SM_OCCUPANCY_PCT,
+               "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": M.TENSOR_ACTIVE_PCT, "DCGM_FI_PROF_DRAM_ACTIVE": M.HBM_BW_UTIL_PCT}
 # Field 449, in the default list typed as a counter, is an instantaneous figure in MB/s for all links and
 # both directions (dcgmi dmon and nvidia-smi nvlink -gt d agree on it; NVIDIA's maintainers have said KB/s
 # in dcgm-exporter issue #472, which a busy H100's figures rule out): averaged as a gauge.
@@ -52,7 +57,7 @@ THROTTLE_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTT
 # counters in KB (NVML's PCIe throughput), used where the DCP PCIe fields are not exported
 DCGM_KB_COUNTERS = {"DCGM_FI_DEV_PCIE_TX_THROUGHPUT": M.PCIE_TX_BYTES_PER_S,
                     "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": M.PCIE_RX_BYTES_PER_S}
-DCGM_SERIES = "|".join([*DCGM_GAUGES, *DCGM_KB_COUNTERS, NVLINK_TOTAL, *DCGM_INCREASES, *DCGM_STATE,
+DCGM_SERIES = "|".join([*DCGM_GAUGES, *DCGM_RATIOS, *DCGM_KB_COUNTERS, NVLINK_TOTAL, *DCGM_INCREASES, *DCGM_STATE,
                         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
                         "DCGM_FI_DEV_XID_ERRORS", *THROTTLE_FIELDS])
 HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed its Hostname label
@@ -116,6 +121,9 @@ def add_gpus(g: Graph, rows: list[tuple[str, dict, list]]) -> CollectorStatus:
         for series, metric in DCGM_GAUGES.items():
             if series in s:
                 m.update(gauge(metric, _values(s[series])))
+        for series, metric in DCGM_RATIOS.items():
+            if series in s:
+                m.update(gauge(metric, [100.0 * v for v in _values(s[series])]))
         for series, metric in DCGM_KB_COUNTERS.items():
             if metric not in m and series in s:
                 m.update(rate_metrics(metric, Steps().add(s[series]), scale=1024.0))

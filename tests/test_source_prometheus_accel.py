@@ -87,6 +87,10 @@ def test_dcgm_series_make_gpus():
     assert hot.metrics["pcie_replays_total"] == 0
     assert hot.attrs["remapped_rows"] == {"correctable": 2, "uncorrectable": 0}
     assert hot.attrs["row_remap_failure"] is False
+    # DCGM's profiling ratios as the percentages NVML's GPM gives the live collector
+    assert (hot.metrics["sm_active_pct"], hot.metrics["sm_occupancy_pct"]) == (87.3, 41.2)
+    assert (hot.metrics["tensor_active_pct"], hot.metrics["hbm_bw_util_pct"]) == (53.8, 62.7)
+    assert idle.metrics["sm_active_pct"] == 0 and idle.metrics["hbm_bw_util_pct"] == 0
 
 
 def test_xid_counts_changes_and_throttle_bits_over_the_window():
@@ -209,6 +213,8 @@ def test_accelerators_from_prometheus_equal_the_exporters(stack, window):
         assert m["pcie_rx_bytes_per_s"] == value(DCGM, "DCGM_FI_PROF_PCIE_RX_BYTES", gpu=gpu)
         assert m["nvlink_tx_bytes_per_s"] == value(DCGM, "DCGM_FI_PROF_NVLINK_TX_BYTES", gpu=gpu)
         assert m["nvlink_bytes_per_s"] == value(DCGM, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu=gpu) * 1e6
+        assert m["hbm_bw_util_pct"] == pytest.approx(100 * value(DCGM, "DCGM_FI_PROF_DRAM_ACTIVE", gpu=gpu), abs=0.01)
+        assert m["sm_active_pct"] == pytest.approx(100 * value(DCGM, "DCGM_FI_PROF_SM_ACTIVE", gpu=gpu), abs=0.01)
         assert g.entity(f"gpu:{gpu_host}:{address}").attrs["remapped_rows"]["correctable"] == value(
             DCGM, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu=gpu)
     for address, chip in ((HOT_NPU, "0"), (SICK_NPU, "1")):
