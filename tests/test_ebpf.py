@@ -322,6 +322,28 @@ def _ebpf_ready() -> None:
         pytest.skip(problem)
 
 
+THREADS = {"contended": 5, "gil": 7, "poller": 5, "blocked": 3}  # main + workers of each program above
+SLEEP_SYSCALLS = {"x86_64": {35, 230}, "aarch64": {101, 115}}  # nanosleep, clock_nanosleep
+
+
+def _settled(pid: int, threads: int, timeout_s: float = 20.0) -> None:
+    """Wait until `pid` has started its `threads` and its main thread sleeps (or polls, for BLOCKED) in
+    nanosleep: before that, starting threads is futex waiting of the main thread, which the window must
+    not see. A fixed delay is not enough on a loaded host, where an interpreter can take seconds to start."""
+    sleeping = SLEEP_SYSCALLS.get(os.uname().machine)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            started = len(os.listdir(f"/proc/{pid}/task")) >= threads
+            nr = Path(f"/proc/{pid}/task/{pid}/syscall").read_text().split()[0]
+        except (OSError, IndexError):
+            started, nr = False, ""
+        if started and (sleeping is None or (nr.isdigit() and int(nr) in sleeping)):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} did not start its {threads} threads within {timeout_s} s")
+
+
 RELEASE_AFTER_S = 1.5  # into the 3 s window, BLOCKED's "later" thread gets its lock
 
 
@@ -338,8 +360,10 @@ def traced(tmp_path_factory):
         threading.Timer(RELEASE_AFTER_S, flag.touch).start()
 
     try:
-        time.sleep(0.5)  # the threads are up and blocked
         pids = {name: p.pid for name, p in procs.items()}
+        for name, pid in pids.items():  # every thread started, the main thread asleep: only then the window
+            _settled(pid, THREADS[name])
+        time.sleep(0.2)  # the workers are in their loops
         with mock.patch.object(EbpfCollector, "start", start_then_release_later):
             graph = run_window(3.0, 1.0, pids=list(pids.values()), collectors=["process", "ebpf"])
     finally:
@@ -469,7 +493,7 @@ def test_a_second_window_attaches_the_program_the_first_one_compiled(tmp_path):
     PROGRAMS.release()
     contended = subprocess.Popen([PY, "-c", CONTENDED])
     try:
-        time.sleep(0.3)
+        _settled(contended.pid, THREADS["contended"])
         windows = [run_window(1.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]) for _ in range(2)]
         assert len(PROGRAMS) == 1
         (bpf, tracepoints), = PROGRAMS._idle.values()

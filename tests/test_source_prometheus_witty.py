@@ -220,12 +220,16 @@ def test_busy_process_comes_back_from_prometheus(stack, busy, tmp_path):
     assert [e.target for e in g.edges("runs_on") if e.source == through_node.id] == [f"numa_node:{stack.hosts[1]}:0"]
     # the diagnosis judges it: a thread keeping a core busy while its sibling sleeps is a hot thread, where
     # it got more than 90 % of a core (on a shared machine it may not have)
+    # The pid is in scope on both hosts that report it (host 1 averaged over our window, host 2 as the
+    # textfile's one window): the busiest of the two main threads decides
     d = diagnose(g, pids=[busy.pid])
     hot = d.finding("compute.hot_thread")
-    if spinning > 90:
-        assert hot is not None and f"thread:{host}:{busy.pid}:{busy.pid}" in hot.subjects
+    mains = {f"thread:{h}:{busy.pid}:{busy.pid}" for h in stack.hosts[:2]}
+    busiest = max(g.entity(t).metrics["cpu_util_pct"] for t in mains if g.entity(t) is not None)
+    if busiest > 90:
+        assert hot is not None and set(hot.subjects) & mains, (hot, busiest)
     else:
-        assert d.status("compute.hot_thread") == "clear"
+        assert d.status("compute.hot_thread") == "clear", (hot, busiest)
     assert d.status("interconnect.cross_numa_access") in ("clear", "finding")
     assert d.status("control.scheduling_latency") in ("clear", "finding")
     out = tmp_path / "past.json"
