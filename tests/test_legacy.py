@@ -194,6 +194,13 @@ def test_envelope_loads_like_the_bare_document(raw, graph, as_string):
     assert "machine_id" not in wrapped.meta.host_info["local"]
 
 
+def test_an_envelope_around_a_native_graph_loads_as_that_graph(graph):
+    from witty_profiler.topology import dumps_graph
+    envelope = '{"env":{"hostname":"n1","window_id":"w-20261203T100000Z"},"content":' + dumps_graph(graph) + "}"
+    wrapped = loads_graph(envelope, "envelope.json")
+    assert wrapped.entities() == graph.entities() and wrapped.edges() == graph.edges()
+
+
 def test_unknown_types_become_opaque_and_related(raw):
     doc = copy.deepcopy(raw)
     gadget = {"entity_namespace": "local", "entity_type": "QuantumEntity", "details": {},

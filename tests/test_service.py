@@ -124,6 +124,9 @@ def test_windows_roll_into_the_ring_and_every_route_answers(tmp_path):
         wrapped = c.get(f"/api/v1/graphs/{latest}", params={"envelope": "true"}).json()
         assert set(wrapped) == {"env", "content"} and wrapped["content"] == graph
         assert wrapped["env"]["hostname"] == socket.gethostname()
+        from witty_profiler.topology import loads_graph
+        assert loads_graph(c.get(f"/api/v1/graphs/{latest}", params={"envelope": "true"}).content,
+                           "envelope.json").entity_count() == len(graph["entities"])  # our reader takes it back
 
         view = c.get(f"/api/v1/graphs/{latest}/views/summary")
         assert view.status_code == 200 and view.text.startswith("# witty-profiler summary")

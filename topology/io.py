@@ -129,6 +129,9 @@ def _loads_text(text: str, name: str) -> Graph:
 def graph_from_data(data: Any, name: str = "<input>", finite: bool = False, visible: bool = False) -> Graph:
     """The graph of a parsed document, native or legacy (`finite`: see topology.validate.graph_of;
     `visible`: the caller knows that no string holds a character topology.text.visible would change)."""
+    if isinstance(data, dict) and "env" in data and isinstance(data.get("content"), dict) \
+            and data["content"].get("format") == FORMAT_NAME:
+        data = data["content"]  # the service's {env, content} envelope around a native graph
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         _check_version(data, name)
         graph = graph_of(data, name, finite)
