@@ -24,7 +24,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="witty-profiler", description="Find why an AI training or inference host is slow.")
+    parser = OneLineErrorParser(prog="witty-profiler", description="Find why an AI training or inference host is slow.",
+                                epilog="Without a command: `witty-profiler [--config FILE]` runs the service (serve), "
+                                       "`witty-profiler --offline --duration N` collects one window (collect).")
     parser.add_argument("--version", action="version", version=f"witty-profiler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     for name in COMMANDS:
