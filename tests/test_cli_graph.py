@@ -127,7 +127,9 @@ BAD_INPUTS = {
     "bad --where syntax": lambda d, s: ["query", str(s), "--type", "npu", "--where", "numa_node"],
     "unknown id for --neighbours": lambda d, s: ["query", str(s), "--neighbours", "process:local:42"],
     "unknown option": lambda d, s: ["query", str(s), "--bogus"],
-    "no command": lambda d, s: [],
+    # bare `witty-profiler` runs the service (the original's form); its bad inputs are these
+    "a config file that is not there": lambda d, s: ["--config", str(d / "missing.json")],
+    "the original's one-window form with a bad duration": lambda d, s: ["--offline", "--duration", "-1"],
     "an id given twice": lambda d, s: ["info", _file(d, "twice.json", _native(
         '{"id":"process:h:1","type":"process"},{"id":"process:h:1","type":"thread"}', ""))],
     "an edge to an entity the file lacks": lambda d, s: ["info", _file(d, "loose.json", _native(
