@@ -30,8 +30,9 @@ TOKEN_ENV = "WITTY_SERVICE_TOKEN"
 
 @dataclass
 class Collection:
-    # eBPF loads its programs once per window: 0.7 s of CPU a window on a small host, the largest single
-    # cost of continuous monitoring (BENCHMARKS.md); a one-off `collect` keeps it
+    # eBPF is compiled once and kept between windows (collectors/bpfcache.py), but windows back to back would
+    # keep its probes attached all the time: every futex call of the host pays about a microsecond, every
+    # other syscall ~0.2 us (BENCHMARKS.md). A one-off `collect` keeps it; a site adds it with collectors = []
     collectors: list[str] = field(default_factory=lambda: ["-ebpf"])
     window_s: float = 60.0
     interval_s: float = 10.0

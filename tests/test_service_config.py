@@ -118,3 +118,26 @@ def test_offline_duration_collects_one_window_like_collect(tmp_path):
     graph = json.loads(out.read_text())
     assert graph["format"] == "witty-graph" and graph["meta"]["duration_s"] == 1.0
     assert graph["meta"]["collectors"]["process"]["status"] in ("ok", "partial")
+
+
+@pytest.mark.live
+def test_offline_takes_what_the_command_line_leaves_out_from_the_config_file(tmp_path, capsys):
+    """`witty-profiler --offline --config FILE` collects one window as the service would: the file's
+    [collection] settings, the command line's where both say something."""
+    conf = tmp_path / "site.toml"
+    conf.write_text('[collection]\nwindow_s = 1.5\ninterval_s = 0.5\ncollectors = ["process", "cpu"]\n')
+    out = tmp_path / "g.json"
+    assert main(["--offline", "--config", str(conf), "-o", str(out), "-q"]) == 0
+    meta = json.loads(out.read_text())["meta"]
+    assert (meta["duration_s"], meta["interval_s"]) == (1.5, 0.5) and sorted(meta["collectors"]) == ["cpu", "process"]
+    assert main(["--offline", "--config", str(conf), "--duration", "1", "--collectors", "cpu",
+                 "-o", str(out), "--force", "-q"]) == 0
+    meta = json.loads(out.read_text())["meta"]
+    assert (meta["duration_s"], meta["interval_s"]) == (1.0, 0.5) and list(meta["collectors"]) == ["cpu"]
+    conf.write_text('[collection]\nwindow_s = "x"\n')
+    capsys.readouterr()
+    assert main(["--offline", "--config", str(conf), "-o", str(out), "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"witty-profiler: error: --config {conf}: collection.window_s: expected a number of seconds above 0, got 'x'"
+    assert main(["collect", "--config", str(conf), "--prometheus", "http://127.0.0.1:1", "--start=-1h"]) == 2
+    assert "--config sets a live window" in capsys.readouterr().err

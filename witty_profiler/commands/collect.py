@@ -66,9 +66,31 @@ def run_prometheus(args: argparse.Namespace) -> int:
     return 0
 
 
+def with_config(args: argparse.Namespace) -> argparse.Namespace:
+    """The window's settings: the command line's, else the [collection] table of --config (the service's
+    file, so that `witty-profiler --offline --config production.json` collects as the service would), else
+    the defaults."""
+    collection = None
+    if args.config:
+        from witty_profiler.service.config import load
+        collection = load(args.config, {}).collection
+    defaults = {"duration": 10.0, "interval": 1.0, "pid": None, "job": None, "host": None, "collectors": None}
+    if collection is not None:
+        defaults.update(duration=collection.window_s, interval=collection.interval_s, pid=collection.pids or None,
+                        job=collection.job, host=collection.host,
+                        collectors=",".join(collection.collectors) if collection.collectors else None)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
     if args.prometheus:
+        if args.config:
+            raise InputError("--config sets a live window (its [collection] table); --prometheus reads a past one")
         return run_prometheus(args)
+    args = with_config(args)
     if args.start is not None or args.end != "now" or args.match or args.step is not None:
         raise InputError("--start, --end, --step and --match read a past window from Prometheus: add --prometheus URL")
     from witty_profiler.collectors.engine import run_window
@@ -88,9 +110,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Reads counters at the start, every interval and at the end of the window; "
                                    "stores rates and utilisations over the window plus p95/max of the intervals. "
                                    "Ctrl-C ends the window early and still writes the graph.")
-    p.add_argument("--duration", type=float, default=10.0, metavar="S",
-                   help=f"window length in seconds (default 10, at most {MAX_DURATION_S:g})")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval in seconds (default 1)")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help=f"window length in seconds (default 10, or --config's window_s; at most {MAX_DURATION_S:g})")
+    p.add_argument("--interval", type=float, metavar="S",
+                   help="sampling interval in seconds (default 1, or --config's interval_s)")
+    p.add_argument("--config", metavar="FILE", help="take the window's settings the command line leaves out from "
+                   "this service config file's [collection] table (TOML or JSON; see `serve --dump-config`)")
     p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
                    help="scope: these processes and their descendants (--pid 1 2 or --pid 1 --pid 2)")
     p.add_argument("--host", metavar="NAME", help="the host's name in the graph (default: the Slurm node name "
