@@ -166,7 +166,9 @@ out = {}
 if variant == "raw":
     size = 0
     for query in json.load(open(queries)):
-        params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "15"})
+        step = end - start if query.startswith("count by (instance) ({__name__") else 15  # the budget's count
+        params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                         "step": f"{step:g}"})
         with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=600) as response:
             body = response.read()
         size += len(body)
