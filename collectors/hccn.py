@@ -25,25 +25,12 @@ import subprocess
 import time
 from typing import Any
 
-from witty_profiler.topology import Entity, Graph
-from witty_profiler.topology.ids import entity_id, numa_id
-from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology import Entity, Graph, npuport
+from witty_profiler.topology.vocabulary import M
 
-# -stat counters that only move when a frame or packet was bad or refused
-ERROR_COUNTERS = ("mac_tx_bad_pkt_num", "mac_rx_bad_pkt_num", "mac_rx_fcs_err_pkt_num", "roce_rx_err_pkt_num",
-                  "roce_tx_err_pkt_num", "roce_unexpected_ack_num", "roce_verification_err_num",
-                  "roce_qp_status_err_num")
-# packets sent again or received out of order: loss on the path (Huawei's guide: a rising
-# roce_new_pkt_rty_num during a job means packet loss and retransmission in the network)
-RETRANS_COUNTERS = ("roce_new_pkt_rty_num", "roce_out_of_order_num")
-# flow control and congestion notification: rates, not errors
-CONGESTION_COUNTERS = ("mac_tx_pfc_pkt_num", "mac_rx_pfc_pkt_num", "mac_tx_mac_pause_num", "mac_rx_mac_pause_num",
-                       "roce_tx_cnp_pkt_num", "roce_rx_cnp_pkt_num", "roce_ecn_db_num")
 RATES = ((M.PORT_RCV_BYTES_PER_S, ("mac_rx_total_oct_num",)), (M.PORT_XMIT_BYTES_PER_S, ("mac_tx_total_oct_num",)),
          (M.RX_PACKETS_PER_S, ("mac_rx_total_pkt_num",)), (M.TX_PACKETS_PER_S, ("mac_tx_total_pkt_num",)),
-         (M.PORT_ERRORS_PER_S, ERROR_COUNTERS), (M.PORT_RETRANS_PER_S, RETRANS_COUNTERS),
-         (M.PFC_RX_FRAMES_PER_S, ("mac_rx_pfc_pkt_num",)), (M.PFC_TX_FRAMES_PER_S, ("mac_tx_pfc_pkt_num",)),
-         (M.CNP_RX_PACKETS_PER_S, ("roce_rx_cnp_pkt_num",)), (M.CNP_TX_PACKETS_PER_S, ("roce_tx_cnp_pkt_num",)))
+         *npuport.COUNTER_RATES)
 
 HEALTHY_NET = {"Success", "Init"}  # -net_health states counted healthy (as Huawei's MindCluster counts them)
 
@@ -123,25 +110,13 @@ def parse_optical(text: str) -> dict[str, Any] | None:
 def stat_rates(first: dict, last: dict) -> dict[str, float]:
     """Rates over the window from two timed -stat readings; a counter that went backwards
     (`hccn_tool -stat -c` cleared it) is left out."""
-    dt = last["t"] - first["t"]
-    out: dict[str, float] = {}
-    if dt <= 0:
-        return out
-    for metric, names in RATES:
-        deltas = [d for n in names if (d := _delta(first["stat"], last["stat"], n)) is not None]
-        if deltas:
-            out[metric] = round(sum(deltas) / dt, 3)
-    return out
+    return npuport.counter_rates(counter_deltas(first, last), last["t"] - first["t"], RATES)
 
 
-def counter_deltas(first: dict, last: dict, names: tuple[str, ...]) -> dict[str, int]:
-    return {n: d for n in names if (d := _delta(first["stat"], last["stat"], n)) is not None}
-
-
-def _delta(a: dict[str, int], b: dict[str, int], name: str) -> int | None:
-    if name in a and name in b and b[name] >= a[name]:
-        return b[name] - a[name]
-    return None
+def counter_deltas(first: dict, last: dict) -> dict[str, int]:
+    """Each counter's increase between two -stat readings; one that went backwards is left out."""
+    a, b = first["stat"], last["stat"]
+    return {n: b[n] - a[n] for n in b if n in a and b[n] >= a[n]}
 
 
 class HccnPorts:
@@ -196,26 +171,20 @@ class HccnPorts:
 def add_port(g: Graph, host: str, device: int, port: dict[str, Any], npu: Entity) -> str:
     """The rdma_port of one NPU's RoCE port from a window of hccn_tool readings, linked to its NPU
     (has_port) and the NPU's NUMA node; returns its id."""
-    eid = entity_id(T.RDMA_PORT, host, f"npu{device}", 0)
     first, last = port["first"], port["last"]
     metrics: dict[str, float] = stat_rates(first, last) if first and last else {}
     if port.get("speed"):
-        metrics[M.RATE_GBPS] = port["speed"]
-        busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
-        metrics[M.PORT_UTIL_PCT] = round(busiest * 8 / (port["speed"] * 1e9) * 100, 3)
+        npuport.add_link_speed(metrics, port["speed"])
     states = [s for s in port["link"] if s]
-    numa = npu.attrs.get("numa_node")
     attrs: dict[str, Any] = {"device": f"npu{device}", "port": 0, "link_layer": "Ethernet",
                              "state": states[-1] if states else None, "net_health": port.get("net_health"),
-                             "ip": port.get("ip"), "numa_node": numa}
+                             "ip": port.get("ip"), "numa_node": npu.attrs.get("numa_node")}
     if attrs["net_health"] is not None:
         attrs["net_healthy"] = attrs["net_health"] in HEALTHY_NET
     if len(set(states)) > 1:
         attrs["link_states_seen"] = states  # the link changed during the window
     if first and last:
-        attrs["error_counters_delta"] = counter_deltas(first, last, ERROR_COUNTERS)
-        attrs["retrans_counters_delta"] = counter_deltas(first, last, RETRANS_COUNTERS)
-        attrs["congestion_counters_delta"] = counter_deltas(first, last, CONGESTION_COUNTERS)
+        attrs.update(npuport.delta_attrs(counter_deltas(first, last)))
     optical = port.get("optical")
     if optical:
         attrs["optical_present"] = optical["present"]
@@ -227,8 +196,4 @@ def add_port(g: Graph, host: str, device: int, port: dict[str, Any], npu: Entity
                 metrics[metric] = min(lanes)
         if optical["rx_power_mw"] and optical["rx_power_low_mw"] is not None:
             attrs["optical_rx_power_low"] = min(optical["rx_power_mw"]) < optical["rx_power_low_mw"]
-    g.entity_of(T.RDMA_PORT, eid, attrs, metrics)
-    g.edge_of(E.HAS_PORT, npu.id, eid)
-    if numa is not None:
-        g.edge_of(E.LOCAL_TO, eid, numa_id(host, numa))
-    return eid
+    return npuport.add_port(g, host, npu, npuport.port_id(host, device), attrs, metrics)

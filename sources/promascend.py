@@ -21,14 +21,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from witty_profiler.topology import npuport
 from witty_profiler.topology.graph import Graph
-from witty_profiler.topology.ids import entity_id, numa_id
 from witty_profiler.topology.models import Entity
-from witty_profiler.topology.vocabulary import E, M, T
+from witty_profiler.topology.vocabulary import M
 from witty_profiler.topology.windowstats import gauge
 
 MB, GB = 1e6, 1e9  # hccn_tool's MB/s; DCMI's HCCS bandwidth in GB/s
-# npu-exporter series -> hccn_tool -stat counter name (collectors/hccn.py groups those names)
+# npu-exporter series -> hccn_tool -stat counter name (topology/npuport.py groups those names)
 COUNTERS = {"npu_chip_mac_tx_bad_pkt_num": "mac_tx_bad_pkt_num", "npu_chip_mac_rx_bad_pkt_num": "mac_rx_bad_pkt_num",
             "npu_chip_info_rx_fcs_num": "mac_rx_fcs_err_pkt_num",
             "npu_chip_roce_rx_err_pkt_num": "roce_rx_err_pkt_num", "npu_chip_roce_tx_err_pkt_num": "roce_tx_err_pkt_num",
@@ -42,16 +42,8 @@ COUNTERS = {"npu_chip_mac_tx_bad_pkt_num": "mac_tx_bad_pkt_num", "npu_chip_mac_r
             "npu_chip_roce_tx_cnp_pkt_num": "roce_tx_cnp_pkt_num", "npu_chip_roce_rx_cnp_pkt_num": "roce_rx_cnp_pkt_num",
             "npu_chip_info_rx_ecn_num": "roce_ecn_db_num",
             "npu_chip_roce_rx_all_pkt_num": "roce_rx_all_pkt_num", "npu_chip_roce_tx_all_pkt_num": "roce_tx_all_pkt_num"}
-# as collectors/hccn.py: errors, packets sent again or out of order (loss on the path), flow control
-ERRORS = ("mac_tx_bad_pkt_num", "mac_rx_bad_pkt_num", "mac_rx_fcs_err_pkt_num", "roce_rx_err_pkt_num",
-          "roce_tx_err_pkt_num", "roce_unexpected_ack_num", "roce_verification_err_num", "roce_qp_status_err_num")
-RETRANS = ("roce_new_pkt_rty_num", "roce_out_of_order_num")
-CONGESTION = ("mac_tx_pfc_pkt_num", "mac_rx_pfc_pkt_num", "mac_tx_mac_pause_num", "mac_rx_mac_pause_num",
-              "roce_tx_cnp_pkt_num", "roce_rx_cnp_pkt_num", "roce_ecn_db_num")
 RATES = ((M.RX_PACKETS_PER_S, ("roce_rx_all_pkt_num",)), (M.TX_PACKETS_PER_S, ("roce_tx_all_pkt_num",)),
-         (M.PORT_ERRORS_PER_S, ERRORS), (M.PORT_RETRANS_PER_S, RETRANS),
-         (M.PFC_RX_FRAMES_PER_S, ("mac_rx_pfc_pkt_num",)), (M.PFC_TX_FRAMES_PER_S, ("mac_tx_pfc_pkt_num",)),
-         (M.CNP_RX_PACKETS_PER_S, ("roce_rx_cnp_pkt_num",)), (M.CNP_TX_PACKETS_PER_S, ("roce_tx_cnp_pkt_num",)))
+         *npuport.COUNTER_RATES)
 PORT = ("npu_chip_info_link_status", "npu_chip_info_network_status", "npu_chip_link_speed", "npu_chip_link_up_num",
         "npu_chip_info_bandwidth_rx", "npu_chip_info_bandwidth_tx")
 HCCS = "npu_chip_info_hccs_"
@@ -87,10 +79,9 @@ def add_roce_port(g: Graph, host: str, npu: Entity, index: str, series: dict[str
     """The rdma_port of an NPU's own RoCE port, as collectors/hccn.py makes it; None without its series."""
     if not any(name in series for name in (*PORT, *COUNTERS)):
         return None
-    eid = entity_id(T.RDMA_PORT, host, f"npu{index}", 0)
     last = {name: values[-1][1] for name, values in series.items() if values}
-    numa = npu.attrs.get("numa_node")
-    attrs: dict[str, Any] = {"device": f"npu{index}", "port": 0, "link_layer": "Ethernet", "numa_node": numa}
+    attrs: dict[str, Any] = {"device": f"npu{index}", "port": 0, "link_layer": "Ethernet",
+                             "numa_node": npu.attrs.get("numa_node")}
     if "npu_chip_info_link_status" in last:
         attrs["state"] = {1: "UP", 0: "DOWN"}.get(int(last["npu_chip_info_link_status"]), "UNKNOWN")
         states = sorted({int(v) for _, v in series["npu_chip_info_link_status"]})
@@ -107,22 +98,11 @@ def add_roce_port(g: Graph, host: str, npu: Entity, index: str, series: dict[str
             metrics.update(gauge(metric, [v * MB for _, v in series[name]], 0))
     speed = last.get("npu_chip_link_speed")
     if speed and speed > 0:
-        metrics[M.RATE_GBPS] = speed / 1000  # Mb/s
-        busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
-        metrics[M.PORT_UTIL_PCT] = round(busiest * 8 / (metrics[M.RATE_GBPS] * 1e9) * 100, 3)
+        npuport.add_link_speed(metrics, speed / 1000)  # Mb/s
     counts = {COUNTERS[name]: values for name, values in series.items() if name in COUNTERS and values}
     if counts:
         span = max(v[-1][0] for v in counts.values()) - min(v[0][0] for v in counts.values())
         deltas = {name: _increase(values) for name, values in counts.items()}
-        for metric, names in RATES:
-            known = [deltas[n] for n in names if n in deltas]
-            if known and span > 0:
-                metrics[metric] = round(sum(known) / span, 3)
-        for attr, names in (("error_counters_delta", ERRORS), ("retrans_counters_delta", RETRANS),
-                            ("congestion_counters_delta", CONGESTION)):
-            attrs[attr] = {n: deltas[n] for n in names if n in deltas}
-    g.entity_of(T.RDMA_PORT, eid, attrs, metrics)
-    g.edge_of(E.HAS_PORT, npu.id, eid)
-    if numa is not None:
-        g.edge_of(E.LOCAL_TO, eid, numa_id(host, numa))
-    return eid
+        metrics.update(npuport.counter_rates(deltas, span, RATES))
+        attrs.update(npuport.delta_attrs(deltas))
+    return npuport.add_port(g, host, npu, npuport.port_id(host, index), attrs, metrics)
