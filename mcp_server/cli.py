@@ -70,13 +70,8 @@ def _seconds(text: str) -> float:
 def read_token(path: str | None) -> str | None:
     if path is None:
         return os.environ.get(TOKEN_ENV) or None
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--token-file {path}: cannot read it ({exc})") from None
-    if not token:
-        raise InputError(f"--token-file {path}: is empty")
-    return token
+    from witty_profiler.mcp_server.httpguard import read_token_file
+    return read_token_file(path, "--token-file")
 
 
 def serve_http(server: Any, host: str, port: int, log_level: str, token: str | None = None,

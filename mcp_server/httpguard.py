@@ -13,6 +13,7 @@ import ipaddress
 import json
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 
 from witty_profiler.topology.errors import InputError
 
@@ -27,6 +28,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def read_token_file(path: str, what: str) -> str:
+    """The bearer token held in a file (`what` names where the path was given); empty or unreadable: InputError."""
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} {path}: cannot read it ({exc})") from None
+    if not token:
+        raise InputError(f"{what} {path}: is empty")
+    return token
 
 
 def check_bind(host: str, token: str | None, how: str) -> None:

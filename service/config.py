@@ -223,11 +223,6 @@ def load(path: str | None, overrides: dict[str, dict[str, Any]]) -> ServiceConfi
 def read_token(config: ServiceConfig) -> str | None:
     """The bearer token: server.token_file, else $WITTY_SERVICE_TOKEN; None when neither is set."""
     if config.server.token_file:
-        try:
-            token = Path(config.server.token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"server.token_file {config.server.token_file}: cannot read it ({exc})") from None
-        if not token:
-            raise InputError(f"server.token_file {config.server.token_file}: is empty")
-        return token
+        from witty_profiler.mcp_server.httpguard import read_token_file
+        return read_token_file(config.server.token_file, "server.token_file")
     return os.environ.get(TOKEN_ENV) or None
