@@ -37,7 +37,7 @@ from witty_profiler.collectors.perf_event import (
     paranoid_level,
     refusal_reason,
 )
-from witty_profiler.collectors.procfs import parse_meminfo, read_text
+from witty_profiler.collectors.procfs import cpu_flags, parse_meminfo, read_text
 from witty_profiler.collectors.sampling import SeriesTable
 from witty_profiler.collectors.smbios import memory_devices, peak_bytes_per_s
 from witty_profiler.topology import Graph
@@ -54,13 +54,6 @@ UNCORE = (("uncore_imc", re.compile(r"uncore_imc(_free_running)?_\d+$"),
 
 
 # -- resctrl ----------------------------------------------------------------------------------
-def cpu_flags(ctx: Context) -> set[str]:
-    for line in (read_text(f"{ctx.proc}/cpuinfo") or "").splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def resctrl_plan(ctx: Context) -> tuple[str | None, bool]:
     """(the resctrl root to read, whether it must be mounted first); raises _NotHere with the
     reason it cannot be used."""
@@ -71,7 +64,7 @@ def resctrl_plan(ctx: Context) -> tuple[str | None, bool]:
         raise _NotHere(f"{root} absent (kernel without resctrl)")
     if "resctrl" not in (read_text(f"{ctx.proc}/filesystems") or ""):
         raise _NotHere(f"resctrl not in {ctx.proc}/filesystems")
-    flags = cpu_flags(ctx)
+    flags = cpu_flags(ctx.proc)
     if "cqm_mbm_total" not in flags:
         raise _NotHere("the CPU has no memory bandwidth monitoring (no cqm_mbm_total in the cpuinfo flags)")
     if not ctx.is_root:

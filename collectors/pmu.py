@@ -39,7 +39,7 @@ from witty_profiler.collectors.perf_event import (
     paranoid_level,
     refusal_reason,
 )
-from witty_profiler.collectors.procfs import read_text
+from witty_profiler.collectors.procfs import cpu_flags, read_text
 from witty_profiler.collectors.tasks import list_tids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
@@ -94,9 +94,7 @@ class Counts:
 
 def is_virtual(ctx: Context) -> bool:
     """A guest: x86 CPUs flag it in cpuinfo; Xen guests of any architecture have /sys/hypervisor/type."""
-    flags = next((line for line in (read_text(f"{ctx.proc}/cpuinfo") or "").splitlines()
-                  if line.startswith("flags")), "")
-    return " hypervisor" in flags or bool((read_text(f"{ctx.sys}/hypervisor/type") or "").strip())
+    return "hypervisor" in cpu_flags(ctx.proc) or bool((read_text(f"{ctx.sys}/hypervisor/type") or "").strip())
 
 
 @register

@@ -263,3 +263,11 @@ def parse_meminfo(text: str) -> dict[str, int]:
         if parts and parts[0].isdigit():
             out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
     return out
+
+
+def cpu_flags(proc: str = "/proc") -> set[str]:
+    """The first CPU's flags in cpuinfo (x86); empty where cpuinfo names none (Arm lists 'Features')."""
+    for line in (read_text(f"{proc}/cpuinfo") or "").splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
