@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,20 @@ def default_host() -> str:
     say), else the short hostname."""
     return (os.environ.get("WITTY_HOST") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
             or "localhost")
+
+
+def run_tool(argv: list[str], what: str, timeout_s: float = 20) -> tuple[str | None, str | None]:
+    """(stdout, None) of a vendor tool run in the C locale (its messages in English, as the parsers
+    expect), or (None, why) when it could not run or exited non-zero; `what` names the call in `why`,
+    which quotes the start of what the tool printed (such tools print their errors on stdout)."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                             env={**os.environ, "LC_ALL": "C"})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{what} failed: {e}"
+    if out.returncode != 0:
+        return None, f"{what} exited {out.returncode}: {(out.stdout + out.stderr).strip()[:120]}"
+    return out.stdout, None
 
 
 @dataclass

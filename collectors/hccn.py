@@ -19,12 +19,11 @@ the window and turns two `-stat` readings into rates.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from typing import Any
 
+from witty_profiler.collectors.base import run_tool
 from witty_profiler.topology import Entity, Graph, npuport
 from witty_profiler.topology.vocabulary import M
 
@@ -128,17 +127,10 @@ class HccnPorts:
         self.failures: list[str] = []
 
     def run(self, device: int, *args: str) -> str | None:
-        try:
-            out = subprocess.run([self.tool, "-i", str(device), *args], capture_output=True, text=True, timeout=20,
-                                 env={**os.environ, "LC_ALL": "C"})
-        except (OSError, subprocess.TimeoutExpired) as e:
-            self.failures.append(f"hccn_tool -i {device} {' '.join(args)} failed: {e}")
-            return None
-        if out.returncode != 0:
-            self.failures.append(f"hccn_tool -i {device} {' '.join(args)} exited {out.returncode}: "
-                                 f"{(out.stdout + out.stderr).strip()[:120]}")
-            return None
-        return out.stdout
+        out, why = run_tool([self.tool, "-i", str(device), *args], f"hccn_tool -i {device} {' '.join(args)}")
+        if why:
+            self.failures.append(why)
+        return out
 
     def start(self, devices: list[int]) -> None:
         for d in devices:

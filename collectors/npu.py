@@ -20,11 +20,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections import defaultdict
 
 from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
-from witty_profiler.collectors.base import Collector, Context, register
+from witty_profiler.collectors.base import Collector, Context, register, run_tool
 from witty_profiler.collectors.hccn import HccnPorts, add_port
 from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
@@ -253,19 +252,10 @@ class NpuCollector(Collector):
     def _run(self, *args: str, optional: bool = False) -> str | None:
         """The output of `npu-smi ARGS`; None on failure, which makes the collector partial unless the
         query is optional (one that older drivers or other NPU models do not have)."""
-        try:
-            out = subprocess.run([self.npu_smi, *args], capture_output=True, text=True, timeout=20,
-                                 env={**os.environ, "LC_ALL": "C"})
-        except (OSError, subprocess.TimeoutExpired) as e:
-            if not optional:
-                self.partial(f"npu-smi {' '.join(args)} failed: {e}")
-            return None
-        if out.returncode != 0:
-            if not optional:
-                self.partial(f"npu-smi {' '.join(args)} exited {out.returncode}: "
-                             f"{(out.stdout + out.stderr).strip()[:120]}")
-            return None
-        return out.stdout
+        out, why = run_tool([self.npu_smi, *args], f"npu-smi {' '.join(args)}")
+        if why and not optional:
+            self.partial(why)
+        return out
 
     def start(self) -> None:
         if not self.npu_smi:
