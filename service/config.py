@@ -9,6 +9,7 @@ the key (`InputError`, exit 2):
     [storage]     state_dir, ring_windows, ring_max_mb, kept_windows, kept_max_mb
 
 `witty-profiler serve --dump-config` prints the settings in force, as JSON, which this module reads back.
+File names in a file (thresholds, token_file, state_dir) are relative to that file's folder.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from witty_profiler.collectors.window import MAX_DURATION_S
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
 
 DEFAULT_PORT = 18090
 PRIORITIES = ("P0", "P1", "P2", "off")
@@ -100,10 +102,10 @@ def parse_listen(text: str, key: str) -> tuple[str, int]:
 def read_file(path: str) -> dict[str, Any]:
     """A config file as a mapping: TOML by default, JSON when it ends in .json."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    try:  # a regular file of a sane size: not a FIFO that never ends or a device
+        raw = read_bytes(p, "config file", MAX_SMALL_BYTES, error=InputError)
+    except InputError as exc:
+        raise InputError(f"--config {exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -211,6 +213,8 @@ def load(path: str | None, overrides: dict[str, dict[str, Any]]) -> ServiceConfi
     data = read_file(path) if path else {}
     where = f"--config {path}" if path else "config"
     config = from_mapping(data, where)
+    if path:
+        _paths_from(config, Path(path).expanduser().resolve().parent)
     given = False
     for table, values in overrides.items():
         for key, value in values.items():
@@ -218,6 +222,21 @@ def load(path: str | None, overrides: dict[str, dict[str, Any]]) -> ServiceConfi
                 setattr(getattr(config, table), key, value)
                 given = True
     return check(config, "command line") if given else config
+
+
+def _paths_from(config: ServiceConfig, folder: Path) -> None:
+    """A file name in a config file is relative to the file's folder, wherever the service is started
+    from; on the command line it is relative to the working directory, as usual."""
+    def resolved(name: str) -> str:
+        p = Path(name).expanduser()
+        return str(p if p.is_absolute() else folder / p)
+
+    if isinstance(config.diagnosis.thresholds, str):
+        config.diagnosis.thresholds = resolved(config.diagnosis.thresholds)
+    if isinstance(config.server.token_file, str):
+        config.server.token_file = resolved(config.server.token_file)
+    if isinstance(config.storage.state_dir, str):
+        config.storage.state_dir = resolved(config.storage.state_dir)
 
 
 def read_token(config: ServiceConfig) -> str | None:

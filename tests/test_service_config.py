@@ -81,7 +81,29 @@ def test_a_bad_value_on_the_command_line_is_refused_too(capsys):
 
 def test_a_missing_config_file_is_one_line(tmp_path, capsys):
     assert main(["--config", str(tmp_path / "none.toml")]) == 2
-    assert "cannot read it" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"witty-profiler: error: --config {tmp_path / 'none.toml'}: no such file\n"
+    assert main(["--config", "/dev/zero"]) == 2  # a device never ends: refused before it is read
+    assert capsys.readouterr().err == ("witty-profiler: error: --config /dev/zero: is a character device, not a "
+                                       "file; give the path of a config file\n")
+
+
+def test_file_names_in_a_config_file_are_relative_to_its_folder(tmp_path, monkeypatch):
+    site = tmp_path / "etc"
+    site.mkdir()
+    conf = site / "witty.toml"
+    conf.write_text('[diagnosis]\nthresholds = "thresholds.toml"\n[server]\ntoken_file = "token"\n'
+                    '[storage]\nstate_dir = "../state"\n')
+    monkeypatch.chdir(tmp_path)  # elsewhere than the file's folder
+    c = cfg.load(str(conf.relative_to(tmp_path)), {})
+    assert c.diagnosis.thresholds == str(site / "thresholds.toml")
+    assert c.server.token_file == str(site / "token")
+    assert c.storage.state_dir == str(site / "../state") and c.state_path().resolve() == tmp_path / "state"
+    # the command line's names stay relative to the working directory
+    c = cfg.load(str(conf), {"storage": {"state_dir": "here"}})
+    assert c.storage.state_dir == "here"
+    absolute = tmp_path / "abs.toml"
+    absolute.write_text(f'[storage]\nstate_dir = "{tmp_path / "s"}"\n')
+    assert cfg.load(str(absolute), {}).storage.state_dir == str(tmp_path / "s")
 
 
 def test_dump_config_prints_the_settings_in_force_and_reads_back(tmp_path, capsys):
