@@ -1,7 +1,9 @@
-"""The names of the views: the summary, one per diagnosis layer (with the diagnosis' layer number),
-and all of them together."""
+"""The names of the views, from the one list of layers (`topology.layers`): the summary, one per
+diagnosis layer (with the diagnosis' layer number), and all of them together."""
 
-LAYER_NUMBERS = {"compute": 1, "memory": 2, "interconnect": 3, "network": 4, "storage": 5, "control": 6,
-                 "dataplane": 7}
+from witty_profiler.topology.layers import LAYER_NUMBERS, VIEWS
+
 LAYERS = tuple(LAYER_NUMBERS)
-LAYER_VIEWS = ("summary", *LAYERS, "all")
+LAYER_VIEWS = VIEWS
+
+__all__ = ["LAYERS", "LAYER_NUMBERS", "LAYER_VIEWS"]

@@ -12,6 +12,7 @@ from witty_profiler.converters.views import LAYER_VIEWS, module, view_blocks
 from witty_profiler.converters.views.common import LEGEND_START, NOT_EVALUATED
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.layers import view_title
 
 
 @dataclass
@@ -59,7 +60,7 @@ def render_layer(ctx: GraphContext, layer: str, max_tokens: int | None, common_l
     if not common_legend:  # inside `all`: the summary already says what each collector could not do
         blocks = [_in_all(ctx, layer, b) for b in blocks
                   if not (isinstance(b, Lines) and b.lines and b.lines[0].startswith("not measured:"))]
-    fitted = fit(blocks, lambda n: f"## {mod.TITLE} · {n} tokens{limit}", max_tokens)
+    fitted = fit(blocks, lambda n: f"## {view_title(layer)} · {n} tokens{limit}", max_tokens)
     return View(layer=layer, text=fitted.text, tokens=fitted.tokens, truncated=fitted.truncated,
                 omitted=fitted.omitted)
 

@@ -11,15 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-# (number, name, title): the seven layers, bottom up.
-LAYERS: list[tuple[int, str, str]] = [
-    (1, "compute", "Compute"), (2, "memory", "Memory"), (3, "interconnect", "Interconnect"),
-    (4, "network", "Network"), (5, "storage", "Storage"), (6, "control", "Control Plane"),
-    (7, "dataplane", "Data Plane"),
-]
-LAYER_NAMES = {number: name for number, name, _ in LAYERS}
-LAYER_TITLES = {number: title for number, _, title in LAYERS}
-LAYER_NUMBERS = {name: number for number, name, _ in LAYERS}
+# the seven layers, bottom up, from the one list every part reads
+from witty_profiler.topology.layers import LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, LAYERS  # noqa: F401
 
 Severity = Literal["critical", "warning", "notice"]
 PRIORITY: dict[str, str] = {"critical": "P0", "warning": "P1", "notice": "P2"}

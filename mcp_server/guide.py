@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.mcp_server.schemas import GraphSummary
+from witty_profiler.topology.layers import LAYER_NUMBERS
 
 PROMPT = """\
 Find why this host is slow. Symptom reported: {symptom}
@@ -16,8 +17,8 @@ If the user gave a graph file instead, call `load_graph` with its path. Note the
 2. Orient. Read the summary that comes back (or call `graph_summary`). Check `collectors`: an \
 unavailable collector means its layer cannot be judged; say so rather than guessing. From the \
 overview, pick the layers that look unhealthy (high utilisation, waits, remote NUMA, errors).
-3. Look closer, one layer at a time. Call `convert_layer` for each unhealthy layer (compute, memory, \
-interconnect, network, storage, control, dataplane). Use `query_graph` for details (top_by_metric, \
+3. Look closer, one layer at a time. Call `convert_layer` for each unhealthy layer ({layers}). \
+Use `query_graph` for details (top_by_metric, \
 around=<id>) instead of asking for everything.
 4. Decide. Call `match_patterns` (all layers). Findings are deterministic; each carries evidence \
 (entity/edge ids, values, thresholds). Coverage rows marked not_evaluated say what could not be \
@@ -35,7 +36,8 @@ def diagnose_prompt(symptom: str, pids: str | None) -> str:
     scope = (f"Processes in scope: {', '.join(pid_list)} (and their children).\n" if pid_list
              else "Processes in scope: the AI workloads the tool recognises on the host.\n")
     pids_arg = f" and pids=[{', '.join(pid_list)}]" if pid_list else ""
-    return PROMPT.format(symptom=symptom.strip() or "not described", scope=scope, pids_arg=pids_arg)
+    return PROMPT.format(symptom=symptom.strip() or "not described", scope=scope, pids_arg=pids_arg,
+                         layers=", ".join(LAYER_NUMBERS))
 
 
 def summary_text(out: GraphSummary) -> str:

@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from witty_profiler.topology.layers import LAYER_NUMBERS, VIEWS
+
 MAX_DURATION_S = 300.0
-LAYER_NAMES = ("summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all")
-Layer = Literal["summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all"]
-DiagnosisLayer = Literal["compute", "memory", "interconnect", "network", "storage", "control", "dataplane"]
+Layer = Literal[VIEWS]  # type: ignore[valid-type]
+DiagnosisLayer = Literal[tuple(LAYER_NUMBERS)]  # type: ignore[valid-type]
 
 # graph_id and max_tokens are in nearly every tool: the server's instructions explain them once,
 # and the fields carry no description of their own.

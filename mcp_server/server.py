@@ -42,6 +42,7 @@ from witty_profiler.mcp_server.tasks import Tasks
 from witty_profiler.mcp_server.tools import WittyTools, suggest
 from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.layers import VIEWS
 
 log = logging.getLogger("witty-mcp")
 T = TypeVar("T")
@@ -362,11 +363,11 @@ def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
         return await on_worker("reading the graph summary", text)
 
     @server.resource("witty://graphs/{graph_id}/views/{layer}", name="layer-view", mime_type="text/plain",
-                     description="the compact view of one layer of a graph (summary, compute, memory, "
-                                 "interconnect, network, storage, control, dataplane, all), 8000 tokens at most")
+                     description=f"the compact view of one layer of a graph ({', '.join(VIEWS)}), 8000 tokens at "
+                                 "most")
     async def layer_view(graph_id: str, layer: str) -> str:
-        if layer not in s.LAYER_NAMES:
-            raise ResourceNotFoundError(f"unknown layer {layer!r}: use one of {', '.join(s.LAYER_NAMES)}")
+        if layer not in VIEWS:
+            raise ResourceNotFoundError(f"unknown layer {layer!r}: use one of {', '.join(VIEWS)}")
 
         def text() -> str:
             graph_or_404(graph_id)

@@ -22,8 +22,8 @@ from starlette.routing import Route
 from witty_profiler import __version__
 from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.layers import VIEWS
 
-LAYERS = ("summary", "compute", "memory", "interconnect", "network", "storage", "control", "dataplane", "all")
 
 
 @dataclass
@@ -117,8 +117,8 @@ async def one_graph(service: Any, request: Request) -> Response:
 
 async def view(service: Any, request: Request) -> Response:
     window_id, layer = _window_id(service, request), request.path_params["layer"]
-    if layer not in LAYERS:
-        raise InputError(f"unknown layer {layer!r}: choose one of {', '.join(LAYERS)}")
+    if layer not in VIEWS:
+        raise InputError(f"unknown layer {layer!r}: choose one of {', '.join(VIEWS)}")
     given = request.query_params.get("max_tokens")
     if given is not None and not given.isdigit():
         raise InputError(f"max_tokens must be a whole number, got {given!r}")
@@ -168,7 +168,7 @@ def table() -> list[Api]:
             "{env, content} like the original witty-profiler's HTTP answers", one_graph,
             [WINDOW, Param("envelope", "query", {"type": "boolean", "default": False}, "wrap as {env, content}")]),
         Api("GET", "/api/v1/graphs/{window_id}/views/{layer}", "The compact text view of one layer", view,
-            [WINDOW, Param("layer", "path", {"type": "string", "enum": list(LAYERS)}, "a layer, summary or all", True),
+            [WINDOW, Param("layer", "path", {"type": "string", "enum": list(VIEWS)}, "a layer, summary or all", True),
              Param("max_tokens", "query", {"type": "integer", "minimum": 1}, "token budget of the view")],
             produces=("text/plain",)),
         Api("GET", "/api/v1/graphs/{window_id}/diagnosis", "The seven-layer diagnosis: findings and coverage",

@@ -22,8 +22,6 @@ from witty_profiler.topology.query import cpu_number
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "compute"
-NUMBER = 1
-TITLE = "compute (layer 1)"
 
 
 def _runtime_ns(e) -> float | None:

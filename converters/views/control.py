@@ -21,8 +21,6 @@ from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "control"
-NUMBER = 6
-TITLE = "control plane (layer 6)"
 
 
 def _allowed_count(e) -> int | None:

@@ -21,8 +21,6 @@ from witty_profiler.topology.ids import host_of, process_id
 from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 
 LAYER = "dataplane"
-NUMBER = 7
-TITLE = "data plane (layer 7)"
 
 
 def _volume(e) -> float | None:

@@ -29,8 +29,6 @@ from witty_profiler.topology.query import node_number
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "interconnect"
-NUMBER = 3
-TITLE = "interconnect (layer 3)"
 # what the placement findings compute per process, shown on its placement row (its pages in pages_by_node)
 PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", M.RUNTIME_SHARE_PCT)
 

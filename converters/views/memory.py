@@ -9,8 +9,6 @@ from witty_profiler.converters.views.folds import fold_query, per_type_query
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "memory"
-NUMBER = 2
-TITLE = "memory (layer 2)"
 
 
 def pages_by_node(ctx: GraphContext, e) -> dict[str, float]:

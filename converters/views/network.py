@@ -20,8 +20,6 @@ from witty_profiler.topology.ids import host_of, process_id, process_of_thread
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "network"
-NUMBER = 4
-TITLE = "network (layer 4)"
 
 
 def blocks(ctx: GraphContext) -> list[Block]:

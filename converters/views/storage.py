@@ -9,8 +9,6 @@ from witty_profiler.converters.views.folds import fold_query
 from witty_profiler.topology.vocabulary import M, T
 
 LAYER = "storage"
-NUMBER = 5
-TITLE = "storage (layer 5)"
 
 
 def _io(e) -> float | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from witty_profiler.output import add_output_arguments, check_output, write_output
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.layers import LAYER_NUMBERS
 
 if TYPE_CHECKING:
     from witty_profiler.topology import Graph
@@ -71,8 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Evaluates every pattern of the catalog: each ends as a finding (P0/P1/P2, with "
                                    "evidence and recommendations), clear, or not evaluated with the reason.")
     add_source_options(p)
-    p.add_argument("--layer", metavar="NAME", help="only this layer: compute, memory, interconnect, network, storage, "
-                   "control, dataplane (or 1-7)")
+    p.add_argument("--layer", metavar="NAME", help=f"only this layer: {', '.join(LAYER_NUMBERS)} (or 1-7)")
     p.add_argument("--host", metavar="NAME", help="only this host of a merged GRAPH (witty-profiler merge), without "
                    "the cross-host patterns")
     p.add_argument("--format", choices=["md", "json", "html"], default="md",

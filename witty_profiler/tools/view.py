@@ -19,14 +19,14 @@ from witty_profiler.diagnosis.report import layer_detail, layer_section, report
 from witty_profiler.diagnosis.thresholds import load_thresholds
 from witty_profiler.output import add_output_arguments, write_output
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.layers import LAYER_NUMBERS
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="python -m witty_profiler.tools.view", description=__doc__.split("\n\n")[0])
     add_source_options(p)
     p.add_argument("--analyze", action="store_true", help="the full seven-layer report (the default without --layer)")
-    p.add_argument("--layer", metavar="NAME", help="one layer: compute, memory, interconnect, network, storage, "
-                   "control, dataplane")
+    p.add_argument("--layer", metavar="NAME", help=f"one layer: {', '.join(LAYER_NUMBERS)}")
     p.add_argument("--detail", action="store_true", help="with --layer: every evidence item and the layer's coverage")
     p.add_argument("--format", choices=["md", "json"], default="md")
     add_output_arguments(p, "the report")
