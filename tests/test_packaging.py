@@ -109,6 +109,41 @@ def test_an_install_from_the_wheel_works_without_the_checkout(built, tmp_path):
     assert info.returncode == 0 and "cpu" in info.stdout, info.stdout + info.stderr
 
 
+# run in a copy of the checkout with the installed (editable) witty_profiler taken off the import path, so
+# that only what the copy holds can answer
+UNINSTALLED = ("import runpy, sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]; "
+               "sys.path[:] = [p for p in sys.path if 'witty' not in p]; ")
+
+
+def _checkout_copy(tmp: Path) -> Path:
+    src = tmp / "clone"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks", ".whl"))
+    return src
+
+
+def test_a_checkout_runs_without_installing(tmp_path):
+    """`python3 -m witty_profiler` from a fresh checkout with only the dependencies installed: every part
+    resolves to the checkout's own folders, through witty_profiler/<part>, which links to <part>/."""
+    src = _checkout_copy(tmp_path)
+    parts = ", ".join(f"witty_profiler.{p}" for p in PARTS)
+    where = subprocess.run([sys.executable, "-c", UNINSTALLED + f"import {parts}; print('\\n'.join(m.__file__ for m in "
+                            f"[{parts}]))"], capture_output=True, text=True, cwd=src, timeout=60)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.split() == [str(src / "witty_profiler" / p / "__init__.py") for p in PARTS]
+    assert all((src / "witty_profiler" / p).resolve() == (src / p).resolve() for p in PARTS)
+    run = subprocess.run([sys.executable, "-c", UNINSTALLED + "sys.argv = ['witty_profiler', '--help']; "
+                          "runpy.run_module('witty_profiler', run_name='__main__', alter_sys=True)"],
+                         capture_output=True, text=True, cwd=src, timeout=60)
+    assert run.returncode == 0 and "usage: witty-profiler" in run.stdout, run.stdout + run.stderr
+
+
+def test_every_part_is_linked_from_the_package():
+    """Each top-level part has its link in witty_profiler/ and nothing else is linked there."""
+    links = sorted(p.name for p in (REPO / "witty_profiler").iterdir() if p.is_symlink())
+    assert links == sorted([*PARTS, "skill"])
+
+
 def test_no_code_imports_a_part_by_its_folder_name():
     """`import collectors` works from a checkout (the folder is on the path) but not after a plain
     install: every import names witty_profiler.<part>."""
