@@ -2,7 +2,7 @@
 
 For each size, a synthetic GPU training host (benchmarks/synthetic.py: 8 NUMA nodes x 32 CPUs,
 8 GPUs, a torchrun job with loaders, a crowd of other processes with threads) is diagnosed, then
-written as the Markdown report and as the HTML page (`witty_profiler.htmlreport.render_html`).
+written as the Markdown report and as the HTML page (`witty_profiler.app.htmlreport.render_html`).
 Each figure is the median wall clock of `--repeat` runs, each on a graph built afresh (a graph keeps
 its diagnosis and query indexes), with the page's size in KiB and the page's time as a multiple of
 the diagnosis's (the baseline, measured in the same run). The diagnosis runs first, as it does in
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.synthetic import synthetic_graph  # noqa: E402
 from witty_profiler.diagnosis import diagnose  # noqa: E402
 from witty_profiler.diagnosis.report import report  # noqa: E402
-from witty_profiler.htmlreport import render_html  # noqa: E402
+from witty_profiler.app.htmlreport import render_html  # noqa: E402
 
 
 def _timed(fn) -> tuple[float, object]:

@@ -29,7 +29,7 @@ import mcp  # noqa: E402
 
 from witty_profiler.converters.tokens import count_tokens  # noqa: E402
 from witty_profiler.mcp_server.server import build_server  # noqa: E402
-from witty_profiler.mcp_server.store import GraphStore  # noqa: E402
+from witty_profiler.app.graphs import GraphStore  # noqa: E402
 from witty_profiler.mcp_server.tools import WittyTools  # noqa: E402
 
 

@@ -37,7 +37,7 @@ from mcp import StdioServerParameters  # noqa: E402
 import witty_profiler  # noqa: E402
 from witty_profiler.mcp_server.budget import count_tokens  # noqa: E402
 from witty_profiler.mcp_server.server import build_server  # noqa: E402
-from witty_profiler.mcp_server.store import GraphStore  # noqa: E402
+from witty_profiler.app.graphs import GraphStore  # noqa: E402
 from witty_profiler.mcp_server.tools import WittyTools  # noqa: E402
 from witty_profiler.topology import dump_graph, load_graph  # noqa: E402
 

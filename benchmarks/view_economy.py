@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from witty_profiler.api import convert  # noqa: E402
+from witty_profiler.app.views import convert  # noqa: E402
 from witty_profiler.converters import count_tokens  # noqa: E402
 from witty_profiler.topology import load_graph  # noqa: E402
 

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from witty_profiler import __version__, collectors
 from witty_profiler.collectors.base import REGISTRY, Collector, Context
 from witty_profiler.collectors.jobscope import job_pids
 from witty_profiler.collectors.numa import numa_topology
 from witty_profiler.collectors.procfs import parse_stat, read_text
 from witty_profiler.collectors.window import validate_window
+from witty_profiler.topology.version import VERSION as __version__
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import check_host_name
@@ -38,7 +38,7 @@ Progress = Callable[[float, float, str], None]
 def discover() -> dict[str, str]:
     """Import every collector module; returns {module: reason} for those that failed to import."""
     broken: dict[str, str] = {}
-    for mod in pkgutil.iter_modules(collectors.__path__):
+    for mod in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
         if mod.name.startswith("_") or mod.name == "engine":
             continue
         try:

@@ -54,7 +54,6 @@ without it the view says that nothing was judged)."""
 def render_layer(ctx: GraphContext, layer: str, max_tokens: int | None, common_legend: bool = True) -> View:
     """One layer view. Inside `all` the legend line shared by every layer is said once, on top,
     and the collector coverage once, in the summary."""
-    mod = module(layer)
     limit = f" of {max_tokens}" if max_tokens is not None else ""
     blocks = view_blocks(ctx, layer)
     if not common_legend:  # inside `all`: the summary already says what each collector could not do

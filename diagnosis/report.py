@@ -30,12 +30,13 @@ def report(diagnosis: Diagnosis, graph: Graph | None = None, format: str = "md")
     return markdown(diagnosis, graph)
 
 
-def _value(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """An evidence value as text: floats rounded, a mapping as 'key: value, ...', a list joined."""
     value = rounded(value)
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {_value(v)}" for k, v in value.items())
+        return ", ".join(f"{k}: {value_text(v)}" for k, v in value.items())
     if isinstance(value, list):
-        return ", ".join(_value(v) for v in value)
+        return ", ".join(value_text(v) for v in value)
     if value is None:
         return ""
     return str(value)
@@ -72,10 +73,10 @@ def _ids(ids: list[str], limit: int = 3) -> str:
 def evidence_table(items: list[Evidence]) -> list[str]:
     lines = ["| kind | ids | metric | value | threshold | note |", "|---|---|---|---|---|---|"]
     for e in items:
-        value = (with_unit(_value(e.value), e.unit) if e.value is not None and not isinstance(e.value, str)
-                 else _value(e.value))
+        value = (with_unit(value_text(e.value), e.unit) if e.value is not None and not isinstance(e.value, str)
+                 else value_text(e.value))
         cells = [_cell(e.kind), _ids(e.ids).replace("|", "\\|"),
-                 *(_cell(c) for c in (e.metric or "", value, _value(e.threshold), e.note or ""))]
+                 *(_cell(c) for c in (e.metric or "", value, value_text(e.threshold), e.note or ""))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

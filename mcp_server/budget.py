@@ -14,9 +14,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from witty_profiler import count_tokens as _count_tokens
-from witty_profiler.mcp_server.wire import valid_text
+from witty_profiler.converters.tokens import count_tokens as _count_tokens
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.text import valid_text
 
 
 def count_tokens(text: str) -> int:

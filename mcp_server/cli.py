@@ -14,24 +14,27 @@ import copy
 import logging
 import os
 import sys
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from witty_profiler.topology.errors import InputError
 
 TOKEN_ENV = "WITTY_MCP_TOKEN"
+DEFAULT_PORT = 18090
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from witty_profiler import __version__
+    from witty_profiler.topology.version import VERSION as __version__
     p = argparse.ArgumentParser(prog="witty-mcp", description="witty-profiler as an MCP server: collect, load, "
                                 "query and diagnose topology graphs from an assistant.")
     p.add_argument("--version", action="version", version=f"witty-mcp {__version__}")
     p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
                    help="stdio (default; what assistants launch) or streamable-http")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on (default 127.0.0.1, loopback)")
-    p.add_argument("--port", type=int, default=18090, help="HTTP port (default 18090)")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"HTTP: the address to listen on (default "
+                   f"127.0.0.1:{DEFAULT_PORT}, loopback), as the service's server.listen")
+    # the older spelling of --listen, still read
+    p.add_argument("--host", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--token-file", metavar="FILE", help="HTTP: the bearer token clients must send (else "
                    f"${TOKEN_ENV}); required beyond loopback")
     p.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
@@ -67,11 +70,14 @@ def _seconds(text: str) -> float:
     return value
 
 
-def read_token(path: str | None) -> str | None:
-    if path is None:
-        return os.environ.get(TOKEN_ENV) or None
-    from witty_profiler.mcp_server.httpguard import read_token_file
-    return read_token_file(path, "--token-file")
+def listen_address(args: argparse.Namespace) -> tuple[str, int]:
+    """--listen HOST:PORT, or the older --host/--port; loopback by default."""
+    from witty_profiler.app.access import parse_listen
+    if args.listen is not None:
+        if args.host is not None or args.port is not None:
+            raise InputError("give --listen HOST:PORT, or the older --host/--port, not both")
+        return parse_listen(args.listen, "--listen", DEFAULT_PORT)
+    return args.host or "127.0.0.1", DEFAULT_PORT if args.port is None else args.port
 
 
 def serve_http(server: Any, host: str, port: int, log_level: str, token: str | None = None,
@@ -82,7 +88,8 @@ def serve_http(server: Any, host: str, port: int, log_level: str, token: str | N
     from mcp.server.transport_security import TransportSecuritySettings
     from uvicorn.config import LOGGING_CONFIG
 
-    from witty_profiler.mcp_server.httpguard import HttpGuard, allowed_hosts, allowed_origins
+    from witty_profiler.app.access import allowed_hosts, allowed_origins
+    from witty_profiler.mcp_server.httpguard import HttpGuard
     hosts = allowed_hosts(host, port, extra_hosts or [])
     origins = allowed_origins(hosts)
     # the SDK turns its own DNS-rebinding check off for any address but loopback: given the lists, it keeps it
@@ -100,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.thresholds and not os.path.isfile(args.thresholds):
         print(f"witty-mcp: error: --thresholds {args.thresholds}: no such file", file=sys.stderr)
         return 2
+    from witty_profiler.app.graphs import GraphStore
     from witty_profiler.cluster.collect import Launch
     from witty_profiler.mcp_server.server import build_server
-    from witty_profiler.mcp_server.store import GraphStore
     from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None,
@@ -117,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.transport == "stdio":
             server.run("stdio")  # the SDK points fd 1 at stderr while it serves, so stray prints miss the wire
         else:
-            from witty_profiler.mcp_server.httpguard import check_bind, is_loopback
-            token = read_token(args.token_file)
-            check_bind(args.host, token, f"--token-file or ${TOKEN_ENV}")
-            if not is_loopback(args.host):
+            from witty_profiler.app.access import check_bind, is_loopback, token_from
+            host, port = listen_address(args)
+            token = token_from(args.token_file, TOKEN_ENV, "--token-file")
+            check_bind(host, token, f"--token-file or ${TOKEN_ENV}")
+            if not is_loopback(host):
                 logging.getLogger("witty-mcp").warning(
-                    "listening on %s: every client that has the token can read this host's processes", args.host)
-            serve_http(server, args.host, args.port, args.log_level, token, args.allowed_host)
+                    "listening on %s: every client that has the token can read this host's processes", host)
+            serve_http(server, host, port, args.log_level, token, args.allowed_host)
     except KeyboardInterrupt:
         return 130
     except InputError as exc:

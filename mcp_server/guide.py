@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from witty_profiler.mcp_server.schemas import GraphSummary
 from witty_profiler.topology.layers import LAYER_NUMBERS
 
 PROMPT = """\
@@ -38,18 +37,6 @@ def diagnose_prompt(symptom: str, pids: str | None) -> str:
     pids_arg = f" and pids=[{', '.join(pid_list)}]" if pid_list else ""
     return PROMPT.format(symptom=symptom.strip() or "not described", scope=scope, pids_arg=pids_arg,
                          layers=", ".join(LAYER_NUMBERS))
-
-
-def summary_text(out: GraphSummary) -> str:
-    lines = [f"graph {out.graph_id} ({out.origin}{', from ' + out.loaded_from if out.loaded_from else ''})",
-             f"hosts: {', '.join(out.hosts) or 'unknown'}; source: {out.source or 'unknown'}; "
-             f"window: {out.duration_s if out.duration_s is not None else 'none'} s from {out.started_at or '?'}",
-             f"entities: {out.entity_count} ({', '.join(f'{k} {v}' for k, v in out.entities_by_type.items())})",
-             f"edges: {out.edge_count} ({', '.join(f'{k} {v}' for k, v in out.edges_by_type.items())})"]
-    lines += [f"collector {c.name}: {c.status}{' - ' + c.reason if c.reason else ''}" for c in out.collectors]
-    if out.overview:
-        lines += ["", out.overview.rstrip()]
-    return "\n".join(lines) + "\n"
 
 
 def pattern_catalog() -> str:

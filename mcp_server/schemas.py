@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field
 
 from witty_profiler.topology.layers import LAYER_NUMBERS, VIEWS
 
@@ -24,6 +24,7 @@ DiagnosisLayer = Literal[tuple(LAYER_NUMBERS)]  # type: ignore[valid-type]
 # and the fields carry no description of their own.
 GraphId = Field(min_length=1, max_length=96)
 _AS_MATCH = "as for match_patterns"
+_AS_REPORT = "as for generate_report"
 
 
 def _max_tokens(least: int = 200) -> Any:
@@ -133,6 +134,7 @@ class GenerateReportInput(_In):
 class CompareGraphsInput(_In):
     before_id: str = GraphId
     after_id: str = GraphId
+    format: Literal["md", "json"] = Field(default="md", description=_AS_REPORT)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
     max_tokens: int = _max_tokens()
 
@@ -145,29 +147,21 @@ class ListHostsInput(_In):
 
 
 # -- outputs --------------------------------------------------------------------------------
-class CollectorState(_Out):
-    name: str
-    status: str
-    reason: str | None = None
+# Clients such as Claude Code, Codex and OpenCode hand the model `structuredContent` instead of the text
+# block, so an answer meant for reading carries its text here too, beside a few typed fields (ids, counts,
+# priorities) and nothing that repeats the text; the full typed diagnosis is the JSON report
+# (generate_report format=json, the resource witty://graphs/{id}/diagnosis, the CLI, REST).
+class _Text(_Out):
+    tokens: int
+    truncated: bool = False
+    text: str
 
 
-class GraphSummary(_Out):
+class GraphAnswer(_Text):
     graph_id: str
-    origin: str
-    loaded_from: str | None = None
-    source: str | None = None
     hosts: list[str]
-    started_at: str | None = None
-    duration_s: float | None = None
     entity_count: int
     edge_count: int
-    entities_by_type: dict[str, int]
-    edges_by_type: dict[str, int]
-    collectors: list[CollectorState]
-    overview: str
-    overview_tokens: int
-    truncated: bool = False
-    note: str | None = None
 
 
 class HostStatus(_Out):
@@ -176,13 +170,18 @@ class HostStatus(_Out):
     reason: str | None = None
 
 
-# collect: one host, the graph's summary (the fields of GraphSummary); a cluster, the folder, the count of
-# hosts that gave a graph or not, each host's outcome and, with diagnose, the cross-host summary in overview
-CollectResult = create_model(
-    "CollectResult", __base__=_Out,
-    **{name: (field.annotation | None, None) for name, field in GraphSummary.model_fields.items()},
-    directory=(str | None, None), ok=(int | None, None), failed=(int | None, None),
-    host_status=(list[HostStatus] | None, None))
+class CollectResult(_Text):
+    """One host: the graph's fields; a cluster: the folder, the count of hosts with a graph or not, and each
+    host's outcome (the failures first)."""
+
+    graph_id: str | None = None
+    hosts: list[str] = []
+    entity_count: int | None = None
+    edge_count: int | None = None
+    directory: str | None = None
+    ok: int | None = None
+    failed: int | None = None
+    host_status: list[HostStatus] | None = None
 
 
 class HostRow(_Out):
@@ -250,78 +249,31 @@ class QueryPage(_Out):
     note: str | None = None
 
 
-class LayerView(_Out):
+class LayerView(_Text):
     graph_id: str
     layer: str
-    text: str
-    tokens: int
-    truncated: bool
-    omitted: dict[str, int] = {}
-    note: str | None = None
 
 
-class Evidence(_Out):
-    kind: str
-    ids: list[str] = []
-    metric: str | None = None
-    value: Any = None  # any JSON value: a number, a string, a list, an object ...
-    threshold: Any = None
-    unit: str | None = None
-    note: str | None = None
-
-
-class Finding(_Out):
-    pattern: str
-    layer: int
-    layer_name: str | None = None
-    severity: str
-    priority: str
-    title: str
-    description: str | None = None
-    evidence: list[Evidence] = []
-    recommendations: list[str] = []
-
-
-class CoverageRow(_Out):
-    pattern: str
-    layer: int | None = None
-    status: str
-    reason: str | None = None
-
-
-class PatternMatches(_Out):
+class PatternMatches(_Text):
     graph_id: str | None = None  # a folder's host: its graph, loaded
     directory: str | None = None
     host: str | None = None
-    text: str | None = None  # a folder: the cross-host summary, bounded for any number of hosts
+    layer: str | None = None
+    counts: dict[str, int]  # findings by priority
+    findings: list[str]  # "P0 interconnect.device_numa_mismatch", most urgent first
     hosts_ok: int | None = None
     hosts_failed: int | None = None
-    layer: str | None = None
-    findings: list[Finding]
-    coverage: list[CoverageRow]
-    summary: dict[str, Any] = {}
-    truncated: bool = False
-    note: str | None = None
 
 
-class Report(_Out):
+class Report(_Text):
     graph_id: str
     format: str
-    text: str
-    tokens: int
-    truncated: bool
     written_to: str | None = None
-    note: str | None = None
 
 
-class Comparison(_Out):
+class Comparison(_Text):
     before_id: str
     after_id: str
-    text: str
-    tokens: int
-    truncated: bool
-    comparison: dict[str, Any] = Field(default_factory=dict, description="empty when over max_tokens")
-    note: str | None = None
 
 
 # -- the published schemas --------------------------------------------------------------------
@@ -333,11 +285,11 @@ _NULL = {"type": "null"}
 def published_schema(model: type[BaseModel], *, output: bool = False) -> dict[str, Any]:
     """The JSON Schema of `model` as tools/list publishes it: what pydantic generates, less what costs
     every conversation tokens and tells a client nothing it needs. No `title`s; `$ref`s inlined (no
-    model here is recursive, and each is used once per tool). An optional input is a field that is not
-    required, of its own type: no `anyOf` with null, no null default. Outputs name every field, nested
-    ones too, with its JSON type, ``[T, "null"]`` where the server sends null (answers keep their null
-    fields); they leave out defaults, `required` (every field is always sent) and
-    `additionalProperties` (an object's values are not typed). Whole floats are written as integers."""
+    model here is recursive, and each is used once per tool). An optional field, in or out, is a field
+    that is not required, of its own type: no `anyOf` with null, no null default (answers leave out the
+    fields they have no value for). Outputs name every field, nested ones too, with its JSON type; they
+    leave out defaults, `required` and `additionalProperties` (an object's values are not typed). Whole
+    floats are written as integers."""
     schema = model.model_json_schema()
     return _clean(schema, schema.get("$defs", {}), output)
 
@@ -361,12 +313,8 @@ def _clean(node: dict[str, Any], defs: dict[str, Any], output: bool) -> dict[str
     alternatives = out.get("anyOf", [])
     if _NULL in alternatives and len(alternatives) == 2:
         (real,) = [a for a in alternatives if a != _NULL]
-        if not output:
-            del out["anyOf"]
-            out = {**real, **out}
-            if "default" in out and out["default"] is None:
-                del out["default"]
-        elif isinstance(real.get("type"), str):
-            del out["anyOf"]
-            out = {**real, **out, "type": [real["type"], "null"]}
+        del out["anyOf"]
+        out = {**real, **out}
+        if "default" in out and out["default"] is None:
+            del out["default"]
     return {"type": out.pop("type"), **out} if "type" in out else out  # the type first, for a reader

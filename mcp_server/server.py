@@ -35,14 +35,16 @@ from mcp.types import Resource as MCPResource
 from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, Field, ValidationError
 
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server import guide
 from witty_profiler.mcp_server import schemas as s
-from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.mcp_server.sdk import lowlevel
 from witty_profiler.mcp_server.tasks import Tasks
-from witty_profiler.mcp_server.tools import WittyTools, suggest
-from witty_profiler.mcp_server.wire import SafeWriteStream, valid_text
+from witty_profiler.mcp_server.tools import TOOLS, ToolSpec, WittyTools, suggest
+from witty_profiler.mcp_server.wire import SafeWriteStream
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
+from witty_profiler.topology.text import valid_text
 
 log = logging.getLogger("witty-mcp")
 T = TypeVar("T")
@@ -152,8 +154,8 @@ class WittyServer(MCPServer):
         """Serve over stdio as the SDK does, through a write stream that cannot fail on a string that is
         not valid UTF-8: a failed write would end the server."""
         async with stdio_server() as (read_stream, write_stream):
-            lowlevel = self._lowlevel_server
-            await lowlevel.run(read_stream, SafeWriteStream(write_stream), lowlevel.create_initialization_options())
+            inner = lowlevel(self)
+            await inner.run(read_stream, SafeWriteStream(write_stream), inner.create_initialization_options())
 
     async def list_tools(self) -> list[MCPTool]:
         """The tools with the schemas of their input and output models as `schemas.published_schema`
@@ -222,7 +224,7 @@ def _parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
 def add_tool(server: MCPServer, name: str, title: str, description: str, input_model: type[BaseModel],
              output_model: type[BaseModel], annotations: ToolAnnotations,
              run: Callable[[Any, Context], Any]) -> None:
-    """Register `run(input, ctx) -> (output, text)` (a coroutine) as tool `name`."""
+    """Register `run(input, ctx) -> Answer` (a coroutine) as tool `name`."""
     returns = Annotated[CallToolResult, output_model]
 
     async def tool(ctx: Context, **kwargs: Any) -> Any:
@@ -231,11 +233,11 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
         except ValidationError as exc:
             raise ToolError(_one_line(exc)) from None
         try:
-            out, text = await run(inp, ctx)
+            answer = await run(inp, ctx)
         except (InputError, TimedOut) as exc:
             raise ToolError(str(exc)) from None
-        return CallToolResult(content=[TextContent(type="text", text=valid_text(text))],
-                              structured_content=valid_text(out.model_dump(mode="json")))
+        return CallToolResult(content=[TextContent(type="text", text=valid_text(answer.text))],
+                              structured_content=valid_text(answer.data.model_dump(mode="json", exclude_none=True)))
 
     tool.__name__ = name
     tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -249,29 +251,39 @@ def add_tool(server: MCPServer, name: str, title: str, description: str, input_m
 
 
 def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIMEOUT_S,
-                 work_threads: int = WORK_THREADS, server_class: type[WittyServer] = WittyServer) -> WittyServer:
-    from witty_profiler import __version__
+                 work_threads: int = WORK_THREADS, server_class: type[WittyServer] = WittyServer,
+                 **sdk_options: Any) -> WittyServer:
+    """The server of `tools`: every tool of the registry (`tools.TOOLS`), the resources and the prompt."""
+    from witty_profiler.topology.version import VERSION
     w = tools or WittyTools(GraphStore())
-    server = server_class("witty-profiler", title="witty-profiler", version=__version__, instructions=INSTRUCTIONS,
-                         log_level="INFO")
+    server = server_class("witty-profiler", title="witty-profiler", version=VERSION, instructions=INSTRUCTIONS,
+                          log_level="INFO", **sdk_options)
     server.inputs, server.schemas, server.witty = {}, {}, w
-    server.tasks = Tasks({"collect"})  # the one tool that takes a while: a window
-    server.tasks.register(server._lowlevel_server)
-    server.workers = workers = Workers(work_threads, tool_timeout)
+    server.tasks = Tasks({name for name, spec in TOOLS.items() if spec.runs == "window"})  # they take a while
+    server.tasks.register(lowlevel(server))
+    server.workers = Workers(work_threads, tool_timeout)
+    for spec in TOOLS.values():
+        annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
+                                      idempotent_hint=spec.idempotent, open_world_hint=False)
+        add_tool(server, spec.name, spec.title, spec.description, spec.input, spec.output, annotations,
+                 _runner(spec, w, server.workers, tool_timeout))
+    _add_resources(server, w, server.workers)
+    _add_prompt(server)
+    return server
 
-    def in_thread(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
-        what = getattr(method, "__name__", "the call")  # the tool's name
 
-        async def run(inp: Any, ctx: Context) -> Any:
-            return await workers.run(what, lambda: method(inp))
-        return run
+def _runner(spec: ToolSpec, w: WittyTools, workers: Workers, tool_timeout: float) -> Callable[[Any, Context], Any]:
+    """How a tool's method runs: on the event loop (quick, in memory), on a graph worker, or as a window with
+    progress notifications whose deadline is the window (every host's, for a cluster) plus the tool timeout."""
+    method = getattr(w, spec.method)
 
-    def inline(method: Callable[[Any], Any]) -> Callable[[Any, Context], Any]:
-        async def run(inp: Any, ctx: Context) -> Any:  # in memory and quick: on the event loop, no thread
-            return method(inp)
-        return run
+    async def inline(inp: Any, ctx: Context) -> Any:
+        return method(inp)
 
-    async def collect(inp: s.CollectInput, ctx: Context) -> Any:
+    async def worker(inp: Any, ctx: Context) -> Any:
+        return await workers.run(spec.name, lambda: method(inp))
+
+    async def window(inp: Any, ctx: Context) -> Any:
         stop = threading.Event()
         token = anyio.lowlevel.current_token()
 
@@ -281,64 +293,11 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
             except Exception:  # noqa: BLE001 - a client that went away must not stop the capture
                 log.debug("progress notification not delivered", exc_info=True)
 
-        # the window (a cluster: every host's, in waves), then the tool timeout for the rest; given up
-        # (cancelled, too late): end the window early
-        window = w.cluster_deadline(inp) if inp.cluster() else inp.duration_s
-        return await workers.run("collect", lambda: w.collect(inp, progress, stop),
-                                 timeout=window + tool_timeout, on_abandon=stop.set)
-
-    add_tool(server, "collect", "Collect a live window",
-             "Capture this host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, network, storage and IPC "
-             "over a window into a new graph, with progress; returns graph_id and summary. Or cluster hosts into "
-             "output_dir, or a past window.",
-             s.CollectInput, s.CollectResult,
-             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                             open_world_hint=False), collect)
-    add_tool(server, "load_graph", "Load a graph file",
-             "Load a graph file (same file, same graph_id); returns graph_id and summary.",
-             s.LoadGraphInput, s.GraphSummary,
-             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                             open_world_hint=False), in_thread(w.load_graph))
-    add_tool(server, "import_trace", "Import training traces",
-             "Kineto or msprof-analyze traces into a graph of ranks and collectives (into_graph_id: joined to a host "
-             "graph); returns graph_id and summary.",
-             s.ImportTraceInput, s.GraphSummary,
-             ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                             open_world_hint=False), in_thread(w.import_trace))
-    add_tool(server, "list_graphs", "List graphs",
-             "Known graphs, newest first, from earlier sessions too.",
-             s.ListGraphsInput, s.GraphList, READ_ONLY, inline(w.list_graphs))
-    add_tool(server, "graph_summary", "Summarise a graph",
-             "Counts, collector statuses (why unavailable) and the summary view pointing at unhealthy layers.",
-             s.GraphSummaryInput, s.GraphSummary, READ_ONLY, in_thread(w.graph_summary))
-    add_tool(server, "query_graph", "Query a graph",
-             "A page of entities (type, where), a neighbourhood (around, depth), a ranking (top_by_metric) or "
-             "edges (edge_type alone). Next page: same arguments, cursor=next_cursor.",
-             s.QueryGraphInput, s.QueryPage, READ_ONLY, in_thread(w.query_graph))
-    add_tool(server, "convert_layer", "View one layer",
-             "Compact text view of one layer, the summary or all.",
-             s.ConvertLayerInput, s.LayerView, READ_ONLY, in_thread(w.convert_layer))
-    add_tool(server, "match_patterns", "Match bottleneck patterns",
-             "Deterministic seven-layer bottleneck matcher: findings (P0-P2, evidence, recommendations) and each "
-             "pattern's coverage (finding, clear, or not_evaluated and why); for a cluster folder, across hosts.",
-             s.MatchPatternsInput, s.PatternMatches, READ_ONLY, in_thread(w.match_patterns))
-    add_tool(server, "list_hosts", "List hosts",
-             "Hosts of a graph or a cluster folder: window, entities, collectors not ok, or why no graph.",
-             s.ListHostsInput, s.HostList, READ_ONLY, in_thread(w.list_hosts))
-    add_tool(server, "generate_report", "Write the report",
-             "The diagnosis report; output_path also writes it to a file in the server's report directory, "
-             "overwrite=true to replace one.",
-             s.GenerateReportInput, s.Report,
-             ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                             open_world_hint=False), in_thread(w.generate_report))
-    add_tool(server, "compare_graphs", "Compare two graphs",
-             "Before/after diff of two graphs (e.g. around a fix): findings appeared, resolved or changed; "
-             "metrics moved.",
-             s.CompareGraphsInput, s.Comparison, READ_ONLY, in_thread(w.compare_graphs))
-
-    _add_resources(server, w, workers)
-    _add_prompt(server)
-    return server
+        # given up (cancelled, too late): the window ends early
+        length = w.cluster_deadline(inp) if inp.cluster() else inp.duration_s
+        return await workers.run(spec.name, lambda: method(inp, progress, stop), timeout=length + tool_timeout,
+                                 on_abandon=stop.set)
+    return {"inline": inline, "worker": worker, "window": window}[spec.runs]
 
 
 def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
@@ -355,12 +314,22 @@ def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
             raise ResourceError(str(exc)) from None
 
     @server.resource("witty://graphs/{graph_id}/summary", name="graph-summary", mime_type="text/plain",
-                     description="counts, collector statuses and the compact summary view of a graph")
+                     description="hosts, window, counts and every collector's status and reason; then the summary view")
     async def graph_summary(graph_id: str) -> str:
         def text() -> str:
             graph_or_404(graph_id)
-            return guide.summary_text(w.graph_summary(s.GraphSummaryInput(graph_id=graph_id))[0])
+            described = w.graph_summary(s.GraphSummaryInput(graph_id=graph_id)).text
+            return described + "\n" + w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer="summary")).text
         return await on_worker("reading the graph summary", text)
+
+    @server.resource("witty://graphs/{graph_id}/diagnosis", name="diagnosis", mime_type="application/json",
+                     description="the full typed diagnosis of a graph (findings with every evidence item, coverage), "
+                                 "as diagnose --format json writes it")
+    async def diagnosis(graph_id: str) -> str:
+        def text() -> str:
+            graph_or_404(graph_id)
+            return w.ws.report(graph_id, "json")
+        return await on_worker("diagnosing the graph", text)
 
     @server.resource("witty://graphs/{graph_id}/views/{layer}", name="layer-view", mime_type="text/plain",
                      description=f"the compact view of one layer of a graph ({', '.join(VIEWS)}), 8000 tokens at "
@@ -371,7 +340,7 @@ def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
 
         def text() -> str:
             graph_or_404(graph_id)
-            return w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer))[1]  # type: ignore[arg-type]
+            return w.convert_layer(s.ConvertLayerInput(graph_id=graph_id, layer=layer)).text  # type: ignore[arg-type]
         return await on_worker("reading the layer view", text)
 
     @server.resource("witty://patterns", name="pattern-catalog", mime_type="text/markdown",
@@ -382,7 +351,7 @@ def _add_resources(server: MCPServer, w: WittyTools, workers: Workers) -> None:
     @server.resource("witty://thresholds", name="thresholds", mime_type="application/toml",
                      description="the pattern thresholds in force on this server, as TOML")
     def thresholds() -> str:
-        return guide.thresholds_toml(w.thresholds(), w.thresholds_path)
+        return guide.thresholds_toml(w.ws.thresholds(), w.thresholds_path)
 
 
 def _add_prompt(server: MCPServer) -> None:

@@ -25,6 +25,8 @@ import anyio
 import mcp_types as t
 from mcp.shared.exceptions import MCPError
 
+from witty_profiler.mcp_server.sdk import admit_task_results
+
 MAX_TTL_MS = 3_600_000
 POLL_MS = 1000
 INVALID_PARAMS = -32602
@@ -123,7 +125,7 @@ class Tasks:
 
     def register(self, lowlevel: Any) -> None:
         """The tasks/* handlers and the capability that announces them."""
-        _admit_task_results()
+        admit_task_results()
         lowlevel.add_request_handler("tasks/get", t.GetTaskRequestParams, self.get)
         lowlevel.add_request_handler("tasks/result", t.GetTaskPayloadRequestParams, self.result)
         lowlevel.add_request_handler("tasks/list", t.PaginatedRequestParams, self.list)
@@ -137,23 +139,3 @@ class Tasks:
                 requests=t.ServerTasksRequestsCapability(tools=t.TasksToolsCapability(call=t.TasksCallCapability())))
             return capabilities
         lowlevel.get_capabilities = get_capabilities
-
-
-def _admit_task_results() -> None:
-    """Let a tools/call answer be a CreateTaskResult at 2025-11-25, as that version of the protocol says.
-    mcp 2.3 checks each answer against its table of result types per (method, version), and its table
-    has only CallToolResult for tools/call: a task would be refused as "an invalid result". The check is
-    wrapped, once, to accept the task shape there and leave every other answer to the SDK's own check."""
-    from mcp_types import _v2025_11_25 as v2025
-    from mcp_types import methods
-    plain = methods.serialize_server_result
-    if getattr(plain, "admits_tasks", False):
-        return
-
-    def serialize_server_result(method: str, version: str, data: Any, **kwargs: Any) -> dict[str, Any]:
-        if method == "tools/call" and version == "2025-11-25" and "task" in data and "content" not in data:
-            return v2025.CreateTaskResult.model_validate(data).model_dump(by_alias=True, mode="json",
-                                                                          exclude_none=True)
-        return plain(method, version, data, **kwargs)
-    serialize_server_result.admits_tasks = True  # type: ignore[attr-defined]
-    methods.serialize_server_result = serialize_server_result

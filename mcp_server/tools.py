@@ -1,9 +1,11 @@
-"""What each tool does, without MCP: thin calls into `witty_profiler` that fit a token budget.
+"""What each MCP tool does, without MCP: one method per tool over the application layer (`app.Workspace`),
+registered once with `@tool` (its name, title, description, input and output models, whether it only
+reads and how it runs); `mcp_server.server` publishes the registry as it is.
 
-Every method takes its input model and returns ``(output model, text)``: the model is the
-structured answer, the text is what a model reads (compact JSON, or the view / report itself).
-Bad input raises `topology.errors.InputError` with one sentence that says what to do instead;
-`mcp_server.server` turns it into an ``isError`` result.
+Every method takes its input model and returns an `Answer`: the structured answer (`structuredContent`)
+and the text block. Answers meant for reading carry their text in the structured answer as well, with
+a few typed fields beside it, so a client that hands the model either form hands it the same facts once.
+Bad input raises `topology.errors.InputError` with one sentence that says what to do instead.
 """
 
 from __future__ import annotations
@@ -11,29 +13,68 @@ from __future__ import annotations
 import difflib
 import heapq
 import json
-import re
 import threading
-import tomllib
-from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-import witty_profiler as wp
-from witty_profiler.converters import McpHints
-from witty_profiler.converters.tokens import fewer_than
+from witty_profiler.app.cache import BoundedCache
+from witty_profiler.app.graphs import GraphRecord, GraphStore
+from witty_profiler.app.workspace import Workspace
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.budget import compact_json, count_tokens, make_cursor, query_key, read_cursor, take_page
 from witty_profiler.mcp_server.reports import ReportDir
-from witty_profiler.mcp_server.store import GraphRecord, GraphStore
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.io import item_json
 from witty_profiler.topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
+QUERIES_IN_MEMORY = 8
+
+
+class Answer(NamedTuple):
+    data: BaseModel  # structuredContent
+    text: str  # the text block
+
+
+def data_answer(out: BaseModel) -> Answer:
+    """An answer that is data (a page of rows, a list): the text block is its compact JSON."""
+    return Answer(out, compact_json(out.model_dump(mode="json", exclude_none=True)))
+
+
+def text_answer(out: BaseModel) -> Answer:
+    """An answer meant for reading: its text is the text block and the structured answer's `text`."""
+    return Answer(out, out.text)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    input: type[BaseModel]
+    output: type[BaseModel]
+    method: str  # of WittyTools
+    read_only: bool = True
+    idempotent: bool = True
+    destructive: bool = False
+    runs: Literal["worker", "inline", "window"] = "worker"  # window: collect, with progress and a deadline
+
+
+TOOLS: dict[str, ToolSpec] = {}  # in the order tools/list shows them
+
+
+def tool(name: str, title: str, description: str, input: type[BaseModel], output: type[BaseModel],
+         **how: Any) -> Callable[[Callable[..., Answer]], Callable[..., Answer]]:
+    """Register a WittyTools method as the MCP tool `name`: the one place a tool is declared."""
+    def register(method: Callable[..., Answer]) -> Callable[..., Answer]:
+        TOOLS[name] = ToolSpec(name, title, description, input, output, method.__name__, **how)
+        return method
+    return register
 
 
 class Rows(NamedTuple):
@@ -63,17 +104,27 @@ def cut_text(text: str, max_tokens: int) -> tuple[str, int, bool]:
     return "".join(kept), used, True
 
 
+def fitted(text: str, max_tokens: int, whole: str) -> tuple[str, int, bool]:
+    """`text` within `max_tokens`, a last line saying what was cut and where `whole` is to be had."""
+    kept, tokens, cut = cut_text(text, max_tokens - 40)
+    if not cut:
+        return kept, tokens, False
+    note = f"[cut at {tokens} of {count_tokens(text)} tokens: {whole}, or raise max_tokens]\n"
+    return kept + note, tokens + count_tokens(note), True
+
+
 class WittyTools:
-    """The server's state (graphs, default thresholds, the working directory that relative graph and
-    thresholds files are read from, the report directory) and one method per tool."""
+    """The server's state (the workspace: graphs, diagnoses, default thresholds, the folder relative paths
+    are read from; the report directory; how cluster hosts and Prometheus are reached) and one method per
+    tool."""
 
     def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
                  workdir: Path | None = None, report_dir: Path | None = None, launch: Any = None,
                  prometheus: str | None = None, prometheus_auth_file: str | None = None,
-                 prometheus_match: str | None = None) -> None:
-        self.store = store or GraphStore()
+                 prometheus_match: str | None = None, workspace: Workspace | None = None) -> None:
+        self.ws = workspace or Workspace(store, thresholds_path, workdir)
+        self.store = self.ws.store
         self.thresholds_path = thresholds_path
-        self.workdir = (workdir or Path.cwd()).resolve()
         self.reports = ReportDir(report_dir or self.store.root / "reports")
         self.report_dir = self.reports.path
         # how cluster hosts are reached (ssh config and options, the remote command, kubectl): the server's
@@ -83,14 +134,16 @@ class WittyTools:
         # the Prometheus of past windows, its credentials and series: the operator's too
         self.prometheus, self.prometheus_auth_file, self.prometheus_match = prometheus, prometheus_auth_file, \
             prometheus_match
-        self._diagnoses: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._parts: OrderedDict[tuple[str, str], Graph] = OrderedDict()  # one host of a merged graph
-        self._queries: OrderedDict[str, Rows] = OrderedDict()  # last queries' rows, for their next pages
+        self._queries: BoundedCache[Rows] = BoundedCache(QUERIES_IN_MEMORY, 64 << 20)  # rows for next pages
         self._lock = threading.Lock()
 
     # -- graphs in ------------------------------------------------------------------------
+    @tool("collect", "Collect a live window", "Capture this host's processes, scheduling, memory, NUMA, PCIe, "
+          "GPUs/NPUs, network, storage and IPC over a window into a new graph, with progress; returns graph_id and "
+          "the summary. Or cluster hosts into output_dir, or a past window.", s.CollectInput, s.CollectResult,
+          read_only=False, idempotent=False, runs="window")
     def collect(self, inp: s.CollectInput, progress: Progress | None = None,
-                stop: threading.Event | None = None) -> tuple[Any, str]:
+                stop: threading.Event | None = None) -> Answer:
         if inp.duration_s > s.MAX_DURATION_S:
             raise InputError(f"duration_s={inp.duration_s:g} is longer than this server's cap of "
                              f"{s.MAX_DURATION_S:g} s: collect at most {s.MAX_DURATION_S:g} s per call (several "
@@ -103,32 +156,23 @@ class WittyTools:
             return self._collect_past(inp)
         if inp.cluster() or inp.output_dir is not None or inp.namespace is not None or inp.diagnose:
             return self._collect_cluster(inp, progress)
-        graph = wp.collect(duration_s=inp.duration_s, interval_s=inp.interval_s, pids=inp.pids,
-                        collectors=inp.collectors, progress=progress, stop=stop)
-        if stop is not None and stop.is_set():  # the client cancelled: nobody is waiting for this graph
-            raise InputError("collect was cancelled; the window was not saved")
-        record = self.store.add_live(graph)
-        summary, text = self._summary(record, graph, 8000)
-        return s.CollectResult(**summary.model_dump()), text
+        record, graph = self.ws.collect(inp.duration_s, inp.interval_s, pids=inp.pids, collectors=inp.collectors,
+                                        progress=progress, stop=stop)
+        return self._graph_answer(record, graph, s.CollectResult)
 
-    def _collect_past(self, inp: s.CollectInput) -> tuple[Any, str]:
+    def _collect_past(self, inp: s.CollectInput) -> Answer:
         """A past window (START[..END], END default now) of the hosts this server's Prometheus monitors
         (witty-mcp --prometheus URL [--prometheus-match SELECTOR]): the operator names the server, its
         credentials and its series, the client only the window."""
-        from witty_profiler.sources.promapi import parse_time, read_auth
-        from witty_profiler.sources.prometheus import collect_window
         if self.prometheus is None:
             raise InputError("past reads a window from Prometheus, and this server has none: start witty-mcp with "
                              "--prometheus URL (credentials in --prometheus-auth-file or WITTY_PROMETHEUS_TOKEN)")
         if inp.cluster() or inp.pids or inp.collectors or inp.output_dir or inp.diagnose:
             raise InputError("past reads Prometheus: drop pids, collectors and the cluster arguments")
-        since, _, until = inp.past.partition("..")
-        start, end = parse_time(since.strip()), parse_time(until.strip() or "now")
-        window = collect_window(self.prometheus, start, end, match=self.prometheus_match,
-                                auth=read_auth(self.prometheus_auth_file))
-        record = self.store.add_live(window.graph, kind="prometheus")
-        summary, text = self._summary(record, window.graph, 8000)
-        return s.CollectResult(**summary.model_dump()), text
+        since, _, until = (inp.past or "").partition("..")
+        record, graph = self.ws.collect_past(self.prometheus, since.strip(), until.strip() or "now",
+                                             match=self.prometheus_match, auth_file=self.prometheus_auth_file)
+        return self._graph_answer(record, graph, s.CollectResult)
 
     def cluster_target(self, inp: s.CollectInput) -> Any:
         """The hosts collect names, checked before anything runs."""
@@ -158,7 +202,7 @@ class WittyTools:
         from witty_profiler.cluster.collect import deadline
         return deadline(self.cluster_target(inp), inp.duration_s, self.launch)
 
-    def _collect_cluster(self, inp: s.CollectInput, progress: Progress | None) -> tuple[Any, str]:
+    def _collect_cluster(self, inp: s.CollectInput, progress: Progress | None) -> Answer:
         from witty_profiler.cluster.collect import collect_cluster
         from witty_profiler.cluster.fanout import HostResult
         target = self.cluster_target(inp)
@@ -174,45 +218,47 @@ class WittyTools:
                                    progress=told)
         results = sorted(manifest.results, key=lambda r: (r.status == "ok", r.host))  # failures first
         ok = sum(1 for r in results if r.status == "ok")
-        out = s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
-                              hosts=sorted(r.host for r in results),
-                              host_status=[s.HostStatus(host=r.host, status=r.status, reason=r.reason or None)
-                                           for r in results])
+        failed = [s.HostStatus(host=r.host, status=r.status, reason=r.reason or None) for r in results
+                  if r.status != "ok"]
+        lines = [f"cluster folder {directory}: {ok} of {len(results)} hosts gave a graph"]
+        lines += [f"  {h.host}: {h.status}{': ' + h.reason if h.reason else ''}" for h in failed[:50]]
+        if len(failed) > 50:
+            lines.append(f"  … {len(failed) - 50} more without a graph: list_hosts directory=… pages all")
         if inp.diagnose:
-            from witty_profiler.cluster.directory import diagnose_directory
-            from witty_profiler.diagnosis.cluster_report import SUMMARY_TOKENS
-            from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
-            d = diagnose_directory(directory, manifest.failed(), thresholds=self.thresholds())
-            out.overview = cluster_summary(d, str(directory), drill="match_patterns with this directory and "
-                                                                    "host=NAME shows one",
-                                           fits=fewer_than(SUMMARY_TOKENS))
-            out.overview_tokens = count_tokens(out.overview)
-        out.note = (f"next: match_patterns with directory={directory} for the cross-host findings and their "
-                    f"evidence, list_hosts for every host's status")
-        if len(results) > 50:  # the outcome of every host is in the manifest and list_hosts
-            shown = [h for h in out.host_status or [] if h.status != "ok"][:50]
-            out.host_status, out.truncated = shown, True
-            out.note += f"; host_status lists {len(shown)} of the hosts without a graph, list_hosts pages all"
-        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+            lines.append(self._cluster_text(self.ws.diagnose_directory(directory, manifest.failed()), directory))
+        else:
+            lines.append(f"next: match_patterns directory={directory} for the findings across hosts")
+        text = "\n".join(lines) + "\n"
+        return text_answer(s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
+                                           hosts=sorted(r.host for r in results), host_status=failed[:50] or None,
+                                           tokens=count_tokens(text), text=text))
 
-    def load_graph(self, inp: s.LoadGraphInput) -> tuple[s.GraphSummary, str]:
-        record, graph = self.store.load_file(self.path(inp.path))
-        return self._summary(record, graph, 8000)
+    @tool("load_graph", "Load a graph file", "Load a graph file (same file, same graph_id); returns graph_id and "
+          "the summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False)
+    def load_graph(self, inp: s.LoadGraphInput) -> Answer:
+        record, graph = self.ws.load(inp.path)
+        return self._graph_answer(record, graph, s.GraphAnswer)
 
-    def import_trace(self, inp: s.ImportTraceInput) -> tuple[s.GraphSummary, str]:
-        import hashlib
+    @tool("import_trace", "Import training traces", "Kineto or msprof-analyze traces into a graph of ranks and "
+          "collectives (into_graph_id: joined to a host graph); returns graph_id and the summary.",
+          s.ImportTraceInput, s.GraphAnswer, read_only=False)
+    def import_trace(self, inp: s.ImportTraceInput) -> Answer:
+        record, graph = self.ws.import_traces(inp.paths, inp.job, inp.into_graph_id)
+        return self._graph_answer(record, graph, s.GraphAnswer)
 
-        from witty_profiler.mcp_server.store import slug
-        paths = [self.path(p) for p in inp.paths]
-        into = Graph().merge(self.store.get(inp.into_graph_id)) if inp.into_graph_id else None
-        graph = wp.import_traces(paths, job=inp.job, into=into)
-        key = "\n".join([*(str(p.resolve()) for p in paths), inp.job or "", inp.into_graph_id or ""])
-        graph_id = f"trace-{slug(paths[0].name, 30)}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-        record = self.store.add(graph, "load", graph_id, loaded_from=", ".join(str(p.resolve()) for p in paths))
-        return self._summary(record, graph, 8000)
+    def _graph_answer(self, record: GraphRecord, graph: Graph, model: type[BaseModel]) -> Answer:
+        """A new graph: its id once, then the summary view (hosts, window, counts, the unhealthy layers, the
+        workload, collectors), which says what to open next."""
+        where = f" from {record.loaded_from}" if record.loaded_from else ""
+        view = self.ws.view(record.graph_id, "summary")
+        text = f"graph_id {record.graph_id} ({record.origin}{where})\n{view.text}"
+        return text_answer(model(graph_id=record.graph_id, hosts=record.hosts, entity_count=record.entity_count,
+                                 edge_count=record.edge_count, tokens=count_tokens(text), text=text))
 
     # -- looking at graphs ----------------------------------------------------------------
-    def list_graphs(self, inp: s.ListGraphsInput) -> tuple[s.GraphList, str]:
+    @tool("list_graphs", "List graphs", "Known graphs, newest first, from earlier sessions too.", s.ListGraphsInput,
+          s.GraphList, runs="inline")
+    def list_graphs(self, inp: s.ListGraphsInput) -> Answer:
         records = self.store.records()
         key = query_key("list_graphs", inp.limit)
         offset = read_cursor(inp.cursor, key)
@@ -226,32 +272,30 @@ class WittyTools:
                         f"cursor=next_cursor for the rest")
         elif not records:
             out.note = "no graphs yet: call collect to capture this host, or load_graph with a graph file"
-        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+        return data_answer(out)
 
-    def graph_summary(self, inp: s.GraphSummaryInput) -> tuple[s.GraphSummary, str]:
-        record = self.store.record(inp.graph_id)
-        return self._summary(record, self.store.get(inp.graph_id), inp.max_tokens)
-
-    def _summary(self, record: GraphRecord, graph: Graph, max_tokens: int) -> tuple[s.GraphSummary, str]:
+    @tool("graph_summary", "Describe a graph", "Hosts, window, counts by type and every collector's status with "
+          "its reason; convert_layer layer=summary gives the summary view.", s.GraphSummaryInput, s.GraphAnswer)
+    def graph_summary(self, inp: s.GraphSummaryInput) -> Answer:
+        record, graph = self.store.record(inp.graph_id), self.ws.graph(inp.graph_id)
         entities, edges = graph.counts_by_type()
-        out = s.GraphSummary(
-            **record.model_dump(exclude={"created_at"}), entities_by_type=entities, edges_by_type=edges,
-            collectors=[s.CollectorState(name=n, status=c.status, reason=c.reason)
-                        for n, c in sorted(graph.meta.collectors.items())],
-            overview="", overview_tokens=0)
-        used = count_tokens(compact_json(out.model_dump(mode="json")))
-        view = wp.convert(graph, layer="summary", max_tokens=max(max_tokens - used - 150, 200),
-                          hints=McpHints(record.graph_id), diagnosis=self.diagnosis(record.graph_id))
-        out.overview, out.overview_tokens, out.truncated = view.text, view.tokens, bool(view.truncated)
-        cut = ""
-        if view.truncated:
-            left = ", ".join(f"{n} {what}" for what, n in view.omitted.items()) or "some rows"
-            cut = f"overview cut to fit max_tokens (left out: {left}; raise max_tokens to see them); "
-        out.note = cut + "next: convert_layer for the layers that look unhealthy, match_patterns for the findings"
-        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+        meta = graph.meta
+        window = f"{meta.duration_s:g} s from {meta.started_at or '?'}" if meta.duration_s is not None else "none"
+        lines = [f"graph_id {record.graph_id} ({record.origin}{' from ' + record.loaded_from if record.loaded_from else ''})",
+                 f"hosts: {', '.join(meta.hosts) or 'unknown'}; source: {meta.source or 'unknown'}; window: {window}",
+                 f"entities: {graph.entity_count()} ({', '.join(f'{k} {v}' for k, v in entities.items())})",
+                 f"edges: {graph.edge_count()} ({', '.join(f'{k} {v}' for k, v in edges.items())})"]
+        lines += [f"collector {n}: {c.status}{' - ' + c.reason if c.reason else ''}"
+                  for n, c in sorted(meta.collectors.items())]
+        text, tokens, cut = fitted("\n".join(lines) + "\n", inp.max_tokens, "query_graph lists the entities")
+        return text_answer(s.GraphAnswer(graph_id=record.graph_id, hosts=record.hosts, entity_count=record.entity_count,
+                                         edge_count=record.edge_count, tokens=tokens, truncated=cut, text=text))
 
-    def query_graph(self, inp: s.QueryGraphInput) -> tuple[s.QueryPage, str]:
-        graph = self.store.get(inp.graph_id)
+    @tool("query_graph", "Query a graph", "A page of entities (type, where), a neighbourhood (around, depth), a "
+          "ranking (top_by_metric) or edges (edge_type alone). Next page: same arguments, cursor=next_cursor.",
+          s.QueryGraphInput, s.QueryPage)
+    def query_graph(self, inp: s.QueryGraphInput) -> Answer:
+        graph = self.ws.graph(inp.graph_id)
         if inp.type is not None and inp.type not in ENTITY_TYPES:
             raise InputError(f"unknown entity type {inp.type!r}{suggest(inp.type, list(ENTITY_TYPES))}; "
                              f"types in this graph: {', '.join(graph.counts_by_type()[0])}")
@@ -283,13 +327,12 @@ class WittyTools:
         if clipped:
             out.note = (f"{', '.join(clipped)} of {dumped[0]['id']} left out to fit max_tokens={inp.max_tokens}; "
                         f"raise max_tokens to see them" + (f". {out.note}" if out.note else ""))
-        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+        return data_answer(out)
 
     def _rows(self, graph: Graph, inp: s.QueryGraphInput, key: str, need: int) -> Rows:
         """All rows of a query (for top_by_metric: at least the first `need`), kept for the next pages:
         following a cursor must not scan the graph again."""
-        with self._lock:
-            hit = self._queries.get(key)
+        hit = self._queries.get(key)
         if hit is not None and (hit.kind != "top" or len(hit.rows) >= min(need, hit.total_entities)):
             return hit
         if inp.around is not None:
@@ -314,11 +357,7 @@ class WittyTools:
         else:
             raise InputError("say what to query: type (e.g. type='process'), where, around=<entity id>, edge_type or "
                              "top_by_metric (e.g. top_by_metric='cpu_util_pct')")
-        with self._lock:
-            self._queries[key] = result
-            while len(self._queries) > 8:
-                self._queries.popitem(last=False)
-        return result
+        return self._queries.put(key, result, 200 * len(result.rows))
 
     def _ranked(self, graph: Graph, inp: s.QueryGraphInput, n: int) -> tuple[list[Entity], int]:
         """The first n entities by the metric (ties by id) and how many have it."""
@@ -332,20 +371,17 @@ class WittyTools:
         sign = 1 if inp.ascending else -1
         return heapq.nsmallest(n, candidates, key=lambda e: (sign * e.metrics[metric], e.id)), len(candidates)
 
-    def path(self, given: str) -> Path:
-        """A path the client gave, relative to the server's working directory."""
-        path = Path(given).expanduser()
-        return path if path.is_absolute() else self.workdir / path
-
-    def list_hosts(self, inp: s.ListHostsInput) -> tuple[s.HostList, str]:
+    @tool("list_hosts", "List hosts", "Hosts of a graph or a cluster folder: window, entities, collectors not ok, "
+          "or why no graph.", s.ListHostsInput, s.HostList)
+    def list_hosts(self, inp: s.ListHostsInput) -> Answer:
         if (inp.graph_id is None) == (inp.directory is None):
             raise InputError("give graph_id (the hosts of a graph) or directory (a cluster folder), one of them")
         if inp.graph_id is not None:
-            rows = self._graph_hosts(self.store.get(inp.graph_id))
+            rows = self._graph_hosts(self.ws.graph(inp.graph_id))
         else:
             from witty_profiler.cluster.directory import host_rows
             rows = []
-            for r in host_rows(self.path(inp.directory or "")):
+            for r in host_rows(self.ws.path(inp.directory or "")):
                 rows.append(s.HostRow(host=r["host"], status=r["status"], started_at=r.get("started_at"),
                                       duration_s=r.get("duration_s"), entities=r.get("entities")))
         key = query_key("list_hosts", inp.graph_id, inp.directory, inp.limit)
@@ -356,7 +392,7 @@ class WittyTools:
             out.next_cursor = make_cursor(offset + len(page), key)
             out.note = (f"hosts {offset + 1}-{offset + len(page)} of {len(rows)}; call list_hosts with "
                         f"cursor=next_cursor for the rest")
-        return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+        return data_answer(out)
 
     @staticmethod
     def _graph_hosts(graph: Graph) -> list[s.HostRow]:
@@ -379,142 +415,100 @@ class WittyTools:
                                   collectors_not_ok=bad))
         return rows
 
-    def host_graph(self, graph_id: str, host: str | None) -> Graph:
-        """The graph, or with `host` that host's part of a merged graph (kept for the next calls)."""
-        graph = self.store.get(graph_id)
-        if host is None:
-            return graph
-        from witty_profiler.topology.hosts import host_part
-        key = (graph_id, host)
-        with self._lock:
-            if key in self._parts:
-                self._parts.move_to_end(key)
-                return self._parts[key]
-        try:
-            part = host_part(graph, host)
-        except InputError as exc:
-            raise InputError(f"{exc}: list_hosts graph_id={graph_id} lists them") from None
-        with self._lock:
-            self._parts[key] = part
-            while len(self._parts) > 8:
-                self._parts.popitem(last=False)
-        return part
-
-    def convert_layer(self, inp: s.ConvertLayerInput) -> tuple[s.LayerView, str]:
-        graph = self.host_graph(inp.graph_id, inp.host)
+    @tool("convert_layer", "View one layer", "Compact text view of one layer, the summary or all, with the "
+          "layer's findings and the rows of their evidence.", s.ConvertLayerInput, s.LayerView)
+    def convert_layer(self, inp: s.ConvertLayerInput) -> Answer:
         # the view's "… N more" lines, legend and next steps name these tools, not shell commands
-        view = wp.convert(graph, layer=inp.layer, max_tokens=inp.max_tokens - 60,  # room for the note
-                          hints=McpHints(inp.graph_id), diagnosis=self.diagnosis(inp.graph_id, inp.pids, None,
-                                                                                 inp.thresholds, inp.host))
-        out = s.LayerView(graph_id=inp.graph_id, layer=inp.layer, text=view.text, tokens=view.tokens,
-                          truncated=bool(view.truncated), omitted=dict(view.omitted))
-        if view.truncated:
-            out.note = (f"view cut to fit max_tokens={inp.max_tokens}; what was folded away is in omitted: raise "
-                        f"max_tokens, or list those rows with query_graph")
-        return out, view.text + (f"\n[{out.note}]" if out.note else "")
+        view = self.ws.view(inp.graph_id, inp.layer, inp.max_tokens, pids=inp.pids, thresholds=inp.thresholds,
+                            host=inp.host)
+        return text_answer(s.LayerView(graph_id=inp.graph_id, layer=inp.layer, tokens=view.tokens,
+                                       truncated=bool(view.truncated), text=view.text))
 
     # -- diagnosis ------------------------------------------------------------------------
-    def thresholds(self, given: str | None = None) -> dict[str, Any] | None:
-        """Validated overrides from TOML text or a TOML file path; default: the server's --thresholds file."""
-        from witty_profiler.diagnosis import load_thresholds
-        from witty_profiler.diagnosis.thresholds import validate
-        given = given if given is not None else self.thresholds_path
-        if given is None:
-            return None
-        if "\n" in given or "=" in given:
-            try:
-                return validate(tomllib.loads(given), "thresholds")
-            except tomllib.TOMLDecodeError as exc:
-                raise InputError(f"thresholds: not valid TOML ({exc}); resource witty://thresholds shows the "
-                                 f"format") from None
-        path = Path(given).expanduser()
-        return load_thresholds(path if path.is_absolute() else self.workdir / path)
-
-    def diagnosis(self, graph_id: str, pids: list[int] | None = None, layer: str | None = None,
-                  thresholds: str | None = None, host: str | None = None) -> Any:
-        table = self.thresholds(thresholds)
-        key = (graph_id, tuple(pids or ()), layer, compact_json(table), host)
-        with self._lock:
-            if key in self._diagnoses:
-                self._diagnoses.move_to_end(key)
-                return self._diagnoses[key]
-        graph = self.host_graph(graph_id, host)
-        result = wp.diagnose(graph, pids=pids, layer=layer, thresholds=table)
-        with self._lock:
-            self._diagnoses[key] = result
-            while len(self._diagnoses) > 16:
-                self._diagnoses.popitem(last=False)
-        return result
-
-    def match_patterns(self, inp: s.MatchPatternsInput) -> tuple[s.PatternMatches, str]:
+    @tool("match_patterns", "Match bottleneck patterns", "Deterministic seven-layer matcher: a line per finding "
+          "(P0-P2; its evidence is in convert_layer of its layer) and every pattern's coverage grouped by why it "
+          "could not be judged; for a cluster folder, across hosts with their evidence.", s.MatchPatternsInput,
+          s.PatternMatches)
+    def match_patterns(self, inp: s.MatchPatternsInput) -> Answer:
         if (inp.graph_id is None) == (inp.directory is None):
             raise InputError("give graph_id (a graph) or directory (a cluster folder), one of them")
         if inp.directory is not None:
             return self._match_cluster(inp)
-        result = self.diagnosis(inp.graph_id, inp.pids, inp.layer, inp.thresholds, inp.host)
-        data = _plain(result)
-        out = s.PatternMatches(graph_id=inp.graph_id, host=inp.host, layer=inp.layer, findings=data.get("findings", []),
-                               coverage=data.get("coverage", []), summary=data.get("summary", {}))
-        return _fit_matches(out, inp.max_tokens)
+        from witty_profiler.converters.tokens import fewer_than
+        from witty_profiler.diagnosis.brief import brief
+        d = self.ws.diagnosis(inp.graph_id, inp.pids, inp.layer, inp.thresholds, inp.host)
+        title = f"diagnosis of {inp.graph_id}" + (f" host {inp.host}" if inp.host else "") + \
+            (f" layer {inp.layer}" if inp.layer else "")
+        text = brief(d, title, fits=fewer_than(inp.max_tokens))
+        return self._matches(d, text, graph_id=inp.graph_id, host=inp.host, layer=inp.layer)
 
-    def _match_cluster(self, inp: s.MatchPatternsInput) -> tuple[s.PatternMatches, str]:
+    @staticmethod
+    def _matches(d: Any, text: str, **fields: Any) -> Answer:
+        return text_answer(s.PatternMatches(**fields, counts=d.counts(), findings=[f"{f.priority} {f.pattern}"
+                                                                                  for f in d.findings],
+                                            tokens=count_tokens(text), text=text))
+
+    def _match_cluster(self, inp: s.MatchPatternsInput) -> Answer:
         """A cluster folder: every host diagnosed on its own, then the cross-host patterns; or with host, that
         host's graph loaded and matched, for drill-down with the other tools."""
         from witty_profiler.cluster.directory import failed_hosts, graph_files, host_file
-        directory = self.path(inp.directory or "")
+        directory = self.ws.path(inp.directory or "")
         if inp.host is not None:
             record, _ = self.store.load_file(host_file(directory, inp.host))
-            out, _ = self.match_patterns(inp.model_copy(update={"graph_id": record.graph_id, "directory": None,
+            answer = self.match_patterns(inp.model_copy(update={"graph_id": record.graph_id, "directory": None,
                                                                 "host": None}))
-            out.directory, out.host = inp.directory, inp.host
-            out.hosts_ok, out.hosts_failed = len(graph_files(directory)), len(failed_hosts(directory))
-            out.note = ((out.note + ". ") if out.note else "") + (f"graph_id {record.graph_id} is host {inp.host}'s "
-                                                                  f"graph, for convert_layer and query_graph")
-            return out, compact_json(out.model_dump(mode="json", exclude_none=True))
+            text = f"host {inp.host} of {inp.directory} is graph_id {record.graph_id}\n{answer.text}"
+            out = answer.data.model_copy(update={"directory": inp.directory, "host": inp.host, "text": text,
+                                                 "tokens": count_tokens(text),
+                                                 "hosts_ok": len(graph_files(directory)),
+                                                 "hosts_failed": len(failed_hosts(directory))})
+            return text_answer(out)
         if inp.pids or inp.layer:
             raise InputError("pids and layer are for one host: add host=NAME (list_hosts directory=... names them), "
                              "or drop them for the cross-host diagnosis")
-        from witty_profiler.cluster.directory import diagnose_directory
+        result = self.ws.diagnose_directory(directory, thresholds=inp.thresholds)
+        text, _, cut = fitted(self._cluster_text(result, inp.directory or ""), inp.max_tokens,
+                              "generate_report is not for folders; `witty-profiler cluster diagnose DIR` has all")
+        out = self._matches(result.cross, text, directory=inp.directory, hosts_ok=len(result.hosts),
+                            hosts_failed=len(result.failed))
+        out.data.truncated = cut  # type: ignore[attr-defined]
+        return out
+
+    @staticmethod
+    def _cluster_text(result: Any, directory: Any) -> str:
+        """The cross-host summary (bounded for any number of hosts), then the evidence of its P0/P1 findings:
+        a folder has no layer view to show them."""
+        from witty_profiler.converters.tokens import fewer_than
+        from witty_profiler.diagnosis.brief import evidence_lines
         from witty_profiler.diagnosis.cluster_report import SUMMARY_TOKENS
         from witty_profiler.diagnosis.cluster_report import summary as cluster_summary
-        result = diagnose_directory(directory, thresholds=self.thresholds(inp.thresholds))
-        data = _plain(result.cross)
-        out = s.PatternMatches(directory=inp.directory, findings=data.get("findings", []),
-                               coverage=data.get("coverage", []), summary=data.get("summary", {}),
-                               text=cluster_summary(result, inp.directory or "",
-                                                    drill="match_patterns with this directory and host=NAME shows one",
-                                                    fits=fewer_than(SUMMARY_TOKENS)),
-                               hosts_ok=len(result.hosts), hosts_failed=len(result.failed))
-        return _fit_matches(out, inp.max_tokens)
+        text = cluster_summary(result, str(directory), drill="match_patterns with this directory and host=NAME "
+                               "shows one", fits=fewer_than(SUMMARY_TOKENS))
+        urgent = [f for f in result.cross.findings if f.priority in ("P0", "P1")]
+        lines = [line for f in urgent for line in [f"evidence of {f.pattern}:", *evidence_lines(f)]]
+        return text + ("\n".join(lines) + "\n" if lines else "")
 
-    def generate_report(self, inp: s.GenerateReportInput) -> tuple[s.Report, str]:
+    @tool("generate_report", "Write the report", "The diagnosis report (md or json); output_path also writes it "
+          "to a file in the server's report directory, overwrite=true to replace one.", s.GenerateReportInput,
+          s.Report, read_only=False, destructive=True)
+    def generate_report(self, inp: s.GenerateReportInput) -> Answer:
         path = inp.output_path
         names = self.reports.check(path, inp.overwrite) if path else None  # a bad path fails before the work
-        result = self.diagnosis(inp.graph_id, inp.pids, None, inp.thresholds)
-        full = wp.report(result, self.store.get(inp.graph_id), format=inp.format)
+        full = self.ws.report(inp.graph_id, inp.format, pids=inp.pids, thresholds=inp.thresholds)
         target = self.reports.write(path, names, full, inp.overwrite) if path and names else None
-        text, tokens, truncated = cut_text(full, inp.max_tokens - 100)
-        out = s.Report(graph_id=inp.graph_id, format=inp.format, text=text, tokens=tokens, truncated=truncated,
-                       written_to=str(target) if target else None)
-        if truncated:
-            where = f"the whole report is in {target}" if target else "pass output_path to write the whole report"
-            out.note = (f"report cut to {tokens} of {count_tokens(full)} tokens; {where}, or raise max_tokens")
-        return out, text + (f"\n[{out.note}]" if out.note else "")
+        whole = f"the whole report is in {target}" if target else "pass output_path to write the whole report"
+        text, tokens, cut = fitted(full, inp.max_tokens, whole)
+        return text_answer(s.Report(graph_id=inp.graph_id, format=inp.format, tokens=tokens, truncated=cut,
+                                    written_to=str(target) if target else None, text=text))
 
-    def compare_graphs(self, inp: s.CompareGraphsInput) -> tuple[s.Comparison, str]:
-        before, after = self.store.get(inp.before_id), self.store.get(inp.after_id)
-        result = wp.compare(before, after, thresholds=self.thresholds(inp.thresholds))
-        markdown = result.markdown() if callable(getattr(result, "markdown", None)) else str(result.markdown)
-        data = result.to_dict()
-        text, tokens, truncated = cut_text(markdown, inp.max_tokens - 100)
-        out = s.Comparison(before_id=inp.before_id, after_id=inp.after_id, text=text, tokens=tokens,
-                           truncated=truncated)
-        if not truncated and tokens + count_tokens(compact_json(data)) <= inp.max_tokens - 100:
-            out.comparison = data
-        else:
-            out.note = ("comparison cut to fit max_tokens" if truncated else "structured comparison left out to fit "
-                        "max_tokens") + "; raise max_tokens to see all of it"
-        return out, text + (f"\n[{out.note}]" if out.note else "")
+    @tool("compare_graphs", "Compare two graphs", "Before/after diff of two graphs (e.g. around a fix): findings "
+          "appeared, resolved or changed; metrics moved.", s.CompareGraphsInput, s.Comparison)
+    def compare_graphs(self, inp: s.CompareGraphsInput) -> Answer:
+        result = self.ws.compare(inp.before_id, inp.after_id, thresholds=inp.thresholds)
+        full = result.to_json() if inp.format == "json" else result.markdown()
+        text, tokens, cut = fitted(full, inp.max_tokens, "`witty-profiler compare` has all of it")
+        return text_answer(s.Comparison(before_id=inp.before_id, after_id=inp.after_id, tokens=tokens,
+                                        truncated=cut, text=text))
 
 
 def _clip(row: dict[str, Any], budget: int) -> list[str]:
@@ -530,103 +524,3 @@ def _clip(row: dict[str, Any], budget: int) -> list[str]:
     return cut
 
 
-def _plain(value: Any) -> Any:
-    """A library result as JSON-able data."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def _fit_matches(out: s.PatternMatches, max_tokens: int) -> tuple[s.PatternMatches, str]:
-    """Findings within the budget. Cheapest losses first: repeated text, then detail of what is fine
-    or unknown, then evidence beyond the first items, and only at the end whole findings (lowest
-    priority first). Every step taken is named in the note."""
-    def text() -> str:
-        return compact_json(out.model_dump(mode="json", exclude_none=True))
-
-    def finding_reasons() -> str | None:
-        rows = [c for c in out.coverage if c.status == "finding" and c.reason != "see findings"]
-        for c in rows:
-            c.reason = "see findings"
-        return None  # repeats the findings: nothing is lost
-
-    def top_lines() -> str | None:
-        out.summary.pop("top", None)
-        return None  # one line per finding, repeating them: nothing is lost
-
-    def short_reasons() -> str | None:
-        rows = [c for c in out.coverage if c.status == "not_evaluated" and c.reason and len(c.reason) > 100]
-        for c in rows:
-            c.reason = shorten_reason(c.reason)
-        return f"{len(rows)} not_evaluated reasons shortened" if rows else None
-
-    def fold_clear() -> str | None:
-        clear = [c for c in out.coverage if c.status == "clear"]
-        out.coverage = [c for c in out.coverage if c.status != "clear"]
-        out.summary["clear_patterns"] = sorted(c.pattern for c in clear)
-        return f"{len(clear)} clear coverage rows folded into summary.clear_patterns" if clear else None
-
-    def fold_unknown() -> str | None:
-        rows = [c for c in out.coverage if c.status == "not_evaluated"]
-        out.coverage = [c for c in out.coverage if c.status != "not_evaluated"]
-        out.summary["not_evaluated_patterns"] = sorted(c.pattern for c in rows)
-        return f"{len(rows)} not_evaluated rows folded into summary.not_evaluated_patterns" if rows else None
-
-    def trim_ids(keep: int = 5) -> str | None:
-        cut = 0
-        for ev in (ev for f in out.findings for ev in f.evidence if len(ev.ids) > keep):
-            cut += len(ev.ids) - keep
-            ev.note = f"{(ev.note + '; ') if ev.note else ''}{len(ev.ids) - keep} more ids left out"
-            ev.ids = ev.ids[:keep]
-        return f"{cut} evidence ids left out" if cut else None
-
-    def trim_evidence(keep: int) -> Callable[[], str | None]:
-        def step() -> str | None:
-            cut = 0
-            for f in out.findings:
-                if len(f.evidence) > keep:
-                    cut += len(f.evidence) - keep
-                    f.evidence = f.evidence[:keep]
-                    f.recommendations = f.recommendations[:max(keep, 2)]
-            return f"{cut} evidence items beyond the first {keep} of each finding left out" if cut else None
-        return step
-
-    def drop_findings() -> str | None:
-        dropped = 0
-        while len(out.findings) > 1 and count_tokens(text()) > budget:
-            out.findings.pop()
-            dropped += 1
-        return f"{dropped} lowest-priority findings left out" if dropped else None
-
-    budget = max_tokens - 150
-    steps: list[str] = []
-    for step in (finding_reasons, top_lines, short_reasons, fold_clear, trim_ids, trim_evidence(6), fold_unknown,
-                 trim_evidence(3), drop_findings, trim_evidence(1)):
-        if count_tokens(text()) <= budget:
-            break
-        if (said := step()) is not None:
-            steps.append(said)
-    if steps:
-        out.truncated = True
-        out.note = ("; ".join(steps) + ". generate_report has everything; match_patterns with layer=... or a "
-                    "larger max_tokens shows more, query_graph around=<id> the entities")
-    return out, text()
-
-
-def shorten_reason(reason: str, limit: int = 100) -> str:
-    """A not-evaluated reason cut to about `limit` characters: what is missing (the text before the
-    first parenthesis) and, where the reason goes on to quote a collector, which one and its status,
-    the part a reader acts on ("… (collector pmu: unavailable)"), without the collectors' own words."""
-    head, _, rest = reason.partition(" (")
-    quoted = re.findall(r"\bcollector ([\w.-]+): (\w+)", rest)
-    tail = f" ({'; '.join(f'collector {name}: {status}' for name, status in quoted)})" if quoted else ""
-    room = max(limit - len(tail), 20)
-    return (head if len(head) <= room else head[:room - 1] + "…") + tail

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +29,20 @@ log = logging.getLogger("witty-profiler.service")
 
 
 class Service:
+    """The service's state: the ring of windows on disk, the monitor that fills it, and the one workspace
+    (app.Workspace) through which the REST routes and /mcp read the windows: a window is diagnosed once,
+    whichever asks first (the monitor, as the window ends)."""
+
     def __init__(self, config: ServiceConfig, state: Path) -> None:
-        from witty_profiler.diagnosis.thresholds import coerce
+        from witty_profiler.app.graphs import GraphStore
+        from witty_profiler.app.workspace import Workspace
         self.config, self.state = config, state
         s = config.storage
         self.ring = Ring(state, s.ring_windows, int(s.ring_max_mb * MIB), s.kept_windows, int(s.kept_max_mb * MIB))
-        thresholds = config.diagnosis.thresholds
-        self.thresholds = coerce(thresholds) if thresholds is not None else None
-        self.monitor = Monitor(config, self.ring, self.thresholds)
-        self._diagnoses: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self.ws = Workspace(GraphStore(state, shelves=[self.ring]), config.diagnosis.thresholds, workdir=state)
+        self.ws.thresholds()  # a bad thresholds file stops the start, in one sentence
+        self.ring.on_evict.append(self.ws.forget)
+        self.monitor = Monitor(config, self.ring, self.ws)
         from witty_profiler.service.routes import table
         self.api_routes = table()
 
@@ -52,41 +54,29 @@ class Service:
                 "storage": self.ring.usage(), "evicted_windows": self.ring.evicted}
 
     # -- graph work (worker threads) ----------------------------------------------------------
+    @property
+    def pids(self) -> list[int] | None:
+        return self.config.collection.pids or None
+
     def diagnosis(self, window_id: str) -> Any:
-        with self._lock:
-            if window_id in self._diagnoses:
-                return self._diagnoses[window_id]
-        from witty_profiler.diagnosis import diagnose
-        c = self.config.collection
-        result = diagnose(self.ring.graph(window_id), pids=c.pids or None, thresholds=self.thresholds)
-        with self._lock:
-            self._diagnoses[window_id] = result
-            while len(self._diagnoses) > 8:
-                self._diagnoses.popitem(last=False)
-        return result
+        return self.ws.diagnosis(window_id, self.pids)
 
     def view(self, window_id: str, layer: str, max_tokens: int | None) -> str:
-        from witty_profiler.converters import render_view
-        from witty_profiler.converters.hints import McpHints
-        graph, diagnosis = self.ring.graph(window_id), self.diagnosis(window_id)
-        return render_view(graph, layer, max_tokens, hints=McpHints(window_id), diagnosis=diagnosis).text
+        return self.ws.view(window_id, layer, max_tokens, pids=self.pids).text
 
     def report(self, window_id: str, fmt: str) -> str:
-        from witty_profiler.api import report
-        return report(self.diagnosis(window_id), self.ring.graph(window_id), format=fmt)
+        return self.ws.report(window_id, fmt, pids=self.pids)
 
     def compare(self, before: str, after: str) -> Any:
-        from witty_profiler.diagnosis.compare import compare
-        c = self.config.collection
-        return compare(self.ring.graph(before), self.ring.graph(after), thresholds=self.thresholds,
-                       pids=c.pids or None)
+        return self.ws.compare(before, after, pids=self.pids)
 
 
 def build_app(service: Service, token: str | None) -> Any:
     """The REST routes and /mcp on one Starlette app, behind the HTTP guard."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from witty_profiler.mcp_server.httpguard import HttpGuard, allowed_hosts, allowed_origins
+    from witty_profiler.app.access import allowed_hosts, allowed_origins
+    from witty_profiler.mcp_server.httpguard import HttpGuard
     from witty_profiler.service.mcp import build_mcp
     from witty_profiler.service.routes import starlette_routes
     host, port = service.config.listen_address()
@@ -135,7 +125,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def run(config: ServiceConfig, running: bool = True) -> int:
     """Serve until SIGTERM/SIGINT; the exit code."""
-    from witty_profiler.mcp_server.httpguard import check_bind
+    from witty_profiler.app.access import check_bind
     host, port = config.listen_address()
     token = read_token(config)
     check_bind(host, token, f"server.token_file or ${TOKEN_ENV}")

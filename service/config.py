@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from witty_profiler.app.access import parse_listen, token_from
 from witty_profiler.collectors.window import MAX_DURATION_S
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
@@ -78,25 +78,16 @@ class ServiceConfig:
         return asdict(self)
 
     def listen_address(self) -> tuple[str, int]:
-        return parse_listen(self.server.listen, "server.listen")
+        return parse_listen(self.server.listen, "server.listen", DEFAULT_PORT)
 
     def state_path(self) -> Path:
         if self.storage.state_dir:
             return Path(self.storage.state_dir).expanduser()
-        from witty_profiler.mcp_server.store import state_dir
+        from witty_profiler.app.graphs import state_dir
         return state_dir()
 
 
 TABLES = {f.name: f.type for f in fields(ServiceConfig)}
-
-
-def parse_listen(text: str, key: str) -> tuple[str, int]:
-    """'HOST:PORT', '[v6]:PORT' or ':PORT' (loopback)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"{key}: expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {text!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
 
 
 def read_file(path: str) -> dict[str, Any]:
@@ -190,7 +181,7 @@ def check(config: ServiceConfig, where: str = "config") -> ServiceConfig:
             raise fail("diagnosis.trigger_patterns", "pattern ids (witty-profiler patterns lists them)", unknown[0])
     if not isinstance(s.listen, str):
         raise fail("server.listen", "HOST:PORT", s.listen)
-    parse_listen(s.listen, f"{where}: server.listen")
+    parse_listen(s.listen, f"{where}: server.listen", DEFAULT_PORT)
     if s.token_file is not None and not isinstance(s.token_file, str):
         raise fail("server.token_file", "a file name", s.token_file)
     _str_list(s.allowed_hosts, f"{where}: server.allowed_hosts")
@@ -241,7 +232,4 @@ def _paths_from(config: ServiceConfig, folder: Path) -> None:
 
 def read_token(config: ServiceConfig) -> str | None:
     """The bearer token: server.token_file, else $WITTY_SERVICE_TOKEN; None when neither is set."""
-    if config.server.token_file:
-        from witty_profiler.mcp_server.httpguard import read_token_file
-        return read_token_file(config.server.token_file, "server.token_file")
-    return os.environ.get(TOKEN_ENV) or None
+    return token_from(config.server.token_file or None, TOKEN_ENV, "server.token_file")

@@ -31,8 +31,8 @@ def _now() -> str:
 
 
 class Monitor:
-    def __init__(self, config: ServiceConfig, ring: Ring, thresholds: Any = None) -> None:
-        self.config, self.ring, self.thresholds = config, ring, thresholds
+    def __init__(self, config: ServiceConfig, ring: Ring, workspace: Any) -> None:
+        self.config, self.ring, self.ws = config, ring, workspace
         self.listeners: list[Callable[[WindowRecord], None]] = []
         self._running = threading.Event()  # collecting (not stopped)
         self._closing = threading.Event()
@@ -111,9 +111,10 @@ class Monitor:
         self.current_started = _now()
         graph = run_window(c.window_s, c.interval_s, pids=c.pids or None, collectors=c.collectors or None,
                            stop=self._window_stop, host=c.host, job=c.job)
-        diagnosis = diagnose(graph, pids=c.pids or None, thresholds=self.thresholds)
+        diagnosis = diagnose(graph, pids=c.pids or None, thresholds=self.ws.thresholds())
         findings = [FindingBrief(pattern=f.pattern, priority=f.priority, title=f.title) for f in diagnosis.findings]
         record = self.ring.add(graph, findings)
+        self.ws.remember(record.window_id, diagnosis, c.pids or None)  # REST and /mcp ask for it next
         self.windows_done += 1
         self.last_error = None
         fired = self.fired(findings)

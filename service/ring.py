@@ -17,11 +17,13 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from witty_profiler.app.graphs import GraphRecord
 from witty_profiler.topology import Graph, dumps_graph, load_graph
 from witty_profiler.topology.errors import InputError
 
@@ -113,13 +115,12 @@ class Ring:
     """Thread-safe: the collecting thread adds, HTTP and MCP handlers read and keep."""
 
     def __init__(self, root: Path, ring_windows: int, ring_max_bytes: int, kept_windows: int,
-                 kept_max_bytes: int, cache: int = 4) -> None:
+                 kept_max_bytes: int) -> None:
         self._lock = threading.RLock()
         self.ring = Shelf(root / "ring", ring_windows, ring_max_bytes)
         self.kept = Shelf(root / "kept", kept_windows, kept_max_bytes)
-        self._cache: OrderedDict[str, Graph] = OrderedDict()  # the latest graphs asked for, few: they are large
-        self._cache_size = cache
         self.evicted = 0
+        self.on_evict: list[Callable[[str], None]] = []  # told of each window that leaves the disk
 
     def add(self, graph: Graph, findings: list[FindingBrief]) -> WindowRecord:
         text = dumps_graph(graph).encode("utf-8")
@@ -137,9 +138,13 @@ class Ring:
             self.ring.records[window_id] = record
             gone = self.ring.evict()
             self.evicted += len(gone)
-            for window_id_gone in gone:
-                self._cache.pop(window_id_gone, None)
+        self._evicted(gone)
         return record
+
+    def _evicted(self, gone: list[str]) -> None:
+        for window_id in gone:
+            for listener in self.on_evict:
+                listener(window_id)
 
     def _new_id(self, started_at: str | None) -> str:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -167,9 +172,9 @@ class Ring:
             _write(target[1], record.model_dump_json().encode())
             self.ring.remove_files(window_id)
             self.kept.records[window_id] = record
-            for gone in self.kept.evict():
-                self._cache.pop(gone, None)
-            return record
+            gone = self.kept.evict()
+        self._evicted(gone)
+        return record
 
     def latest_id(self) -> str:
         latest = self.latest()
@@ -199,21 +204,23 @@ class Ring:
         record = self.record(window_id)
         return (self.kept if record.kept else self.ring).paths(window_id)[0]
 
-    def graph(self, window_id: str) -> Graph:
+    # -- the windows as graphs of the workspace (app.graphs.Shelf) ------------------------------------
+    def graph_record(self, graph_id: str) -> GraphRecord | None:
+        if not ID.match(graph_id):
+            return None
         with self._lock:
-            if window_id in self._cache:
-                self._cache.move_to_end(window_id)
-                return self._cache[window_id]
-            path = self.graph_path(window_id)
+            window = self.ring.records.get(graph_id) or self.kept.records.get(graph_id)
+        return None if window is None else _as_graph(window)
+
+    def graph_records(self) -> list[GraphRecord]:
+        return [_as_graph(w) for w in self.records()]
+
+    def read_graph(self, graph_id: str) -> tuple[Graph, int]:
         try:
-            graph = load_graph(path)
-        except InputError as exc:  # evicted between the look-up and the read
-            raise UnknownWindow(f"window {window_id!r} is no longer on disk ({exc})") from None
-        with self._lock:
-            self._cache[window_id] = graph
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return graph
+            path = self.graph_path(graph_id)
+            return load_graph(path), path.stat().st_size
+        except (InputError, OSError) as exc:  # evicted between the look-up and the read
+            raise UnknownWindow(f"window {graph_id!r} is no longer on disk ({exc})") from None
 
     def usage(self) -> dict[str, dict[str, int]]:
         with self._lock:
@@ -224,6 +231,12 @@ class Ring:
             return UnknownWindow(f"{window_id!r} is not a window id (they look like w-20261203T184500Z)")
         return UnknownWindow(f"unknown window {window_id!r}: it left the ring, or never was; "
                              f"GET /api/v1/graphs lists the windows on disk")
+
+
+def _as_graph(w: WindowRecord) -> GraphRecord:
+    return GraphRecord(graph_id=w.window_id, origin="collect", created_at=w.kept_at or w.started_at or "",
+                       source="live", hosts=w.hosts, started_at=w.started_at, duration_s=w.duration_s,
+                       entity_count=w.entity_count, edge_count=w.edge_count)
 
 
 def _write(path: Path, data: bytes) -> None:

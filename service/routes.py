@@ -19,11 +19,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from witty_profiler import __version__
 from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
-
+from witty_profiler.topology.version import VERSION as __version__
 
 
 @dataclass

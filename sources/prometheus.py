@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from witty_profiler import __version__
+from witty_profiler.topology.version import VERSION as __version__
 from witty_profiler.sources.promaccel import DCGM_SERIES, HOSTNAME_LABELS, NPU_SERIES, add_gpus, add_npus
 from witty_profiler.sources.promapi import PrometheusAPI, auto_step, iso
 from witty_profiler.sources.promcoverage import not_held

@@ -79,7 +79,7 @@ def screenshot(graph_path: Path, out: Path, pattern: str | None = None) -> int:
     import tempfile
 
     from witty_profiler.diagnosis import diagnose
-    from witty_profiler.htmlreport import render_html
+    from witty_profiler.app.htmlreport import render_html
     from witty_profiler.topology import load_graph
     graph = load_graph(graph_path)
     with tempfile.TemporaryDirectory() as tmp, chromium() as browser:

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from test_converters import missing_evidence
 
-from witty_profiler.api import convert
+from witty_profiler.app.views import convert
 from witty_profiler.cli import main as cli
 from witty_profiler.converters import LAYER_VIEWS, CliHints, McpHints, count_tokens
 from witty_profiler.converters.render import MIN_TOKENS
 from witty_profiler.converters.views import LAYERS
 from witty_profiler.mcp_server import schemas as s
-from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from witty_profiler.topology import dump_graph, load_graph
 
@@ -266,8 +266,8 @@ def test_every_request_an_mcp_view_names_is_one_the_server_accepts(request, name
 def _mcp_rows(tools: WittyTools, gid: str, tool: str, args: dict) -> int:
     """How many rows a tool call lists, over all its pages (query_graph says the total on the first)."""
     if tool == "graph_summary":
-        return sum(1 for c in tools.graph_summary(s.GraphSummaryInput(graph_id=gid))[0].collectors
-                   if c.status != "ok")
+        lines = tools.graph_summary(s.GraphSummaryInput(graph_id=gid)).text.splitlines()
+        return sum(1 for line in lines if line.startswith("collector ") and not line.split(": ", 1)[1].startswith("ok"))
     page = tools.query_graph(s.QueryGraphInput(graph_id=gid, **args))[0]
     return page.total_edges if page.kind in ("around", "edges") and args.get("edge_type") else page.total_entities
 
@@ -279,7 +279,7 @@ def test_every_mcp_fold_request_lists_at_least_the_rows_it_left_out(request, nam
     graph = request.getfixturevalue(name)
     tools, gid = _tools(graph, name, tmp_path)
     found = all_folds(lambda layer, budget: tools.convert_layer(s.ConvertLayerInput(
-        graph_id=gid, layer=layer, max_tokens=budget + 60))[1])
+        graph_id=gid, layer=layer, max_tokens=budget)).text)
     for requests, (left, cited) in found.items():
         rows = 0
         for req in requests:

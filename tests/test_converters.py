@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from witty_profiler.api import convert
+from witty_profiler.app.views import convert
 from witty_profiler.converters import LAYER_VIEWS, View, count_tokens
 from witty_profiler.converters.evidence import evidence_value
 from witty_profiler.converters.render import MIN_TOKENS, duration_ms, duration_ns, duration_us, num, pct, rate, size

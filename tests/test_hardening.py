@@ -47,7 +47,7 @@ def _mcp_answers(graph_file: Path, state: Path) -> list[str]:
     import mcp
 
     from witty_profiler.mcp_server.server import build_server
-    from witty_profiler.mcp_server.store import GraphStore
+    from witty_profiler.app.graphs import GraphStore
     from witty_profiler.mcp_server.tools import WittyTools
 
     async def run() -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from witty_profiler import collect, diagnose
 from witty_profiler.converters.svgscene import WORKLOAD_MAX
-from witty_profiler.htmlreport import render_html
+from witty_profiler.app.htmlreport import render_html
 from witty_profiler.topology import load_graph
 
 import browser as chrome

@@ -19,7 +19,7 @@ from witty_profiler.cli import main
 from witty_profiler.converters.svg import element_id, topology_svg
 from witty_profiler.converters.svgscene import CHIPS_MAX, LOCAL, OTHERS_MAX, REMOTE
 from witty_profiler.diagnosis import diagnose
-from witty_profiler.htmlreport import CONTENT_SECURITY_POLICY, render_html
+from witty_profiler.app.htmlreport import CONTENT_SECURITY_POLICY, render_html
 from witty_profiler.topology import load_graph
 from witty_profiler.topology.hosts import merge_hosts
 from witty_profiler.topology.cpulist import parse_cpulist
@@ -329,7 +329,7 @@ def test_the_readme_shows_a_small_screenshot():
 
 
 def test_a_merged_graph_of_many_hosts_draws_the_first_ones_and_names_the_rest():
-    from witty_profiler.htmlreport import HOSTS_MAX
+    from witty_profiler.app.htmlreport import HOSTS_MAX
     from witty_profiler.topology import Graph
     from witty_profiler.topology.models import Meta
     hosts = [f"n{i:02d}" for i in range(HOSTS_MAX + 2)]

@@ -15,8 +15,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from witty_profiler.mcp_server.httpguard import (HttpGuard, allowed_hosts, allowed_origins, check_bind,
-                                                 is_loopback)
+from witty_profiler.app.access import (
+    allowed_hosts,
+    allowed_origins,
+    check_bind,
+    is_loopback,
+    parse_listen,
+    read_token_file,
+)
+from witty_profiler.mcp_server.httpguard import HttpGuard
 from witty_profiler.topology.errors import InputError
 
 TOKEN = "guard-test-token-0123456789"
@@ -24,7 +31,37 @@ TOKEN = "guard-test-token-0123456789"
 
 def test_loopback_is_recognised():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"))
-    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.org"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.org", "localhost.example.com",
+                                            "127.example.org", "::1.example.org"))
+
+
+def test_one_listen_parser_for_every_server():
+    """The service's [server] listen, witty-mcp --listen and export --listen read an address the same way."""
+    from witty_profiler.exporter import parse_listen as exporter_listen
+    assert parse_listen("[::1]:18090", "x", 1) == ("::1", 18090)
+    assert parse_listen(":9818", "x", 1) == ("127.0.0.1", 9818)
+    for bad in ("9818", "host:", "host:0", "host:65536", "host:port"):
+        with pytest.raises(InputError, match="expected HOST:PORT such as 127.0.0.1:1"):
+            parse_listen(bad, "x", 1)
+    with pytest.raises(InputError, match="not a loopback address"):  # a name is not loopback by its prefix
+        exporter_listen("localhost.example.com:9818")
+    assert exporter_listen("127.0.0.9:9818") == ("127.0.0.9", 9818)
+
+
+def test_a_token_file_is_a_small_regular_file(tmp_path):
+    """/dev/zero, a FIFO or a directory given as the token file is one sentence at once, never a hang or a
+    read without end."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (65 * 1024))
+    for path, said in (("/dev/zero", "character device"), (str(fifo), "FIFO"), (str(tmp_path), "directory"),
+                       (str(big), "more than a token file may hold"), (str(tmp_path / "none"), "no such file")):
+        with pytest.raises(InputError, match=said) as caught:
+            read_token_file(path, "--token-file")
+        assert str(caught.value).startswith("--token-file ")
+    (tmp_path / "ok").write_text(" token-0123456789abcdef \n")
+    assert read_token_file(str(tmp_path / "ok"), "--token-file") == "token-0123456789abcdef"
 
 
 def test_beyond_loopback_needs_a_long_enough_token():
@@ -105,9 +142,12 @@ def test_witty_mcp_beyond_loopback_needs_a_token_and_keeps_host_validation(tmp_p
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "WITTY_MCP_TOKEN"}
     env["WITTY_STATE_DIR"] = str(tmp_path / "state")
-    base = [exe, "--transport", "streamable-http", "--host", "0.0.0.0", "--port", str(port)]
+    base = [exe, "--transport", "streamable-http", "--listen", f"0.0.0.0:{port}"]
     refused = subprocess.run(base, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "needs a bearer token" in refused.stderr
+    older = subprocess.run([exe, "--transport", "streamable-http", "--host", "0.0.0.0", "--port", str(port)], env=env,
+                           capture_output=True, text=True, timeout=60)  # the older spelling, read the same way
+    assert older.returncode == 2 and "needs a bearer token" in older.stderr
     token = tmp_path / "token"
     token.write_text(TOKEN)
     server = subprocess.Popen([*base, "--token-file", str(token)], env=env, stdout=subprocess.DEVNULL,

@@ -19,12 +19,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-import witty_profiler
 from witty_profiler.diagnosis.thresholds import validate
 from witty_profiler.mcp_server import cli, schemas
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
-from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from witty_profiler.topology import dump_graph, load_graph
 from witty_profiler.topology.errors import InputError
@@ -149,18 +148,21 @@ async def test_published_schemas_keep_the_contract_without_the_noise(state: Path
                 assert published["default"] == own["default"], (name, field)
             assert published["type"] != "null" and "null" not in published["type"], (name, field)
         # outputs: every field, nested ones too, under the name the model gives it
-        models = {"collect": schemas.CollectResult, "load_graph": schemas.GraphSummary, "import_trace": schemas.GraphSummary, "list_hosts": schemas.HostList,
-                  "list_graphs": schemas.GraphList, "graph_summary": schemas.GraphSummary,
+        models = {"collect": schemas.CollectResult, "load_graph": schemas.GraphAnswer,
+                  "import_trace": schemas.GraphAnswer, "list_hosts": schemas.HostList,
+                  "list_graphs": schemas.GraphList, "graph_summary": schemas.GraphAnswer,
                   "query_graph": schemas.QueryPage, "convert_layer": schemas.LayerView,
                   "match_patterns": schemas.PatternMatches, "generate_report": schemas.Report,
                   "compare_graphs": schemas.Comparison}
         assert field_tree(outputs) == field_tree(models[name].model_json_schema()), name
         jsonschema.Draft202012Validator.check_schema(outputs)
-    # a field the server may send as null says so; one it always fills in does not
+    # answers leave out what they have no value for: no field is typed null
     summary = tools["graph_summary"].output_schema["properties"]
-    assert summary["note"]["type"] == ["string", "null"] and summary["entity_count"]["type"] == "integer"
-    finding = tools["match_patterns"].output_schema["properties"]["findings"]["items"]["properties"]
-    assert finding["title"] == {"type": "string"} and finding["layer_name"]["type"] == ["string", "null"]
+    assert summary["text"] == {"type": "string"} and summary["entity_count"]["type"] == "integer"
+    listed = tools["list_graphs"].output_schema["properties"]
+    assert listed["note"] == {"type": "string"} and listed["next_cursor"] == {"type": "string"}
+    assert tools["match_patterns"].output_schema["properties"]["findings"] == {"type": "array",
+                                                                               "items": {"type": "string"}}
 
 
 @pytest.mark.slow
@@ -184,8 +186,9 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         after = (await checked("load_graph", path="after.json"))["graph_id"]
         listed = await checked("list_graphs", limit=1)
         last = await checked("list_graphs", limit=1, cursor=listed["next_cursor"])
-        assert listed["next_cursor"] and last["next_cursor"] is None and last["note"] is None
-        assert (await checked("graph_summary", graph_id=before, max_tokens=1000))["truncated"]
+        assert listed["next_cursor"] and "next_cursor" not in last and "note" not in last
+        assert "collector process: ok" in (await checked("graph_summary", graph_id=before, max_tokens=1000))["text"]
+        assert (await checked("convert_layer", graph_id=before, layer="compute", max_tokens=300))["truncated"]
         page = await checked("query_graph", graph_id=before, type="process", where=["cpu_util_pct>0"], limit=3)
         await checked("query_graph", graph_id=before, type="process", where=["cpu_util_pct>0"], limit=3,
                       cursor=page["next_cursor"])
@@ -195,15 +198,15 @@ async def test_real_answers_validate_against_the_listed_output_schemas(state: Pa
         for layer in ("summary", "compute", "all"):
             await checked("convert_layer", graph_id=before, layer=layer, max_tokens=600)
         matched = await checked("match_patterns", graph_id=before)
-        evidence = [ev for f in matched["findings"] for ev in f["evidence"]]
-        assert evidence and any(ev["metric"] is None for ev in evidence)  # nulls are part of the answers
-        assert any(row["status"] == "not_evaluated" for row in matched["coverage"])
+        assert matched["findings"] and sum(matched["counts"].values()) == len(matched["findings"])
+        assert "not evaluated, grouped by why:" in matched["text"]
         await checked("match_patterns", graph_id=before, layer="interconnect", max_tokens=1500)
         for fmt in ("md", "json"):
             report = await checked("generate_report", graph_id=before, format=fmt, output_path=f"report.{fmt}")
             assert report["written_to"] == str(state / "reports" / f"report.{fmt}")
-        assert (await checked("generate_report", graph_id=before, max_tokens=300))["written_to"] is None
-        assert (await checked("compare_graphs", before_id=before, after_id=after))["comparison"]
+        assert "written_to" not in await checked("generate_report", graph_id=before, max_tokens=300)
+        typed = await checked("compare_graphs", before_id=before, after_id=after, format="json", max_tokens=100000)
+        assert set(json.loads(typed["text"])) >= {"resolved", "new"}
         assert (await checked("compare_graphs", before_id=before, after_id=after, max_tokens=200))["truncated"]
 
 
@@ -227,7 +230,9 @@ async def test_load_summarise_and_page_through_a_graph(state: Path, workdir: Pat
         gid = loaded["graph_id"]
         assert gid.startswith("host-")
         assert loaded["entity_count"] == graph.entity_count() and loaded["edge_count"] == graph.edge_count()
-        assert loaded["entities_by_type"] == {"process": len(processes)}
+        assert loaded["text"].startswith(f"graph_id {gid} (load from ") and "# witty-profiler summary" in loaded["text"]
+        described = await call(client, "graph_summary", graph_id=gid)
+        assert f"entities: {len(processes)} (process {len(processes)})" in described["text"]
         assert (await call(client, "load_graph", path=str(graph_file)))["graph_id"] == gid  # same file, same id
 
         seen: list[str] = []
@@ -343,7 +348,7 @@ async def test_a_restarted_server_knows_the_graphs(state: Path, workdir: Path, g
 
 
 async def test_state_dir_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from witty_profiler.mcp_server.store import state_dir
+    from witty_profiler.app.graphs import state_dir
     monkeypatch.setenv("WITTY_STATE_DIR", str(tmp_path / "s"))
     assert state_dir() == tmp_path / "s"
     monkeypatch.delenv("WITTY_STATE_DIR")
@@ -355,11 +360,14 @@ async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path
     async with mcp.Client(server_for(state, workdir)) as client:
         gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-        assert templates == {"witty://graphs/{graph_id}/summary", "witty://graphs/{graph_id}/views/{layer}"}
+        assert templates == {"witty://graphs/{graph_id}/summary", "witty://graphs/{graph_id}/views/{layer}",
+                             "witty://graphs/{graph_id}/diagnosis"}
         listed = {str(r.uri) for r in (await client.list_resources()).resources}
         assert listed == {"witty://patterns", "witty://thresholds", f"witty://graphs/{gid}/summary"}
         summary = (await client.read_resource(f"witty://graphs/{gid}/summary")).contents[0].text
         assert gid in summary and "process" in summary
+        typed = json.loads((await client.read_resource(f"witty://graphs/{gid}/diagnosis")).contents[0].text)
+        assert set(typed) == {"findings", "coverage", "summary"}  # the full typed diagnosis, on request
         with pytest.raises(MCPError, match="unknown graph id"):
             await client.read_resource("witty://graphs/nope/summary")
         with pytest.raises(MCPError, match="unknown layer"):
@@ -375,15 +383,21 @@ async def test_resources_and_prompt(state: Path, workdir: Path, graph_file: Path
         got = await client.get_prompt("diagnose_bottlenecks", {"symptom": "tokens/s halved", "pids": "12, 34"})
         text = got.messages[0].content.text
         assert "tokens/s halved" in text and "pids=[12, 34]" in text
-        steps = ["collect", "graph_summary", "convert_layer", "match_patterns", "generate_report"]
+        steps = ["collect", "convert_layer", "match_patterns", "generate_report"]
         assert [text.index(f"`{s}`") for s in steps] == sorted(text.index(f"`{s}`") for s in steps)
 
 
-def test_output_is_valid_json_for_programs(state: Path, workdir: Path, graph_file: Path) -> None:
+def test_answers_for_reading_give_their_text_once_in_either_form(state: Path, workdir: Path,
+                                                                 graph_file: Path) -> None:
+    """A client hands the model the text block or the structured answer: the structured one is the same
+    text with a few typed fields beside it, never the text again as JSON; data answers are compact JSON."""
     tools = WittyTools(GraphStore(state), workdir=workdir)
-    from witty_profiler.mcp_server.schemas import LoadGraphInput
-    out, text = tools.load_graph(LoadGraphInput(path=str(graph_file)))
-    assert json.loads(text)["graph_id"] == out.graph_id
+    out, text = tools.load_graph(schemas.LoadGraphInput(path=str(graph_file)))
+    assert out.text == text and text.startswith(f"graph_id {out.graph_id} ")
+    assert set(out.model_dump(exclude_none=True)) == {"graph_id", "hosts", "entity_count", "edge_count", "tokens",
+                                                      "truncated", "text"}
+    page, data = tools.list_graphs(schemas.ListGraphsInput())
+    assert json.loads(data) == page.model_dump(mode="json", exclude_none=True)
 
 
 @pytest.mark.slow
@@ -393,14 +407,14 @@ async def test_views_say_how_to_get_what_they_left_out_with_the_tools(state: Pat
         gid = (await call(client, "load_graph", path=str(graph_file)))["graph_id"]
         result = await client.call_tool("convert_layer", {"graph_id": gid, "layer": "memory", "max_tokens": 500})
         view, text = result.structured_content, result.content[0].text
-        assert view["truncated"] and view["omitted"]["processes"] > 0
+        assert view["truncated"] and view["text"] == text
         fold = next(line for line in text.splitlines() if line.startswith("… +"))
         assert fold.endswith(f'processes: query_graph(graph_id="{gid}", type="process", '
                              f'top_by_metric="rss_bytes", limit=200)'), fold
         assert f'`query_graph(graph_id="{gid}", around=ID)`' in text and "witty-profiler " not in text
         resource = (await client.read_resource(f"witty://graphs/{gid}/views/memory")).contents[0].text
         assert f'query_graph(graph_id="{gid}"' in resource and "witty-profiler query" not in resource
-        overview = (await call(client, "graph_summary", graph_id=gid))["overview"]
+        overview = (await call(client, "convert_layer", graph_id=gid, layer="summary"))["text"]
         assert f'next: convert_layer(graph_id="{gid}", layer=LAYER)' in overview
         assert "witty-profiler convert" not in overview
 
@@ -603,14 +617,15 @@ def test_links_in_the_report_directory_cannot_redirect_a_report(state: Path, wor
     assert out.written_to == str(reports / "hard.md") and (reports / "hard.md").read_text(encoding="utf-8") != "keep"
 
     # links planted while the diagnosis runs, after the path was checked
-    real = witty_profiler.report
+    from witty_profiler.app import reports as app_reports
+    real = app_reports.report
     plant: list[Any] = []
 
     def planting(*args: Any, **kwargs: Any) -> Any:
         plant.pop()()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(witty_profiler, "report", planting)
+    monkeypatch.setattr(app_reports, "report", planting)
     (reports / "sub").mkdir()
 
     def swap_sub() -> None:
@@ -646,18 +661,3 @@ async def test_a_message_that_cannot_be_encoded_is_sent_with_u_fffd() -> None:
     assert await receive.receive() is good
     written = json.loads((await receive.receive()).message.model_dump_json(by_alias=True, exclude_unset=True))
     assert written == {"jsonrpc": "2.0", "id": 2, "result": {"bad\ufffdkey": ["x\ufffd"]}}
-
-
-def test_a_shortened_reason_keeps_what_is_missing_and_which_collectors_said_why():
-    from witty_profiler.mcp_server.tools import shorten_reason
-    long = ("no ipc from PMU counters for the host (collector pmu: unavailable (no hardware PMU: "
-            "perf_event_open(cycles) gave ENOENT (virtual machine without a virtual PMU)))")
-    assert shorten_reason(long) == "no ipc from PMU counters for the host (collector pmu: unavailable)"
-    two = ("no accelerators of the workload in this graph (collector gpu: unavailable (NVML library not found "
-           "(libnvidia-ml.so.1): no NVIDIA driver); collector npu: unavailable (npu-smi not found on PATH))")
-    assert shorten_reason(two, limit=120) == ("no accelerators of the workload in this graph "
-                                   "(collector gpu: unavailable; collector npu: unavailable)")
-    cut = shorten_reason("a" * 150)
-    assert len(cut) == 100 and cut.endswith("…")
-    assert shorten_reason(two) == "no accelerators of the workload in this gr… (collector gpu: unavailable; collector npu: unavailable)"
-    assert shorten_reason("short (detail)") == "short"

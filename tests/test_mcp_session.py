@@ -26,7 +26,7 @@ from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.diagnosis.models import LAYERS
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
-from witty_profiler.mcp_server.store import GraphStore
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 
 from mcp_support import call, call_error, host_process_graph
@@ -61,9 +61,8 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
         assert not result.is_error, result.content[0].text
         collected = result.structured_content
         gid = collected["graph_id"]
-        assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
-        assert collected["collectors"] and all(c["status"] in ("ok", "partial", "unavailable", "error")
-                                               for c in collected["collectors"])
+        assert gid.startswith("live-") and collected["text"].startswith(f"graph_id {gid} (collect)")
+        assert "# witty-profiler summary" in collected["text"] and "collectors: " in collected["text"]
         # progress arrived during the window, in order, against the window's length
         assert len(progress) >= 3, progress
         assert [p[0] for p in progress] == sorted(p[0] for p in progress)
@@ -75,16 +74,14 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
         assert busy["entities"][0]["metrics"]["cpu_util_pct"] > 5
 
         summary = await call(client, "graph_summary", graph_id=gid)
-        assert summary["entity_count"] == collected["entity_count"] and summary["overview"]
+        assert summary["entity_count"] == collected["entity_count"] and "collector process: " in summary["text"]
         view = await call(client, "convert_layer", graph_id=gid, layer="compute")
         assert view["layer"] == "compute" and view["text"].strip() and view["tokens"] <= 8000
         assert view["tokens"] == count_tokens(view["text"])
 
         matched = await call(client, "match_patterns", graph_id=gid)
-        assert matched["coverage"], "every pattern ends as a finding or a coverage row"
-        statuses = {row["status"] for row in matched["coverage"]}
-        assert statuses <= {"finding", "clear", "not_evaluated"}
-        assert all(f["priority"] in ("P0", "P1", "P2") for f in matched["findings"])
+        assert f"{len(catalog())} patterns" in matched["text"], "every pattern ends as a finding or a coverage row"
+        assert all(f.split()[0] in ("P0", "P1", "P2") for f in matched["findings"])
 
         report = await call(client, "generate_report", graph_id=gid, format="md", output_path="report.md")
         target = tmp_path / "state" / "reports" / "report.md"  # the report directory: reports/ in the state's
@@ -102,21 +99,21 @@ async def test_real_legacy_sample_shows_the_device_numa_mismatch(tmp_path: Path,
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     async with mcp.Client(server) as client:
         loaded = await call(client, "load_graph", path=str(vllm_sample_path))
-        assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
-        unavailable = {c["name"] for c in loaded["collectors"] if c["status"] == "unavailable"}
-        assert unavailable, "the legacy format cannot measure everything, and the summary says so"
-        small = await client.call_tool("graph_summary", {"graph_id": loaded["graph_id"], "max_tokens": 1000})
-        assert count_tokens(small.content[0].text) <= 1000 and "left out" in small.structured_content["note"]
+        assert "source: legacy" in loaded["text"] and "npu 8" in loaded["text"]
+        described = await call(client, "graph_summary", graph_id=loaded["graph_id"])
+        assert "collector gpu: unavailable - no GPU in the legacy file" in described["text"], \
+            "the legacy format cannot measure everything, and the summary says so"
         matched = await call(client, "match_patterns", graph_id=loaded["graph_id"], layer="interconnect")
-        mismatch = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
-        assert mismatch, [f["pattern"] for f in matched["findings"]]
-        ids = {i for f in mismatch for ev in f["evidence"] for i in ev["ids"]}
-        assert any("npu:local:" in i for i in ids) and any("process:local:" in i for i in ids)
+        assert "P0 interconnect.device_numa_mismatch" in matched["findings"], matched["findings"]
+        view = await call(client, "convert_layer", graph_id=loaded["graph_id"], layer="interconnect")
+        assert "npu:local:0000:c1:00.0" in view["text"] and "process:local:1895087" in view["text"]
 
-        same = await call(client, "compare_graphs", before_id=loaded["graph_id"], after_id=loaded["graph_id"])
-        persisting = {c["pattern"] for c in same["comparison"]["persisting"]}
-        assert "interconnect.device_numa_mismatch" in persisting and not same["comparison"]["resolved"]
-        assert "Persisting" in same["text"]
+        same = await call(client, "compare_graphs", before_id=loaded["graph_id"], after_id=loaded["graph_id"],
+                          format="json")
+        persisting = {c["pattern"] for c in json.loads(same["text"])["persisting"]}
+        assert "interconnect.device_numa_mismatch" in persisting and not json.loads(same["text"])["resolved"]
+        assert "Persisting" in (await call(client, "compare_graphs", before_id=loaded["graph_id"],
+                                           after_id=loaded["graph_id"]))["text"]
         assert "unknown graph id" in await call_error(client, "compare_graphs", before_id=loaded["graph_id"],
                                                       after_id="later")
 
@@ -177,13 +174,14 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         collected = result.structured_content
         jsonschema.validate(collected, tools["collect"].output_schema)
         gid = collected["graph_id"]
-        assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
-        assert 1.99 <= collected["duration_s"] < 3 and len(collected["hosts"]) == 1
-        assert sum(collected["entities_by_type"].values()) == collected["entity_count"]
-        assert sum(collected["edges_by_type"].values()) == collected["edge_count"]
-        states = {c["name"]: c["status"] for c in collected["collectors"]}
+        assert gid.startswith("live-") and collected["text"].startswith(f"graph_id {gid} (collect)")
+        assert len(collected["hosts"]) == 1 and collected["tokens"] == count_tokens(collected["text"])
+        described = (await checked("graph_summary", graph_id=gid))["text"]
+        states = dict(re.findall(r"^collector (\S+): (\w+)", described, re.M))
         assert states["process"] in ("ok", "partial") and states["cpu"] == "ok", states
-        assert all(c["reason"] for c in collected["collectors"] if c["status"] != "ok")
+        assert all(" - " in line for line in described.splitlines()
+                   if line.startswith("collector ") and ": ok" not in line)
+        assert re.search(r"window: 2(\.\d+)? s from", described), described
         # notifications came while the window ran, spread over it, not in one batch with the answer
         assert len(progress) >= 3, progress
         assert [p[1] for p in progress] == sorted(p[1] for p in progress)
@@ -197,10 +195,10 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         assert busy["entities"][0]["metrics"]["cpu_util_pct"] > 5  # a busy loop, on a shared host
 
         summary = await checked("graph_summary", graph_id=gid)
-        assert {k: summary[k] for k in ("entity_count", "edge_count", "entities_by_type", "hosts")} == \
-            {k: collected[k] for k in ("entity_count", "edge_count", "entities_by_type", "hosts")}
-        assert "for 2s, every 0.5s" in summary["overview"] and summary["overview_tokens"] <= 8000
-        assert f"{collected['entity_count']} entities" in summary["overview"]
+        assert {k: summary[k] for k in ("entity_count", "edge_count", "hosts")} == \
+            {k: collected[k] for k in ("entity_count", "edge_count", "hosts")}
+        assert "for 2s, every 0.5s" in collected["text"]
+        assert f"{collected['entity_count']} entities" in collected["text"]
 
         view = await checked("convert_layer", graph_id=gid, layer="compute")
         assert view["layer"] == "compute" and view["tokens"] == count_tokens(view["text"]) <= 8000
@@ -208,13 +206,10 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         assert row and float(row.group(1)) > 5, view["text"][:2000]  # the busy process, with its cpu%
 
         matched = await checked("match_patterns", graph_id=gid, pids=[pid])
-        assert matched["summary"]["scope"]["pids"] == [pid]
-        rows = {r["pattern"]: r["status"] for r in matched["coverage"]}
-        assert len(rows) == len(matched["coverage"]) and set(rows) == set(catalog())
-        found = [f["pattern"] for f in matched["findings"]]
-        assert sorted(p for p, st in rows.items() if st == "finding") == sorted(set(found))
-        counts = {p: sum(f["priority"] == p for f in matched["findings"]) for p in ("P0", "P1", "P2")}
-        assert matched["summary"]["counts"] == counts
+        found = [f.split()[1] for f in matched["findings"]]
+        counts = {p: sum(f.startswith(p + " ") for f in matched["findings"]) for p in ("P0", "P1", "P2")}
+        assert matched["counts"] == counts and f"{len(catalog())} patterns" in matched["text"]
+        assert all(f"] {p}: " in matched["text"] for p in found)
 
         report = await checked("generate_report", graph_id=gid, format="md", pids=[pid], output_path="report.md")
         written = (tmp_path / "state" / "reports" / "report.md").read_text(encoding="utf-8")  # under --state-dir
@@ -231,7 +226,7 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         first = await checked("query_graph", graph_id=loaded["graph_id"], type="process", limit=2)
         second = await checked("query_graph", graph_id=loaded["graph_id"], type="process", limit=2,
                                cursor=first["next_cursor"])
-        assert first["total_entities"] == second["total_entities"] == loaded["entities_by_type"]["process"]
+        assert first["total_entities"] == second["total_entities"] == loaded["entity_count"]
         assert second["offset"] == 2
         assert not {e["id"] for e in first["entities"]} & {e["id"] for e in second["entities"]}
         listed = await checked("list_graphs")
@@ -249,14 +244,20 @@ async def test_stdio_real_sample_mismatch_and_failures_that_leave_the_server_wor
     async with mcp.Client(params) as client:
         loaded = await call(client, "load_graph", path=str(vllm_sample_path))
         gid = loaded["graph_id"]
-        assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
+        assert "source: legacy" in loaded["text"] and "npu 8" in loaded["text"]
         matched = await call(client, "match_patterns", graph_id=gid, layer="interconnect")
-        assert {f["layer"] for f in matched["findings"]} == {3}
-        (mismatch,) = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
+        assert all(f.split()[1].startswith("interconnect.") for f in matched["findings"])
+        assert "P0 interconnect.device_numa_mismatch" in matched["findings"]
+        # its evidence is in the layer's view: each worker's row with its NPU and that NPU's node
+        view = (await call(client, "convert_layer", graph_id=gid, layer="interconnect", max_tokens=3000))["text"]
+        for pid, (npu, node) in WORKER_NPUS.items():
+            row = next(line for line in view.splitlines() if line.startswith(f"process:local:{pid} "))
+            assert f"npu:local:{npu}" in row and re.search(rf"\b{node}\b", row), row
+        typed = json.loads((await client.read_resource(f"witty://graphs/{gid}/diagnosis")).contents[0].text)
+        (mismatch,) = [f for f in typed["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
         assert mismatch["priority"] == "P0" and mismatch["severity"] == "critical"
         subjects = set(mismatch["subjects"])
         assert {s for s in subjects if s.startswith("process:")} == {f"process:local:{p}" for p in WORKER_NPUS}
-        assert {s for s in subjects if s.startswith("npu:")} == {f"npu:local:{n}" for n, _ in WORKER_NPUS.values()}
         ids = {i for ev in mismatch["evidence"] for i in ev["ids"]}
         for pid, (npu, node) in WORKER_NPUS.items():
             assert f"uses_device|process:local:{pid}|npu:local:{npu}" in ids, pid
@@ -343,16 +344,16 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
 
 @pytest.mark.live
 async def test_cancelling_collect_ends_the_window_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import witty_profiler
-    real, ended = witty_profiler.collect, threading.Event()
+    from witty_profiler.collectors import engine
+    real, ended = engine.run_window, threading.Event()
 
-    def watched(**kwargs):  # the real engine; only notes when it returns
+    def watched(*args, **kwargs):  # the real engine; only notes when it returns
         try:
-            return real(**kwargs)
+            return real(*args, **kwargs)
         finally:
             ended.set()
 
-    monkeypatch.setattr(witty_profiler, "collect", watched)
+    monkeypatch.setattr(engine, "run_window", watched)
     server = build_server(WittyTools(GraphStore(tmp_path / "state"), workdir=tmp_path))
     async with mcp.Client(server) as client:
         with anyio.move_on_after(1.5):

@@ -25,13 +25,17 @@ def on_disk(ring: Ring) -> int:
 
 def test_the_count_cap_drops_the_oldest(tmp_path):
     ring = Ring(tmp_path, ring_windows=3, ring_max_bytes=10**9, kept_windows=5, kept_max_bytes=10**9)
+    told: list[str] = []
+    ring.on_evict.append(told.append)  # the workspace forgets what it cached of them
     ids = [ring.add(window(stamp(i)), []).window_id for i in range(7)]
+    assert told == ids[:4]
     assert [r.window_id for r in ring.records()] == ids[:-4:-1]
     assert ring.evicted == 4
     assert sorted(p.name for p in (tmp_path / "ring").iterdir()) == sorted(
         [f"{i}.json" for i in ids[-3:]] + [f"{i}.window.json" for i in ids[-3:]])
     with pytest.raises(UnknownWindow, match="left the ring"):
-        ring.graph(ids[0])
+        ring.record(ids[0])
+    assert ring.graph_record(ids[0]) is None and ring.graph_record(ids[-1]).graph_id == ids[-1]
 
 
 def test_the_size_cap_holds_whatever_the_count(tmp_path):
@@ -51,7 +55,7 @@ def test_a_kept_window_leaves_the_ring_and_outlives_it(tmp_path):
     for i in range(1, 6):
         ring.add(window(stamp(i)), [])
     assert ring.record(first.window_id).kept
-    assert ring.graph(first.window_id).entity_count() == 3
+    assert ring.read_graph(first.window_id)[0].entity_count() == 3
     assert (tmp_path / "kept" / f"{first.window_id}.json").exists()
     assert not (tmp_path / "ring" / f"{first.window_id}.json").exists()
     # the kept windows have their own cap
@@ -88,7 +92,7 @@ def test_a_window_is_kept_where_a_pattern_starts_firing_not_while_it_lasts(tmp_p
 
     config = ServiceConfig()
     config.diagnosis.trigger_priority = "P1"
-    monitor = Monitor(config, Ring(tmp_path, 5, 10**9, 5, 10**9))
+    monitor = Monitor(config, Ring(tmp_path, 5, 10**9, 5, 10**9), workspace=None)
     assert monitor.fired([brief("compute.cpu_saturation"), brief("memory.x", "P2")]) == ["compute.cpu_saturation"]
     assert monitor.fired([brief("compute.cpu_saturation")]) == []  # still firing: not kept again
     assert monitor.fired([brief("compute.cpu_saturation"), brief("storage.y", "P1")]) == ["storage.y"]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from witty_profiler.api import convert
+from witty_profiler.app.views import convert
 from witty_profiler.converters import tokens
 from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.converters.tokens import count_tokens, encoder

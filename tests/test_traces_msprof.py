@@ -211,11 +211,12 @@ def test_malformed_inputs_name_the_file_and_the_field(tmp_path):
 
 def test_the_mcp_tool_imports_into_the_store_and_reads_paths_from_its_cwd(msprof, tmp_path):
     from witty_profiler.mcp_server import schemas
-    from witty_profiler.mcp_server.store import GraphStore
+    from witty_profiler.app.graphs import GraphStore
     from witty_profiler.mcp_server.tools import WittyTools
     tools = WittyTools(GraphStore(tmp_path / "state"), workdir=msprof.parent)
     out, _ = tools.import_trace(schemas.ImportTraceInput(paths=["msprof"]))
-    assert out.graph_id.startswith("trace-msprof-") and out.entities_by_type["rank"] == 8
+    assert out.graph_id.startswith("trace-msprof-") and "rank 8" in tools.graph_summary(
+        schemas.GraphSummaryInput(graph_id=out.graph_id)).text
     assert tools.store.get(out.graph_id).entity("rank:trace:default:1") is not None
     again, _ = tools.import_trace(schemas.ImportTraceInput(paths=["msprof"]))
     assert again.graph_id == out.graph_id

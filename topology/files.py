@@ -57,8 +57,11 @@ def read_bytes(path: str | os.PathLike[str], what: str = "graph file", limit: in
                error: type[InputError] = GraphFormatError) -> bytes:
     """The content of a regular file of at most `limit` bytes (see the module's docstring)."""
     fd, _ = open_regular(path, what, limit, error)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(limit + 1)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:  # e.g. /proc/self/mem: a regular file that cannot be read from its start
+        raise error(f"{Path(path)}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:
         raise error(f"{Path(path)}: grew while it was read, past what a {what} may hold ({_size(limit)})")
     return data

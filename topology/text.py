@@ -85,3 +85,32 @@ def visible_meta(meta: Meta) -> Meta:
                                                    privileges=text(status.privileges),
                                                    extra=visible_value(status.extra))
                             for name, status in meta.collectors.items()})
+
+
+# -- valid UTF-8 on the wire -------------------------------------------------------------------
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR_OR_LONE = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+
+
+def _replace(match: re.Match[str]) -> str:
+    found = match.group()
+    return found.encode("utf-16", "surrogatepass").decode("utf-16") if len(found) == 2 else "\ufffd"
+
+
+def valid_text(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (keys too, in dicts and lists, nested) replaced by
+    U+FFFD; a surrogate pair becomes the character it stands for. Unchanged values are returned as they
+    are, not copied."""
+    if isinstance(value, str):
+        return value if _SURROGATE.search(value) is None else _PAIR_OR_LONE.sub(_replace, value)
+    if isinstance(value, dict):
+        items = [(valid_text(k), valid_text(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
+            return value
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        cleaned = [valid_text(v) for v in value]
+        if all(c is v for c, v in zip(cleaned, value)):
+            return value
+        return type(value)(cleaned) if isinstance(value, tuple) else cleaned
+    return value

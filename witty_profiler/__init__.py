@@ -1,11 +1,13 @@
 """witty-profiler: the public Python API, the `witty-profiler` CLI and the packages they stand on.
 
-`witty_profiler` is what scripts, the CLI and the MCP server call: `load` (native or legacy
-graph files), `collect` (a live window on this host), `diagnose`, `convert` and `compare`; for jobs
-that span hosts, `merge` (host graphs into one) and `diagnose_cluster` (a directory of host graphs);
-`import_traces` reads training traces (Kineto, msprof-analyze) into rank and collective entities. Each
-is a thin function over the parts installed under this name, whose folders sit at the top of the
-repository: `witty_profiler.collectors`, `.topology`, `.converters`, `.diagnosis` and `.mcp_server`.
+`witty_profiler` is what scripts call: `load` (native or legacy graph files), `collect` (a live
+window on this host), `diagnose`, `convert`, `report` and `compare`; for jobs that span hosts, `merge`
+(host graphs into one) and `diagnose_cluster` (a directory of host graphs); `import_traces` reads
+training traces (Kineto, msprof-analyze) into rank and collective entities; `Workspace` keeps graphs by
+id for a program that serves them. Each is the application layer's own function (`witty_profiler.app`)
+or the part's it stands on, the same ones the CLI, the MCP server and the REST service call. The parts
+sit at the top of the repository and are linked from here: `witty_profiler.collectors`, `.topology`,
+`.converters`, `.diagnosis`, `.app`, `.mcp_server`, `.service`, ...
 
 The names below are imported on first use, so that `import witty_profiler.topology` (or the
 CLI's --help) does not pay for the collectors, the diagnosis and the tokenizer.
@@ -17,21 +19,23 @@ from typing import TYPE_CHECKING
 
 from witty_profiler.topology.lazy import lazy_exports
 
-__version__ = "0.1.0"
+from witty_profiler.topology.version import VERSION as __version__
 
 # public name -> 'module:attribute' inside witty_profiler
 _API = {
     "Graph": "topology:Graph", "View": "converters.view:View", "collect": "collectors.engine:run_window",
-    "compare": "diagnosis.compare:compare", "convert": "api:convert", "count_tokens": "converters.tokens:count_tokens",
+    "compare": "diagnosis.compare:compare", "convert": "app.views:convert", "count_tokens": "converters.tokens:count_tokens",
     "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
-    "report": "api:report", "merge": "topology.hosts:merge_hosts",
+    "report": "app.reports:report", "merge": "topology.hosts:merge_hosts", "Workspace": "app.workspace:Workspace",
     "diagnose_cluster": "diagnosis.cluster:diagnose_cluster", "import_traces": "traces.importer:import_traces",
 }
 
 __all__ = ["__version__", *sorted(_API)]
 
 if TYPE_CHECKING:
-    from witty_profiler.api import convert, report
+    from witty_profiler.app.reports import report
+    from witty_profiler.app.views import convert
+    from witty_profiler.app.workspace import Workspace
     from witty_profiler.collectors.engine import run_window as collect
     from witty_profiler.converters import View, count_tokens
     from witty_profiler.diagnosis import diagnose

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from witty_profiler import __version__
+from witty_profiler.topology.version import VERSION as __version__
 from witty_profiler.commands import COMMANDS
 from witty_profiler.topology.errors import InputError
 

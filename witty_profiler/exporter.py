@@ -331,21 +331,17 @@ def write_textfile(path: str | Path, text: str) -> None:
 
 # -- the HTTP mode ----------------------------------------------------------------------------
 
-LOOPBACK = ("127.", "::1", "localhost")
-
-
 def parse_listen(text: str, public: bool = False) -> tuple[str, int]:
-    """'HOST:PORT' (IPv6 as '[::1]:PORT') -> (host, port). A non-loopback address is refused unless
-    `public`: the series name the host's processes and its findings, and the endpoint has no
-    authentication or TLS."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"--listen {text!r}: give HOST:PORT, e.g. 127.0.0.1:9818")
-    host = host.strip("[]") or "127.0.0.1"
-    if not public and not host.startswith(LOOPBACK):
+    """'HOST:PORT' (IPv6 as '[::1]:PORT') -> (host, port) by the one listen policy (`app.access`). A
+    non-loopback address is refused unless `public`: the series name the host's processes and its
+    findings, and the endpoint has no authentication or TLS."""
+    from witty_profiler.app.access import is_loopback
+    from witty_profiler.app.access import parse_listen as parse
+    host, port = parse(text, "--listen", 9818)
+    if not public and not is_loopback(host):
         raise InputError(f"--listen {text!r}: not a loopback address; the metrics name this host's processes and "
                          "the endpoint has no authentication, so pass --listen-public to serve it anyway")
-    return host, int(port)
+    return host, port
 
 
 class WindowLoop:

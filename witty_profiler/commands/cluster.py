@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import check_output, print_json, table, write_output
 from witty_profiler.topology.errors import InputError
 
@@ -69,9 +70,8 @@ def _write_report(directory: Path, failed: list[dict[str, str]], output: str | N
 
 def run_diagnose(args: argparse.Namespace) -> int:
     from witty_profiler.cluster.directory import failed_hosts
-    from witty_profiler.diagnosis.thresholds import load_thresholds
     directory = Path(args.directory)
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    thresholds = read_thresholds(args.thresholds)
     check_output(args.output, args.force)
     if args.host:
         from witty_profiler.cluster.directory import host_file

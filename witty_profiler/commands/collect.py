@@ -7,33 +7,11 @@ import argparse
 import sys
 
 from witty_profiler.collectors.window import MAX_DURATION_S, validate_window
+from witty_profiler.options import collector_names, window_progress
 from witty_profiler.output import check_output, write_output
 from witty_profiler.topology.errors import InputError
 
 DEFAULT_FILE = "witty-graph.json"
-
-
-def _progress(stream):
-    """A one-line progress display on stderr: rewritten in place on a terminal, start/end lines otherwise."""
-    tty = stream.isatty()
-
-    def show(elapsed: float, total: float, message: str) -> None:
-        if tty:
-            end = "\n" if message.startswith("finished") else ""
-            stream.write(f"\rcollecting: {elapsed:5.1f}/{total:g} s {message:<16}{end}")
-        elif message == "started" or message.startswith("finished"):
-            stream.write(f"collecting: {elapsed:.1f}/{total:g} s {message}\n")
-        stream.flush()
-    return show
-
-
-def _collectors(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise InputError("--collectors needs at least one name, e.g. --collectors process,cpu")
-    return names
 
 
 def _summary(graph, target: str, quiet: bool) -> None:
@@ -44,8 +22,8 @@ def _summary(graph, target: str, quiet: bool) -> None:
 
 
 def run_prometheus(args: argparse.Namespace) -> int:
-    from witty_profiler.sources.prometheus import collect_window
     from witty_profiler.sources.promapi import parse_time, read_auth
+    from witty_profiler.sources.prometheus import collect_window
     from witty_profiler.topology import dumps_graph
     if args.start is None:
         raise InputError("--prometheus needs --start (RFC 3339, Unix seconds or relative such as -1h)")
@@ -98,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     validate_window(args.duration, args.interval)
     target = args.output or DEFAULT_FILE
     check_output(target, args.force)  # before the window is spent
-    graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=_collectors(args.collectors),
-                       progress=None if args.quiet else _progress(sys.stderr), host=args.host, job=args.job)
+    graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=collector_names(args.collectors),
+                       progress=None if args.quiet else window_progress(sys.stderr), host=args.host, job=args.job)
     write_output(dumps_graph(graph), target, force=True)  # checked before the window started
     _summary(graph, target, args.quiet)
     return 0

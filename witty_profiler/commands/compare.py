@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
     from witty_profiler.diagnosis.compare import compare
-    from witty_profiler.diagnosis.thresholds import load_thresholds
     from witty_profiler.topology import load_graph
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    thresholds = read_thresholds(args.thresholds)
     before, after = load_graph(args.before), load_graph(args.after)
     result = compare(before, after, thresholds=thresholds, pids=args.pid or None)
     write_output(result.to_json() if args.format == "json" else result.markdown(), args.output, args.force,

@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 
 from witty_profiler.converters.layers import LAYER_VIEWS
+from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
-    from witty_profiler.api import convert
-    from witty_profiler.converters.view import check_request
-    from witty_profiler.diagnosis.thresholds import load_thresholds
+    from witty_profiler.app.views import convert
     from witty_profiler.topology import load_graph
-    check_request(args.layer, args.max_tokens)  # before loading: a bad option fails fast
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    thresholds = read_thresholds(args.thresholds)
     graph = load_graph(args.graph)
     if args.host:
         from witty_profiler.topology.hosts import host_part

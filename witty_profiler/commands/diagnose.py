@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import add_output_arguments, check_output, write_output
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import LAYER_NUMBERS
@@ -20,22 +21,21 @@ def graph_from_args(args: argparse.Namespace) -> Graph:
     if args.graph:
         from witty_profiler.topology import load_graph
         return load_graph(args.graph)
-    from witty_profiler import collect  # imported here: loading a file must not need the collectors
-    from witty_profiler.commands.collect import _progress
+    from witty_profiler.collectors.engine import run_window  # here: loading a file must not need the collectors
+    from witty_profiler.options import window_progress
     quiet = getattr(args, "quiet", False)
-    return collect(duration_s=args.duration, interval_s=args.interval, pids=args.pid or None,
-                   progress=None if quiet else _progress(sys.stderr))
+    return run_window(duration_s=args.duration, interval_s=args.interval, pids=args.pid or None,
+                      progress=None if quiet else window_progress(sys.stderr))
 
 
 def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
     """Validate --layer and --thresholds before anything is collected."""
     from witty_profiler.diagnosis.matcher import layer_number
-    from witty_profiler.diagnosis.thresholds import load_thresholds
     layer = layer_number(args.layer)
     if getattr(args, "host", None) and args.graph is None:
         raise InputError("--host picks one host of a merged GRAPH: give the graph file (witty-profiler merge "
                          "writes one)")
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    thresholds = read_thresholds(args.thresholds)
     if args.graph is None:
         from witty_profiler.collectors.window import validate_window
         validate_window(args.duration, args.interval)
@@ -43,7 +43,7 @@ def check_options(args: argparse.Namespace) -> tuple[int | None, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from witty_profiler.api import report
+    from witty_profiler.app.reports import report
     from witty_profiler.diagnosis.matcher import diagnose
     layer, thresholds = check_options(args)
     check_output(args.output, args.force, (args.graph,))  # before a live window is spent

@@ -10,12 +10,12 @@ import sys
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict]:
-    from witty_profiler.commands.collect import _collectors
+    from witty_profiler.options import collector_names
     listen = None
     if args.listen is not None:
         listen = args.listen if ":" in args.listen else f"{args.listen}:18090"
     return {
-        "collection": {"window_s": args.window, "interval_s": args.interval, "collectors": _collectors(args.collectors),
+        "collection": {"window_s": args.window, "interval_s": args.interval, "collectors": collector_names(args.collectors),
                        "pids": args.pid, "job": args.job, "host": args.host},
         "diagnosis": {"thresholds": args.thresholds, "trigger_priority": args.trigger_priority},
         "server": {"listen": listen, "token_file": args.token_file},

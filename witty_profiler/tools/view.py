@@ -16,7 +16,7 @@ from witty_profiler.commands.collect import DEFAULT_FILE
 from witty_profiler.commands.diagnose import add_source_options, graph_from_args
 from witty_profiler.diagnosis import diagnose, layer_number
 from witty_profiler.diagnosis.report import layer_detail, layer_section, report
-from witty_profiler.diagnosis.thresholds import load_thresholds
+from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import add_output_arguments, write_output
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import LAYER_NUMBERS
@@ -38,7 +38,7 @@ def render(args: argparse.Namespace) -> str:
     layer = layer_number(args.layer)
     if args.detail and layer is None:
         raise InputError("--detail needs --layer NAME (e.g. --layer memory --detail)")
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    thresholds = read_thresholds(args.thresholds)
     if args.graph is None and Path(DEFAULT_FILE).is_file():
         args.graph = DEFAULT_FILE
     graph = graph_from_args(args)

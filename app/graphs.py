@@ -1,5 +1,9 @@
 """Graphs by id: kept in memory while in use, saved under the state directory for later sessions.
 
+Every front-end names a graph by its id: the MCP tools, the REST routes (a service's windows are
+graphs whose ids are their window ids, listed and read through a `Shelf`), and scripts. The graphs in
+memory are one `BoundedCache`, by count and by the bytes of their JSON.
+
 The state directory is ``$WITTY_STATE_DIR`` if set, else ``$XDG_STATE_HOME/witty-profiler``, else
 ``~/.local/state/witty-profiler``. Each graph is saved there as ``graphs/<id>.json`` (native format
 v1, whatever it was loaded from) with a small ``graphs/<id>.record.json`` beside it, so a restarted
@@ -15,18 +19,21 @@ import hashlib
 import os
 import re
 import threading
-from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
-from witty_profiler.mcp_server.wire import valid_text
+from witty_profiler.app.cache import BoundedCache
 from witty_profiler.topology import Graph, dump_graph, load_graph, loads_graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.models import FORMAT_NAME
+from witty_profiler.topology.text import valid_text
+
+GRAPHS_IN_MEMORY = 8
+GRAPH_BYTES_IN_MEMORY = 256 << 20  # of JSON: parsed, a graph takes several times its file's size
 
 
 def state_dir() -> Path:
@@ -55,6 +62,14 @@ class UnknownGraph(InputError):
     pass
 
 
+class Shelf(Protocol):
+    """Graphs kept elsewhere under ids of their own (the service's windows): listed and read, never added."""
+
+    def graph_record(self, graph_id: str) -> GraphRecord | None: ...
+    def graph_records(self) -> list[GraphRecord]: ...
+    def read_graph(self, graph_id: str) -> tuple[Graph, int]: ...  # the graph and its size in bytes
+
+
 def slug(text: str, limit: int = 40) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return (s[:limit].rstrip("-") or "graph")
@@ -67,12 +82,14 @@ def _now() -> str:
 class GraphStore:
     """Thread-safe: tools run graph work on worker threads."""
 
-    def __init__(self, root: Path | None = None, keep_in_memory: int = 8) -> None:
+    def __init__(self, root: Path | None = None, keep_in_memory: int = GRAPHS_IN_MEMORY,
+                 bytes_in_memory: int = GRAPH_BYTES_IN_MEMORY, shelves: list[Shelf] | None = None) -> None:
         self.root = root or state_dir()
         self.dir = self.root / "graphs"
-        self.keep = keep_in_memory
-        self._graphs: OrderedDict[str, Graph] = OrderedDict()  # least recently used first
+        self.graphs: BoundedCache[Graph] = BoundedCache(keep_in_memory, bytes_in_memory)
+        self.shelves = list(shelves or [])
         self._records: dict[str, GraphRecord] = {}
+        self._sizes: dict[str, int] = {}  # bytes of each graph's JSON, as it was read or saved
         self._lock = threading.RLock()
         self._scan()
 
@@ -95,7 +112,7 @@ class GraphStore:
         graph_id = f"{slug(p.stem)}-{hashlib.sha256(raw).hexdigest()[:8]}"
         with self._lock:
             if graph_id in self._records:
-                self._remember(graph_id, graph)
+                self.graphs.put(graph_id, graph, len(raw))
                 return self._records[graph_id], graph
         # a native file is saved as it is: re-serialising a large graph costs seconds
         native = f'"format":"{FORMAT_NAME}"'.encode() in raw[:256].replace(b" ", b"")
@@ -132,7 +149,7 @@ class GraphStore:
                              started_at=valid_text(meta.started_at), duration_s=meta.duration_s,
                              entity_count=graph.entity_count(), edge_count=graph.edge_count())
         self._records[graph_id] = record
-        self._remember(graph_id, graph)
+        self.graphs.put(graph_id, graph, self._sizes.get(graph_id, graph.entity_count() * 400 + graph.edge_count() * 200))
         return record
 
     def _save(self, record: GraphRecord, graph: Graph, raw: bytes | None) -> None:
@@ -141,7 +158,9 @@ class GraphStore:
             self.dir.mkdir(parents=True, exist_ok=True)
             if raw is None:
                 dump_graph(graph, self.dir / f"{record.graph_id}.json")
+                self._sizes[record.graph_id] = (self.dir / f"{record.graph_id}.json").stat().st_size
             else:
+                self._sizes[record.graph_id] = len(raw)
                 tmp = self.dir / f".{record.graph_id}.json.tmp{os.getpid()}"
                 tmp.write_bytes(raw)
                 os.replace(tmp, self.dir / f"{record.graph_id}.json")
@@ -152,14 +171,11 @@ class GraphStore:
             import logging
             logging.getLogger(__name__).warning("cannot save graph %s under %s: %s", record.graph_id, self.dir, exc)
 
-    def _remember(self, graph_id: str, graph: Graph) -> None:
-        self._graphs[graph_id] = graph
-        self._graphs.move_to_end(graph_id)
-        while len(self._graphs) > self.keep:
-            self._graphs.popitem(last=False)  # it is on disk; loaded again when asked for
-
     # -- reading --------------------------------------------------------------------------
     def record(self, graph_id: str) -> GraphRecord:
+        for shelf in self.shelves:
+            if (found := shelf.graph_record(graph_id)) is not None:
+                return found
         with self._lock:
             if graph_id in self._records:
                 return self._records[graph_id]
@@ -168,25 +184,30 @@ class GraphStore:
                            f"or load_graph / collect to make a graph")
 
     def get(self, graph_id: str) -> Graph:
-        record = self.record(graph_id)
-        with self._lock:
-            if graph_id in self._graphs:
-                self._graphs.move_to_end(graph_id)
-                return self._graphs[graph_id]
+        found = self.graphs.get(graph_id)
+        if found is not None:
+            return found
+        for shelf in self.shelves:
+            if shelf.graph_record(graph_id) is not None:
+                graph, size = shelf.read_graph(graph_id)
+                return self.graphs.put(graph_id, graph, size)
+        self.record(graph_id)  # an unknown id: one sentence naming the known ones
+        path = self.dir / f"{graph_id}.json"
         try:
-            graph = load_graph(self.dir / f"{graph_id}.json")
+            graph = load_graph(path)
         except InputError as exc:
             raise UnknownGraph(f"graph {graph_id!r} is listed but its saved copy cannot be read ({exc}); "
                                f"load or collect it again") from None
-        with self._lock:
-            self._remember(record.graph_id, graph)
-        return graph
+        return self.graphs.put(graph_id, graph, path.stat().st_size)
 
     def in_memory(self, graph_id: str) -> bool:
-        with self._lock:
-            return graph_id in self._graphs
+        return graph_id in self.graphs
 
     def records(self) -> list[GraphRecord]:
-        """Newest first."""
+        """Newest first, the shelves' graphs among them by the start of their window."""
         with self._lock:
-            return sorted(self._records.values(), key=lambda r: (r.created_at, r.graph_id), reverse=True)
+            own = list(self._records.values())
+        every = own + [r for shelf in self.shelves for r in shelf.graph_records()]
+        if not self.shelves:
+            return sorted(every, key=lambda r: (r.created_at, r.graph_id), reverse=True)
+        return sorted(every, key=lambda r: (r.started_at or r.created_at, r.graph_id), reverse=True)
