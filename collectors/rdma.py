@@ -15,6 +15,7 @@ from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.pci import read_device, read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address
+from witty_profiler.topology.npuport import add_link_speed
 from witty_profiler.topology.vocabulary import E, M, T
 
 # IBTA PortCounters that only move when something is wrong on the link or in the fabric
@@ -165,9 +166,7 @@ class RdmaCollector(Collector):
                 if k in self.peak.get(p, {}) and k in metrics:
                     metrics[f"{k}_max"] = self.peak[p][k]
             if rate:
-                metrics[M.RATE_GBPS] = rate
-                busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
-                metrics[M.PORT_UTIL_PCT] = busiest * 8 / (rate * 1e9) * 100
+                add_link_speed(metrics, rate)
             netdev = port_netdev(dev_dir, p)
             attrs = {"device": dev, "port": int(p.name) if p.name.isdigit() else p.name,
                      "state": parse_state(read_text(p / "state")), "phys_state": parse_state(read_text(p / "phys_state")),

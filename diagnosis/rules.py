@@ -321,6 +321,15 @@ class QuotaCause:
         return [quota[0], *own]
 
 
+def quota_advice(whose: str, waiting: str, *more: str) -> tuple[str, ...]:
+    """The advice of a finding whose tasks a CPU quota holds back (compute.cpu_starvation and
+    control.scheduling_latency): lift the quota of `whose` cgroup, since `waiting` is on the quota, then the
+    pattern's own `more`."""
+    return (f"Raise or remove the CPU quota of {whose} cgroup (docker --cpus, Kubernetes limits.cpu), or give it a "
+            f"cpuset instead: {waiting} for {'its' if waiting == 'it waits' else 'the'} quota, not for other "
+            f"processes (see control.cpu_throttling).", *more)
+
+
 def quota_cause(scope: Scope, tasks: list[Entity]) -> QuotaCause:
     held = throttled_by_quota(scope, tasks)
     if not held:

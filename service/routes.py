@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from witty_profiler.app.reports import REPORT_FORMATS
 from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
@@ -47,7 +48,6 @@ class Api:
 
 WINDOW = Param("window_id", "path", {"type": "string"}, "a window id from GET /api/v1/graphs, or latest", True)
 FORMAT = {"type": "string", "enum": ["md", "json"], "default": "md"}
-REPORT_FORMATS = {"md": "text/markdown", "json": "application/json", "html": "text/html"}
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -20,6 +20,7 @@ from typing import Any
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import entity_id
 from witty_profiler.topology.models import CollectorStatus
+from witty_profiler.topology.npuport import add_link_speed
 from witty_profiler.topology.vocabulary import M, T
 
 PREFIX = "node_infiniband_"
@@ -88,9 +89,7 @@ def add_ports(g: Graph, rows: Iterable[tuple[str, dict, list]]) -> CollectorStat
                            if name in s}
         rate = s.get("rate_bytes_per_second")
         if rate and rate[-1][1] > 0:
-            metrics[M.RATE_GBPS] = round(rate[-1][1] * 8 / 1e9, 3)
-            busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
-            metrics[M.PORT_UTIL_PCT] = round(busiest * 8 / (metrics[M.RATE_GBPS] * 1e9) * 100, 3)
+            add_link_speed(metrics, round(rate[-1][1] * 8 / 1e9, 3))
         g.entity_of(T.RDMA_PORT, entity_id(T.RDMA_PORT, host, device, port), attrs, metrics)
     if not ports:
         return CollectorStatus("unavailable", "no node_infiniband_* series: no InfiniBand/RoCE HCA on these hosts, "

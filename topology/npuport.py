@@ -56,7 +56,8 @@ def delta_attrs(deltas: dict[str, int]) -> dict[str, dict[str, int]]:
 
 
 def add_link_speed(metrics: dict[str, float], speed_gbps: float) -> None:
-    """rate_gbps, and port_util_pct from the busier direction's bytes against it."""
+    """rate_gbps, and port_util_pct from the busier direction's bytes against it: the one formula of every
+    RDMA or RoCE port, whichever reader (rdma, hccn_tool, npu-exporter, node_exporter) saw it."""
     metrics[M.RATE_GBPS] = speed_gbps
     busiest = max(metrics.get(M.PORT_RCV_BYTES_PER_S, 0.0), metrics.get(M.PORT_XMIT_BYTES_PER_S, 0.0))
     metrics[M.PORT_UTIL_PCT] = round(busiest * 8 / (speed_gbps * 1e9) * 100, 3)

@@ -16,6 +16,8 @@ from witty_profiler.diagnosis.catalog import (
     number,
     worst,
 )
+from witty_profiler.diagnosis.models import Evidence
+from witty_profiler.diagnosis.patterns.traces import rank_label, sources, sources_of, with_traces
 from witty_profiler.diagnosis.rules import (
     assess,
     busy_candidates,
@@ -29,13 +31,12 @@ from witty_profiler.diagnosis.rules import (
     pmu_context,
     pmu_subjects,
     pmu_what,
+    quota_advice,
     quota_cause,
     short_waits,
     slices_per_s,
     workload_devices,
 )
-from witty_profiler.diagnosis.models import Evidence
-from witty_profiler.diagnosis.patterns.traces import rank_label, sources, sources_of, with_traces
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set
@@ -131,9 +132,8 @@ def _cpu_starvation(scope: Scope, t: dict[str, Any]) -> Verdict:
                    recommendations=quota.recommendations(subjects, QUOTA_RECOMMENDATIONS, CPU_STARVATION.recommendations))
 
 
-QUOTA_RECOMMENDATIONS = (
-    "Raise or remove the CPU quota of the process's cgroup (docker --cpus, Kubernetes limits.cpu), or give it a "
-    "cpuset instead: it waits for its quota, not for other processes (see control.cpu_throttling).",
+QUOTA_RECOMMENDATIONS = quota_advice(
+    "the process's", "it waits",
     "Match thread counts to the quota: OMP_NUM_THREADS, torch.set_num_threads and loader workers <= quota cores.",
     "If it also waits for input (see the data-plane findings), fix the producer first.",
 )

@@ -26,6 +26,7 @@ from witty_profiler.diagnosis.rules import (
     needs_workload,
     on_saturated_cpus,
     oversubscribed,
+    quota_advice,
     quota_cause,
     runnable_pct,
     scope_cgroups,
@@ -126,9 +127,8 @@ def _scheduling_latency(scope: Scope, t: dict[str, Any]) -> Verdict:
                                                          SCHEDULING_LATENCY.recommendations))
 
 
-QUOTA_RECOMMENDATIONS = (
-    "Raise or remove the CPU quota of the workload's cgroup (docker --cpus, Kubernetes limits.cpu), or give it a "
-    "cpuset instead: its tasks wait for the quota, not for other processes (see control.cpu_throttling).",
+QUOTA_RECOMMENDATIONS = quota_advice(
+    "the workload's", "its tasks wait",
     "Reduce runnable threads to the quota: OMP_NUM_THREADS / torch.set_num_threads and loader workers <= quota cores.",
     "Lengthen the period (cpu.cfs_period_us) if bursts must fit within one period.",
 )
