@@ -19,18 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from sysfs_tree import add_pci  # noqa: E402
 from test_rdma import add_hca  # noqa: E402
 from timing import cpu_ms  # noqa: E402
 
 from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.gpu import GpuCollector  # noqa: E402
-from witty_profiler.collectors.hccn import parse_stat, stat_rates  # noqa: E402
+from witty_profiler.collectors.lib.hccn import parse_stat, stat_rates  # noqa: E402
+from witty_profiler.collectors.lib.nvml import RecordedNvml  # noqa: E402
 from witty_profiler.collectors.npu import parse_info  # noqa: E402
-from witty_profiler.collectors.nvml import RecordedNvml  # noqa: E402
 from witty_profiler.collectors.pci import PciCollector  # noqa: E402
 from witty_profiler.collectors.rdma import RdmaCollector  # noqa: E402
-
-from sysfs_tree import add_pci  # noqa: E402
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.collectors.base import Context  # noqa: E402
-from witty_profiler.collectors.bpfcache import PROGRAMS  # noqa: E402
 from witty_profiler.collectors.ebpf import EbpfCollector  # noqa: E402
+from witty_profiler.collectors.lib.bpfcache import PROGRAMS  # noqa: E402
 
 # Each child counts its calls for `seconds` and prints calls per second of its own CPU time: on a
 # VM whose host steals time, a rate per wall second would measure the neighbours as much as us.

@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timing import cpu_ms  # noqa: E402
 
-from witty_profiler.collectors import fdscan, ipc, sockdiag  # noqa: E402
+from witty_profiler.collectors import ipc  # noqa: E402
 from witty_profiler.collectors.base import Context  # noqa: E402
+from witty_profiler.collectors.lib import fdscan, sockdiag  # noqa: E402
 from witty_profiler.collectors.network import NetworkCollector  # noqa: E402
 from witty_profiler.collectors.storage import StorageCollector  # noqa: E402
 

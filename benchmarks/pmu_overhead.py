@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.collectors.base import Context  # noqa: E402
-from witty_profiler.collectors.perf_event import SoftwareStandIn  # noqa: E402
+from witty_profiler.collectors.lib.perf_event import SoftwareStandIn  # noqa: E402
 from witty_profiler.collectors.pmu import PmuCollector  # noqa: E402
 
 SLEEPER = """

@@ -24,7 +24,7 @@ from typing import Any
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.gpu import GpuCollector
-from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable, RecordingNvml
+from witty_profiler.collectors.lib.nvml import LiveNvml, NvmlUnavailable, RecordingNvml
 from witty_profiler.topology import Graph
 
 

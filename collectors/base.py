@@ -112,7 +112,7 @@ class CounterCollector(Collector):
     by `finish`. Subclasses implement `_read` and call it once more at the top of `finish`."""
 
     def start(self) -> None:
-        from witty_profiler.collectors.sampling import SeriesTable
+        from witty_profiler.collectors.lib.sampling import SeriesTable
         self.series = SeriesTable()
         self._read()
 

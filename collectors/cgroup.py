@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 from witty_profiler.collectors.base import CounterCollector, register
-from witty_profiler.collectors.procfs import parse_cgroup, parse_kv_numbers, parse_psi, read_text
-from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
-from witty_profiler.collectors.tasks import list_pids
+from witty_profiler.collectors.lib.procfs import parse_cgroup, parse_kv_numbers, parse_psi, read_text
+from witty_profiler.collectors.lib.sampling import ratio_metrics, window_metrics
+from witty_profiler.collectors.lib.tasks import list_pids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, process_id
 from witty_profiler.topology.vocabulary import E, M, T

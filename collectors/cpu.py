@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from witty_profiler.collectors.base import CounterCollector, register
-from witty_profiler.collectors.procfs import parse_proc_stat_cpus, read_text
-from witty_profiler.collectors.sampling import ratio_metrics, window_metrics
+from witty_profiler.collectors.lib.procfs import parse_proc_stat_cpus, read_text
+from witty_profiler.collectors.lib.sampling import ratio_metrics, window_metrics
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import cpu_id
 from witty_profiler.topology.vocabulary import M, T

@@ -45,10 +45,10 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from witty_profiler.collectors.base import Collector, register
-from witty_profiler.collectors.bpfcache import PROGRAMS
-from witty_profiler.collectors.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
-from witty_profiler.collectors.procfs import mapping_of, read_text
-from witty_profiler.collectors.tasks import list_tids
+from witty_profiler.collectors.lib.bpfcache import PROGRAMS
+from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
+from witty_profiler.collectors.lib.procfs import mapping_of, read_text
+from witty_profiler.collectors.lib.tasks import list_tids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_id, thread_id
 from witty_profiler.topology.vocabulary import E, M, T

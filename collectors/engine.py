@@ -1,6 +1,7 @@
 """The sampling engine: one window of every registered collector, merged into one graph.
 
-`run_window` imports every module of the `collectors` package (each registers its collectors),
+`run_window` imports every module of the `collectors` package (each registers its collectors; lib/ holds
+what they stand on),
 calls `prepare`, `start`, then `sample` every interval, then `finish`, and merges the fragments. Every call
 is guarded: an exception becomes that collector's `error` status with a one-line reason and the
 round goes on without it. Ctrl-C (SIGINT, when run in the main thread) or `stop.set()` ends the
@@ -22,15 +23,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from witty_profiler.collectors.base import REGISTRY, Collector, Context
-from witty_profiler.collectors.jobscope import job_pids
+from witty_profiler.collectors.lib.jobscope import job_pids
+from witty_profiler.collectors.lib.procfs import parse_stat, read_text
 from witty_profiler.collectors.numa import numa_topology
-from witty_profiler.collectors.procfs import parse_stat, read_text
 from witty_profiler.collectors.window import validate_window
-from witty_profiler.topology.version import VERSION as __version__
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import check_host_name
 from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.version import VERSION as __version__
 
 Progress = Callable[[float, float, str], None]
 
@@ -39,7 +40,7 @@ def discover() -> dict[str, str]:
     """Import every collector module; returns {module: reason} for those that failed to import."""
     broken: dict[str, str] = {}
     for mod in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
-        if mod.name.startswith("_") or mod.name == "engine":
+        if mod.name.startswith("_") or mod.name == "engine" or mod.ispkg:  # lib/: what collectors stand on
             continue
         try:
             importlib.import_module(f"{__package__}.{mod.name}")

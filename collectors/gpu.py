@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register
-from witty_profiler.collectors.gpm import GpmSampler
-from witty_profiler.collectors.nvml import LiveNvml, NvmlUnavailable
+from witty_profiler.collectors.lib.accel import host_nics, link_nearest_nics, place_device
+from witty_profiler.collectors.lib.gpm import GpmSampler
+from witty_profiler.collectors.lib.nvml import LiveNvml, NvmlUnavailable
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, pci_address, process_id
 from witty_profiler.topology.vocabulary import E, M, T

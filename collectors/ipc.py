@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from witty_profiler.collectors import fdscan, sockdiag
 from witty_profiler.collectors.base import Collector, register
-from witty_profiler.collectors.procfs import read_bytes
+from witty_profiler.collectors.lib import fdscan, sockdiag
+from witty_profiler.collectors.lib.procfs import read_bytes
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, process_id
 from witty_profiler.topology.vocabulary import E, M, T

@@ -26,8 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from witty_profiler.collectors.base import Collector, Context, register
-from witty_profiler.collectors.numa import cpu_to_node, numa_topology
-from witty_profiler.collectors.perf_event import (
+from witty_profiler.collectors.lib.perf_event import (
     Event,
     Group,
     PerfEvents,
@@ -37,9 +36,10 @@ from witty_profiler.collectors.perf_event import (
     paranoid_level,
     refusal_reason,
 )
-from witty_profiler.collectors.procfs import cpu_flags, parse_meminfo, read_text
-from witty_profiler.collectors.sampling import SeriesTable
-from witty_profiler.collectors.smbios import memory_devices, peak_bytes_per_s
+from witty_profiler.collectors.lib.procfs import cpu_flags, parse_meminfo, read_text
+from witty_profiler.collectors.lib.sampling import SeriesTable
+from witty_profiler.collectors.lib.smbios import memory_devices, peak_bytes_per_s
+from witty_profiler.collectors.numa import cpu_to_node, numa_topology
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import numa_id

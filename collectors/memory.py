@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from witty_profiler.collectors.base import CounterCollector, register
-from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
-from witty_profiler.collectors.sampling import Series
+from witty_profiler.collectors.lib.procfs import parse_kv_numbers, parse_meminfo, read_text
+from witty_profiler.collectors.lib.sampling import Series
 from witty_profiler.topology import Graph
 from witty_profiler.topology.vocabulary import M
 

@@ -15,10 +15,10 @@ import re
 import time
 from pathlib import Path
 
-from witty_profiler.collectors import fdscan, sockdiag
 from witty_profiler.collectors.base import Collector, register
-from witty_profiler.collectors.procfs import read_text
-from witty_profiler.collectors.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
+from witty_profiler.collectors.lib import fdscan, sockdiag
+from witty_profiler.collectors.lib.procfs import read_text
+from witty_profiler.collectors.lib.sampling import Series, SeriesTable, ratio_metrics, window_metrics, window_stats
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
 from witty_profiler.topology.vocabulary import E, M, T

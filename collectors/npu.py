@@ -22,9 +22,9 @@ import re
 import shutil
 from collections import defaultdict
 
-from witty_profiler.collectors.accel import host_nics, link_nearest_nics, place_device
 from witty_profiler.collectors.base import Collector, Context, register, run_tool
-from witty_profiler.collectors.hccn import HccnPorts, add_port
+from witty_profiler.collectors.lib.accel import host_nics, link_nearest_nics, place_device
+from witty_profiler.collectors.lib.hccn import HccnPorts, add_port
 from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist

@@ -10,8 +10,8 @@ import os
 import time
 
 from witty_profiler.collectors.base import Context, CounterCollector, register
+from witty_profiler.collectors.lib.procfs import parse_kv_numbers, parse_meminfo, read_text
 from witty_profiler.collectors.memory import remote_alloc_pct
-from witty_profiler.collectors.procfs import parse_kv_numbers, parse_meminfo, read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist
 from witty_profiler.topology.ids import cpu_id, numa_id

@@ -21,7 +21,7 @@ import resource
 from dataclasses import dataclass, field
 
 from witty_profiler.collectors.base import Collector, Context, register
-from witty_profiler.collectors.perf_event import (
+from witty_profiler.collectors.lib.perf_event import (
     ATTR_EXCLUDE_HV,
     ATTR_EXCLUDE_KERNEL,
     ATTR_INHERIT,
@@ -39,8 +39,8 @@ from witty_profiler.collectors.perf_event import (
     paranoid_level,
     refusal_reason,
 )
-from witty_profiler.collectors.procfs import cpu_flags, read_text
-from witty_profiler.collectors.tasks import list_tids
+from witty_profiler.collectors.lib.procfs import cpu_flags, read_text
+from witty_profiler.collectors.lib.tasks import list_tids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import cpu_id, host_id, process_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from witty_profiler.collectors.base import CounterCollector, register
-from witty_profiler.collectors.procfs import parse_psi, read_text
+from witty_profiler.collectors.lib.procfs import parse_psi, read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.vocabulary import M
 

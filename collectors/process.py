@@ -25,8 +25,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from witty_profiler.collectors.base import Collector, register
-from witty_profiler.collectors.numa import cpu_to_node
-from witty_profiler.collectors.procfs import (
+from witty_profiler.collectors.lib.procfs import (
     CLK_TCK,
     PAGE_SIZE,
     container_from_cgroup,
@@ -42,8 +41,8 @@ from witty_profiler.collectors.procfs import (
     read_small,
     read_text,
 )
-from witty_profiler.collectors.sampling import longest_busy_run, ratio_metrics, window_metrics
-from witty_profiler.collectors.tasks import (
+from witty_profiler.collectors.lib.sampling import longest_busy_run, ratio_metrics, window_metrics
+from witty_profiler.collectors.lib.tasks import (
     ProcState,
     ThreadState,
     list_pids,
@@ -53,6 +52,7 @@ from witty_profiler.collectors.tasks import (
     read_stat,
     read_status,
 )
+from witty_profiler.collectors.numa import cpu_to_node
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.ids import edge_id, entity_id, numa_id, process_id, thread_id

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from witty_profiler.collectors.base import CounterCollector, register
-from witty_profiler.collectors.procfs import read_text
-from witty_profiler.collectors.sampling import SeriesTable, ratio_metrics, window_metrics
+from witty_profiler.collectors.lib.procfs import read_text
+from witty_profiler.collectors.lib.sampling import SeriesTable, ratio_metrics, window_metrics
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id
 from witty_profiler.topology.vocabulary import M, T

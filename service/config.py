@@ -32,7 +32,7 @@ TOKEN_ENV = "WITTY_SERVICE_TOKEN"
 
 @dataclass
 class Collection:
-    # eBPF is compiled once and kept between windows (collectors/bpfcache.py), but windows back to back would
+    # eBPF is compiled once and kept between windows (collectors/lib/bpfcache.py), but windows back to back would
     # keep its probes attached all the time: every futex call of the host pays about a microsecond, every
     # other syscall ~0.2 us (BENCHMARKS.md). A one-off `collect` keeps it; a site adds it with collectors = []
     collectors: list[str] = field(default_factory=lambda: ["-ebpf"])

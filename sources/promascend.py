@@ -2,7 +2,7 @@
 
 npu-exporter (mind-cluster, component/npu-exporter, collector/metrics) exports per chip what
 hccn_tool and DCMI report. Here they take the shapes the live collectors give them
-(collectors/hccn.py, collectors/npu.py), so that the network and interconnect patterns and
+(collectors/lib/hccn.py, collectors/npu.py), so that the network and interconnect patterns and
 network.odd_host compare them the same way:
 
   npu_chip_info_link_status (1 UP, 0 DOWN), npu_chip_info_network_status (1 healthy),
@@ -76,7 +76,7 @@ def hccs_metrics(series: dict[str, list], attrs: dict[str, Any]) -> dict[str, fl
 
 
 def add_roce_port(g: Graph, host: str, npu: Entity, index: str, series: dict[str, list]) -> str | None:
-    """The rdma_port of an NPU's own RoCE port, as collectors/hccn.py makes it; None without its series."""
+    """The rdma_port of an NPU's own RoCE port, as collectors/lib/hccn.py makes it; None without its series."""
     if not any(name in series for name in (*PORT, *COUNTERS)):
         return None
     last = {name: values[-1][1] for name, values in series.items() if values}

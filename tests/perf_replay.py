@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 
-from witty_profiler.collectors.perf_event import Event, group_bytes
+from witty_profiler.collectors.lib.perf_event import Event, group_bytes
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 
 from witty_profiler.collectors.base import default_host
 from witty_profiler.collectors.engine import run_window
-from witty_profiler.collectors.jobscope import job_pids
+from witty_profiler.collectors.lib.jobscope import job_pids
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import check_host_name
 from witty_profiler.topology.workload import classify_process, job_of

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
 
 from witty_profiler.topology import load_graph
-
-from graph_checks import assert_known_names
 
 pytestmark = pytest.mark.live
 
@@ -103,7 +102,7 @@ def window(tmp_path_factory):
 
 
 def _cpus(text: str) -> list[int]:
-    from witty_profiler.collectors.procfs import parse_cpulist
+    from witty_profiler.collectors.lib.procfs import parse_cpulist
     return parse_cpulist(text)
 
 

@@ -8,9 +8,9 @@ import os
 import threading
 import time
 
-from witty_profiler.collectors import procfs
 from witty_profiler.collectors.cgroup import cgroup_mounts, quota_cores
-from witty_profiler.collectors.sampling import Series, p95, ratio_metrics, window_metrics
+from witty_profiler.collectors.lib import procfs
+from witty_profiler.collectors.lib.sampling import Series, p95, ratio_metrics, window_metrics
 
 
 def test_stat_of_this_process_and_a_name_with_parentheses():
@@ -158,8 +158,8 @@ def test_series_rates_and_window_statistics():
 
 def test_a_process_in_a_kubernetes_container_gets_a_container_entity():
     from witty_profiler.collectors.base import Context
+    from witty_profiler.collectors.lib.tasks import ProcState
     from witty_profiler.collectors.process import ProcessCollector
-    from witty_profiler.collectors.tasks import ProcState
     from witty_profiler.topology import Graph
 
     cid = "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from witty_profiler.collectors import procfs
+from witty_profiler.collectors.lib import procfs
 from witty_profiler.topology.cpulist import cpu_set as attr_cpus
 from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist, parse_cpumask
 from witty_profiler.topology.legacy.values import LegacyValueError, cpu_list

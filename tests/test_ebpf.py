@@ -20,17 +20,7 @@ from unittest import mock
 
 import pytest
 
-from witty_profiler.collectors import bpfhost
 from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.bpfcache import PROGRAMS
-from witty_profiler.collectors.bpfhost import (
-    NotReady,
-    debian_header_pairs,
-    kernel_headers,
-    load_bcc,
-    merge_header_tree,
-    tracefs,
-)
 from witty_profiler.collectors.ebpf import (
     HOST_PIDNS_INO,
     SYSCALLS,
@@ -45,6 +35,16 @@ from witty_profiler.collectors.ebpf import (
     wait_rows,
 )
 from witty_profiler.collectors.engine import run_window
+from witty_profiler.collectors.lib import bpfhost
+from witty_profiler.collectors.lib.bpfcache import PROGRAMS
+from witty_profiler.collectors.lib.bpfhost import (
+    NotReady,
+    debian_header_pairs,
+    kernel_headers,
+    load_bcc,
+    merge_header_tree,
+    tracefs,
+)
 from witty_profiler.diagnosis import diagnose
 
 PY = sys.executable

@@ -8,15 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-
-from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.gpm import GPM_METRICS, METRIC_IDS
-from witty_profiler.collectors.gpu import GpuCollector
-from witty_profiler.collectors.nvml import RecordedNvml, RecordingNvml
-from witty_profiler.diagnosis import diagnose
-
 from diagnosis_graphs import device, new_graph, process, uses
 from graph_checks import assert_known_names
+
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.gpu import GpuCollector
+from witty_profiler.collectors.lib.gpm import GPM_METRICS, METRIC_IDS
+from witty_profiler.collectors.lib.nvml import RecordedNvml, RecordingNvml
+from witty_profiler.diagnosis import diagnose
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 MiB = 1024 * 1024
@@ -317,7 +316,7 @@ def test_live_wrapper_builds_nvml_requests_from_nvidia_ml_py_structs():
 
     import pynvml
 
-    from witty_profiler.collectors.nvml import LiveNvml
+    from witty_profiler.collectors.lib.nvml import LiveNvml
 
     allocated, freed, requests = [], [], []
 

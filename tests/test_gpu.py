@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
+from sysfs_tree import add_netdev, add_pci
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.gpu import MAX_NVLINKS, NVLINK_BYTES_PER_S, GpuCollector, gpu_link
-from witty_profiler.collectors.nvml import RecordedNvml
-
-from graph_checks import assert_known_names
-from sysfs_tree import add_netdev, add_pci
+from witty_profiler.collectors.lib.nvml import RecordedNvml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 H100_BUSES = ["1b", "43", "52", "61", "9d", "c3", "d1", "df"]
@@ -180,7 +179,7 @@ def test_recording_a_replay_gives_the_same_answers(recording, hgx_sysfs, tmp_pat
     """RecordingNvml writes what it is answered in RecordedNvml's format: recording the replay of a
     fixture and replaying that gives the collector the same answers, hence the same graph, and
     recording it once more gives the same recording."""
-    from witty_profiler.collectors.nvml import RecordingNvml
+    from witty_profiler.collectors.lib.nvml import RecordingNvml
     from witty_profiler.topology.io import dumps_graph
 
     def window(nvml):
@@ -208,7 +207,7 @@ def test_recorder_keeps_errors_and_ctypes_answers():
 
     import pynvml as nvml_module
 
-    from witty_profiler.collectors.nvml import RecordingNvml, to_json
+    from witty_profiler.collectors.lib.nvml import RecordingNvml, to_json
 
     pynvml = nvml_module
 

@@ -9,10 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
 
-import witty_profiler.collectors.hccn as hccn
+import witty_profiler.collectors.lib.hccn as hccn
 from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.hccn import (
+from witty_profiler.collectors.lib.hccn import (
     parse_ip,
     parse_link,
     parse_net_health,
@@ -22,8 +23,6 @@ from witty_profiler.collectors.hccn import (
     stat_rates,
 )
 from witty_profiler.collectors.npu import NpuCollector
-
-from graph_checks import assert_known_names
 
 FIXTURES = Path(__file__).parent / "fixtures" / "npu"
 HCCN = FIXTURES / "910b" / "hccn"

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from witty_profiler.collectors import fdscan, ipc, sockdiag
+from witty_profiler.collectors import ipc
 from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.lib import fdscan, sockdiag
 from witty_profiler.topology.ids import process_id
 
 TCP_BYTES = 300_000

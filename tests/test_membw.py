@@ -8,18 +8,17 @@ import struct
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
+from perf_replay import Recorded, ReplayedPerf
+from sysfs_tree import write
 
 import witty_profiler.collectors.membw as membw
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.engine import run_window
+from witty_profiler.collectors.lib.smbios import memory_devices, parse_memory_device, peak_bytes_per_s
 from witty_profiler.collectors.membw import MemoryBandwidthCollector, event_config, uncore_counters
-from witty_profiler.collectors.smbios import memory_devices, parse_memory_device, peak_bytes_per_s
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.topology.models import Meta
-
-from graph_checks import assert_known_names
-from perf_replay import Recorded, ReplayedPerf
-from sysfs_tree import write
 
 CPUINFO_MBM = "processor\t: 0\nflags\t\t: fpu tsc msr rdt_a cqm_llc cqm_occup_llc cqm_mbm_total cqm_mbm_local\n"
 

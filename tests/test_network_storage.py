@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from witty_profiler.collectors import network, sockdiag, storage
+from witty_profiler.collectors import network, storage
 from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.lib import sockdiag
 from witty_profiler.topology.ids import host_id, process_id
 
 FRAMES, PAYLOAD = 200, 1000

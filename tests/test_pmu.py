@@ -10,15 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from graph_checks import assert_known_names
+from perf_replay import Recorded, ReplayedPerf
+from sysfs_tree import write
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.engine import run_window
-from witty_profiler.collectors.perf_event import (
+from witty_profiler.collectors.lib.perf_event import (
+    ATTR_EXCLUDE_KERNEL,
+    ATTR_INHERIT,
     CONTEXT_SWITCHES,
     CYCLES,
     TASK_CLOCK,
-    ATTR_EXCLUDE_KERNEL,
-    ATTR_INHERIT,
     PerfOpenError,
     SoftwareStandIn,
     Syscalls,
@@ -31,10 +34,6 @@ from witty_profiler.collectors.pmu import Counts, PmuCollector
 from witty_profiler.diagnosis import diagnose
 from witty_profiler.topology import Graph
 from witty_profiler.topology.models import Meta
-
-from graph_checks import assert_known_names
-from perf_replay import Recorded, ReplayedPerf
-from sysfs_tree import write
 
 CPUINFO_GUEST = "processor\t: 0\nflags\t\t: fpu vme de pse tsc msr hypervisor lahf_lm\n"
 CPUINFO_METAL = "processor\t: 0\nflags\t\t: fpu vme de pse tsc msr arch_perfmon lahf_lm\n"

@@ -1,5 +1,5 @@
 """The rdma_port of an Ascend NPU's own RoCE port, one shape whether its counters were read live with
-hccn_tool (collectors/hccn.py) or come from npu-exporter's series (sources/promascend.py), so that the
+hccn_tool (collectors/lib/hccn.py) or come from npu-exporter's series (sources/promascend.py), so that the
 network patterns and network.odd_host compare both the same way.
 
 Counter names are hccn_tool -stat's; npu-exporter's series are mapped onto them by their reader.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.gpu import GpuCollector
-from witty_profiler.collectors.nvml import RecordedNvml
+from witty_profiler.collectors.lib.nvml import RecordedNvml
 
 GPM = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "tensor_hmma_active_pct", "hbm_bw_util_pct")
 

@@ -93,7 +93,7 @@ def _cpu_cgroup(name: str) -> tuple[Path, str]:
 
 def _need_ebpf() -> None:
     """The futex waits come from the eBPF collector: root, bcc and kernel headers."""
-    from witty_profiler.collectors.bpfhost import NotReady, kernel_headers, load_bcc
+    from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc
     if os.geteuid() != 0:
         raise ScenarioUnavailable("the eBPF collector needs root")
     try:

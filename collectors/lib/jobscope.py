@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from witty_profiler.collectors.procfs import parse_environ, read_bytes
+from witty_profiler.collectors.lib.procfs import parse_environ, read_bytes
 from witty_profiler.topology.errors import InputError
 
 _JOB_KEYS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from array import array
 
-from witty_profiler.collectors.procfs import (
+from witty_profiler.collectors.lib.procfs import (
     Stat,
     parse_kv_numbers,
     parse_schedstat,
@@ -20,7 +20,7 @@ from witty_profiler.collectors.procfs import (
     parse_status,
     read_text,
 )
-from witty_profiler.collectors.sampling import Series
+from witty_profiler.collectors.lib.sampling import Series
 
 
 class ThreadState:
