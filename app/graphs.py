@@ -149,7 +149,8 @@ class GraphStore:
                              started_at=valid_text(meta.started_at), duration_s=meta.duration_s,
                              entity_count=graph.entity_count(), edge_count=graph.edge_count())
         self._records[graph_id] = record
-        self.graphs.put(graph_id, graph, self._sizes.get(graph_id, graph.entity_count() * 400 + graph.edge_count() * 200))
+        guess = graph.entity_count() * 400 + graph.edge_count() * 200  # bytes of JSON, until the file is written
+        self.graphs.put(graph_id, graph, self._sizes.get(graph_id, guess))
         return record
 
     def _save(self, record: GraphRecord, graph: Graph, raw: bytes | None) -> None:

@@ -14,7 +14,8 @@ from witty_profiler.topology.errors import InputError
 Overrides = dict[str, dict[str, Any]]
 
 
-def overrides(given: str | os.PathLike[str] | Mapping[str, Any] | None, workdir: Path | None = None) -> Overrides | None:
+def overrides(given: str | os.PathLike[str] | Mapping[str, Any] | None,
+              workdir: Path | None = None) -> Overrides | None:
     """None for the defaults; a mapping, validated; a `Path`, the TOML file it names; a string holding a
     newline or '=', TOML text; any other string, the path of a TOML file, relative to `workdir`."""
     from witty_profiler.diagnosis.thresholds import load_thresholds, validate

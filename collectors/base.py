@@ -67,6 +67,8 @@ class Collector:
 
     name: ClassVar[str] = ""
     default_enabled: ClassVar[bool] = True
+    reads: ClassVar[str] = ""  # its sources, for the generated reference (docs/collectors.md)
+    needs: ClassVar[str] = ""  # the privileges, devices or kernel features it needs
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

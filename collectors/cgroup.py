@@ -57,6 +57,9 @@ def quota_cores(quota_text: str | None, period_text: str | None = None) -> float
 @register
 class CgroupCollector(CounterCollector):
     name = "cgroup"
+    reads = ("/proc/PID/cgroup, /proc/self/mounts; cpu.stat, cpuacct.usage, memory.stat, memory.events or failcnt,"
+             " *.pressure of v1 and v2 cgroups")
+    needs = "any user"
 
     def start(self) -> None:
         self.mounts = cgroup_mounts(read_text(f"{self.ctx.proc}/self/mounts") or "")

@@ -20,6 +20,8 @@ from witty_profiler.topology.vocabulary import M, T
 @register
 class CpuCollector(CounterCollector):
     name = "cpu"
+    reads = "/proc/stat, /proc/loadavg"
+    needs = "any user"
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/stat")

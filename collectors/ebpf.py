@@ -252,6 +252,8 @@ def started_rows(table) -> dict[tuple[int, int], tuple[int, int]]:
 @register
 class EbpfCollector(Collector):
     name = "ebpf"
+    reads = "futex syscall tracepoints through bcc (wait time and wake-ups per thread)"
+    needs = "root, bcc (python3-bpfcc), kernel headers, tracefs"
     order = 90  # finishes after the process collector, whose scope it reads
 
     def prepare(self) -> None:

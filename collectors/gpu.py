@@ -63,6 +63,9 @@ def gpu_link(a: dict, b: dict, ancestor: int | None) -> dict | None:
 @register
 class GpuCollector(Collector):
     name = "gpu"
+    reads = ("NVML: utilisation, memory, PCIe/NVLink traffic, clocks, power, throttling, ECC/XID, processes, "
+             "topology; GPM on Hopper+")
+    needs = "an NVIDIA driver (libnvidia-ml); any user"
 
     def __init__(self, ctx: Context, nvml: Any = None) -> None:
         super().__init__(ctx)

@@ -375,6 +375,9 @@ def msg_edges(edges: _Edges, proc: Path, end: Snapshot, start: Snapshot | None, 
 @register
 class IpcCollector(Collector):
     name = "ipc"
+    reads = ("/proc/PID/fd, /proc/PID/maps, sock_diag (unix, TCP), /proc/sysvipc: pipes, sockets, shared memory, "
+             "message queues")
+    needs = "any user; root sees other users' processes"
 
     def start(self) -> None:
         self._start = snapshot(self.ctx.proc, self.ctx.cache, "start", maps=False)

@@ -185,6 +185,8 @@ class _NotHere(Exception):
 @register
 class MemoryBandwidthCollector(Collector):
     name = "membw"
+    reads = "resctrl MBM, else uncore memory-controller PMUs; SMBIOS memory devices for the peak"
+    needs = "root (mounts resctrl, opens uncore PMUs); a CPU with MBM or an IMC PMU"
 
     def __init__(self, ctx: Context, perf: PerfEvents | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:

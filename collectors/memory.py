@@ -29,6 +29,8 @@ def remote_alloc_pct(local_series: Series | None, other_series: Series | None) -
 @register
 class MemoryCollector(CounterCollector):
     name = "memory"
+    reads = "/proc/meminfo, /proc/vmstat"
+    needs = "any user"
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/vmstat")

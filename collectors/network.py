@@ -132,6 +132,8 @@ def add_connections(graph: Graph, host: str, end: list[sockdiag.TcpSock], start:
 @register
 class NetworkCollector(Collector):
     name = "network"
+    reads = "/proc/net/dev, /proc/net/snmp, /sys/class/net, sock_diag TCP info (ss -ti)"
+    needs = "any user; root names every connection's owner"
 
     def start(self) -> None:
         self.nics = SeriesTable()

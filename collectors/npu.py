@@ -231,6 +231,8 @@ def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str], dict[s
 @register
 class NpuCollector(Collector):
     name = "npu"
+    reads = "npu-smi info (table, usages, common, board, topo, hccs)"
+    needs = "Ascend driver and npu-smi on PATH"
 
     def __init__(self, ctx: Context, npu_smi: str | None = None, hccn_tool: str | None = None) -> None:
         super().__init__(ctx)

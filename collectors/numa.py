@@ -58,6 +58,8 @@ def cpu_to_node(ctx: Context) -> dict[int, int]:
 @register
 class NumaCollector(CounterCollector):
     name = "numa"
+    reads = "/sys/devices/system/node (CPUs, distances, meminfo, numastat)"
+    needs = "any user"
 
     def start(self) -> None:
         self.nodes = numa_topology(self.ctx)

@@ -192,6 +192,8 @@ class PciCollector(Collector):
     """Every PCI function with its NUMA node and link; the link state is read at the end of the window."""
 
     name = "pci"
+    reads = "/sys/bus/pci/devices (class, ids, numa_node, local_cpulist, link speed and width)"
+    needs = "any user"
 
     def finish(self) -> Graph:
         devices = scan(self.ctx.sys, self.ctx.cache)

@@ -100,6 +100,9 @@ def is_virtual(ctx: Context) -> bool:
 @register
 class PmuCollector(Collector):
     name = "pmu"
+    reads = ("perf_event_open hardware counters per workload thread and per CPU (cycles, instructions, cache "
+             "misses, stalls)")
+    needs = "a hardware PMU; perf_event_paranoid <= 1 or root"
     order = 20  # starts after the process collector, whose scope it counts
 
     def __init__(self, ctx: Context, perf: PerfEvents | None = None) -> None:

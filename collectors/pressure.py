@@ -21,6 +21,8 @@ _METRICS = {("cpu", "some"): M.PSI_CPU_SOME_PCT, ("io", "some"): M.PSI_IO_SOME_P
 @register
 class PressureCollector(CounterCollector):
     name = "pressure"
+    reads = "/proc/pressure/{cpu,io,memory}"
+    needs = "a kernel with PSI; any user"
 
     def _read(self) -> None:
         for resource in ("cpu", "io", "memory"):

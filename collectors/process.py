@@ -105,6 +105,8 @@ def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = 
 @register
 class ProcessCollector(Collector):
     name = "process"
+    reads = "/proc/PID/{stat,status,io,numa_maps,cgroup,environ,cmdline}, task/TID/{stat,schedstat}"
+    needs = "any user; root reads every process's io and numa_maps"
     order = 10  # finishes first, so that later collectors can read the scope it settled on
 
     # -- the window ---------------------------------------------------------------------------

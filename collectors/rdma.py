@@ -120,6 +120,8 @@ def port_netdev(dev_dir: Path, port_dir: Path) -> str | None:
 @register
 class RdmaCollector(Collector):
     name = "rdma"
+    reads = "/sys/class/infiniband ports: state, rate, counters, hw_counters"
+    needs = "an RDMA device; any user"
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

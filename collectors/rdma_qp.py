@@ -44,6 +44,8 @@ def qp_key(q: dict) -> tuple[str, int, int]:
 @register
 class RdmaQpCollector(Collector):
     name = "rdma_qp"
+    reads = "rdma -j res show qp (the kernel's RDMA resource tracker)"
+    needs = "iproute2's rdma and an RDMA device"
 
     def __init__(self, ctx: Context, rdma: str | None = None) -> None:
         super().__init__(ctx)

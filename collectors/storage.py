@@ -89,6 +89,8 @@ def device_metrics(series: SeriesTable, name: str) -> dict[str, float]:
 @register
 class StorageCollector(CounterCollector):
     name = "storage"
+    reads = "/proc/diskstats, /sys/block"
+    needs = "any user"
 
     def _read(self) -> None:
         text = read_text(f"{self.ctx.proc}/diskstats")

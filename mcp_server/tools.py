@@ -34,6 +34,7 @@ from witty_profiler.topology.vocabulary import ENTITY_TYPES, metric_info
 
 Progress = Callable[[float, float, str], None]
 QUERIES_IN_MEMORY = 8
+SUMMARY_BUDGET = "the id and the summary view, under 600 tokens"
 
 
 class Answer(NamedTuple):
@@ -63,6 +64,7 @@ class ToolSpec:
     idempotent: bool = True
     destructive: bool = False
     runs: Literal["worker", "inline", "window"] = "worker"  # window: collect, with progress and a deadline
+    budget: str = ""  # what bounds an answer of a tool without max_tokens, for docs/mcp-tools.md
 
 
 TOOLS: dict[str, ToolSpec] = {}  # in the order tools/list shows them
@@ -141,7 +143,7 @@ class WittyTools:
     @tool("collect", "Collect a live window", "Capture this host's processes, scheduling, memory, NUMA, PCIe, "
           "GPUs/NPUs, network, storage and IPC over a window into a new graph, with progress; returns graph_id and "
           "the summary. Or cluster hosts into output_dir, or a past window.", s.CollectInput, s.CollectResult,
-          read_only=False, idempotent=False, runs="window")
+          read_only=False, idempotent=False, runs="window", budget=SUMMARY_BUDGET)
     def collect(self, inp: s.CollectInput, progress: Progress | None = None,
                 stop: threading.Event | None = None) -> Answer:
         if inp.duration_s > s.MAX_DURATION_S:
@@ -234,14 +236,14 @@ class WittyTools:
                                            tokens=count_tokens(text), text=text))
 
     @tool("load_graph", "Load a graph file", "Load a graph file (same file, same graph_id); returns graph_id and "
-          "the summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False)
+          "the summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)
     def load_graph(self, inp: s.LoadGraphInput) -> Answer:
         record, graph = self.ws.load(inp.path)
         return self._graph_answer(record, graph, s.GraphAnswer)
 
     @tool("import_trace", "Import training traces", "Kineto or msprof-analyze traces into a graph of ranks and "
           "collectives (into_graph_id: joined to a host graph); returns graph_id and the summary.",
-          s.ImportTraceInput, s.GraphAnswer, read_only=False)
+          s.ImportTraceInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)
     def import_trace(self, inp: s.ImportTraceInput) -> Answer:
         record, graph = self.ws.import_traces(inp.paths, inp.job, inp.into_graph_id)
         return self._graph_answer(record, graph, s.GraphAnswer)
@@ -257,7 +259,8 @@ class WittyTools:
 
     # -- looking at graphs ----------------------------------------------------------------
     @tool("list_graphs", "List graphs", "Known graphs, newest first, from earlier sessions too.", s.ListGraphsInput,
-          s.GraphList, runs="inline")
+          s.GraphList, runs="inline",
+          budget="a page of limit graphs")
     def list_graphs(self, inp: s.ListGraphsInput) -> Answer:
         records = self.store.records()
         key = query_key("list_graphs", inp.limit)
@@ -281,7 +284,8 @@ class WittyTools:
         entities, edges = graph.counts_by_type()
         meta = graph.meta
         window = f"{meta.duration_s:g} s from {meta.started_at or '?'}" if meta.duration_s is not None else "none"
-        lines = [f"graph_id {record.graph_id} ({record.origin}{' from ' + record.loaded_from if record.loaded_from else ''})",
+        where = f" from {record.loaded_from}" if record.loaded_from else ""
+        lines = [f"graph_id {record.graph_id} ({record.origin}{where})",
                  f"hosts: {', '.join(meta.hosts) or 'unknown'}; source: {meta.source or 'unknown'}; window: {window}",
                  f"entities: {graph.entity_count()} ({', '.join(f'{k} {v}' for k, v in entities.items())})",
                  f"edges: {graph.edge_count()} ({', '.join(f'{k} {v}' for k, v in edges.items())})"]
@@ -372,7 +376,7 @@ class WittyTools:
         return heapq.nsmallest(n, candidates, key=lambda e: (sign * e.metrics[metric], e.id)), len(candidates)
 
     @tool("list_hosts", "List hosts", "Hosts of a graph or a cluster folder: window, entities, collectors not ok, "
-          "or why no graph.", s.ListHostsInput, s.HostList)
+          "or why no graph.", s.ListHostsInput, s.HostList, budget="a page of limit hosts")
     def list_hosts(self, inp: s.ListHostsInput) -> Answer:
         if (inp.graph_id is None) == (inp.directory is None):
             raise InputError("give graph_id (the hosts of a graph) or directory (a cluster folder), one of them")

@@ -24,7 +24,8 @@ from witty_profiler.topology.version import VERSION as __version__
 # public name -> 'module:attribute' inside witty_profiler
 _API = {
     "Graph": "topology:Graph", "View": "converters.view:View", "collect": "collectors.engine:run_window",
-    "compare": "diagnosis.compare:compare", "convert": "app.views:convert", "count_tokens": "converters.tokens:count_tokens",
+    "compare": "diagnosis.compare:compare", "convert": "app.views:convert",
+    "count_tokens": "converters.tokens:count_tokens",
     "diagnose": "diagnosis.matcher:diagnose", "dump_graph": "topology.io:dump_graph", "load": "topology.io:load_graph",
     "report": "app.reports:report", "merge": "topology.hosts:merge_hosts", "Workspace": "app.workspace:Workspace",
     "diagnose_cluster": "diagnosis.cluster:diagnose_cluster", "import_traces": "traces.importer:import_traces",

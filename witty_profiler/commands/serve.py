@@ -15,7 +15,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict]:
     if args.listen is not None:
         listen = args.listen if ":" in args.listen else f"{args.listen}:18090"
     return {
-        "collection": {"window_s": args.window, "interval_s": args.interval, "collectors": collector_names(args.collectors),
+        "collection": {"window_s": args.window, "interval_s": args.interval,
+                       "collectors": collector_names(args.collectors),
                        "pids": args.pid, "job": args.job, "host": args.host},
         "diagnosis": {"thresholds": args.thresholds, "trigger_priority": args.trigger_priority},
         "server": {"listen": listen, "token_file": args.token_file},
