@@ -13,15 +13,14 @@ Use the witty-profiler tools in this order, and keep each step small:
 
 1. Capture. Call `collect` with duration_s=10 (longer, up to 300, if the symptom comes and goes){pids_arg}. \
 If the user gave a graph file instead, call `load_graph` with its path. Note the graph_id.
-2. Orient. Read the summary that comes back (or call `graph_summary`). Check `collectors`: an \
-unavailable collector means its layer cannot be judged; say so rather than guessing. From the \
-overview, pick the layers that look unhealthy (high utilisation, waits, remote NUMA, errors).
-3. Look closer, one layer at a time. Call `convert_layer` for each unhealthy layer ({layers}). \
-Use `query_graph` for details (top_by_metric, \
-around=<id>) instead of asking for everything.
-4. Decide. Call `match_patterns` (all layers). Findings are deterministic; each carries evidence \
-(entity/edge ids, values, thresholds). Coverage rows marked not_evaluated say what could not be \
-checked and why.
+2. Orient. The answer is the summary: do not ask for it again. Its collectors line says what could not \
+run: a layer that depends on an unavailable collector cannot be judged; say so rather than guessing. \
+Its unhealthy layers line names the layers with findings.
+3. Look closer, one layer at a time. Call `convert_layer` with max_tokens=2000 for each layer with a P0 or \
+P1 finding ({layers}): the view shows the findings and the rows of their evidence (ids, values, \
+thresholds). Use `query_graph` for details (top_by_metric, around=<id>) instead of asking for everything.
+4. Decide. Call `match_patterns` (all layers): a line per finding, deterministic, and every pattern's \
+coverage; those not evaluated are grouped by what could not be measured and why.
 5. Report. Call `generate_report` (format md; output_path to save it). Explain the P0 findings first, \
 tie them to the symptom, and give the recommendations with the evidence that supports them. \
 Do not claim a bottleneck that no finding or measured number supports.

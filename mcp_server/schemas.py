@@ -10,9 +10,9 @@ what a client needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from witty_profiler.topology.layers import LAYER_NUMBERS, VIEWS
 
@@ -22,13 +22,34 @@ DiagnosisLayer = Literal[tuple(LAYER_NUMBERS)]  # type: ignore[valid-type]
 
 # graph_id and max_tokens are in nearly every tool: the server's instructions explain them once,
 # and the fields carry no description of their own.
-GraphId = Field(min_length=1, max_length=96)
+MAX_ID = 96
+MAX_TOKENS = 200_000
+
+
+def _bounded_id(value: str | None) -> str | None:
+    if value is not None and not 0 < len(value) <= MAX_ID:
+        raise ValueError(f"a graph id has 1 to {MAX_ID} characters")
+    return value
+
+
+def _bounded_budget(value: int) -> int:
+    if value > MAX_TOKENS:
+        raise ValueError(f"at most {MAX_TOKENS}")
+    return value
+
+
+# checked by the server, and left out of the published schemas: they cost every conversation tokens and
+# tell an assistant nothing it needs (ids come from the server; budgets are a few thousand)
+Id = Annotated[str, AfterValidator(_bounded_id)]
+OptionalId = Annotated[str | None, AfterValidator(_bounded_id)]
+Budget = Annotated[int, AfterValidator(_bounded_budget)]
+GraphId = Field()
 _AS_MATCH = "as for match_patterns"
 _AS_REPORT = "as for generate_report"
 
 
 def _max_tokens(least: int = 200) -> Any:
-    return Field(default=8000, ge=least, le=200_000)
+    return Field(default=8000, ge=least)
 
 
 class _In(BaseModel):
@@ -68,10 +89,10 @@ class LoadGraphInput(_In):
 
 
 class ImportTraceInput(_In):
-    paths: list[str] = Field(min_length=1, max_length=1024, description="Kineto traces (.json, .json.gz) or "
-                             "msprof-analyze outputs (files or their folder), relative to the server's cwd")
+    paths: list[str] = Field(min_length=1, max_length=1024, description="Kineto traces (.json[.gz]) or "
+                             "msprof-analyze outputs (files or folder), relative to the server's cwd")
     job: str | None = Field(default=None, description="job key of the ranks, e.g. slurm:1234")
-    into_graph_id: str | None = Field(default=None, max_length=96, description="a host graph to join the ranks to "
+    into_graph_id: OptionalId = Field(default=None, description="a host graph to join the ranks to "
                                       "(copied, not changed)")
 
 
@@ -81,12 +102,12 @@ class ListGraphsInput(_In):
 
 
 class GraphSummaryInput(_In):
-    graph_id: str = GraphId
-    max_tokens: int = _max_tokens(1000)
+    graph_id: Id = GraphId
+    max_tokens: Budget = _max_tokens(1000)
 
 
 class QueryGraphInput(_In):
-    graph_id: str = GraphId
+    graph_id: Id = GraphId
     type: str | None = Field(default=None, description="entity type: process, thread, gpu, nic, ...")
     where: list[str] | None = Field(default=None, description="all must hold, each FIELD OP VALUE: OP = != > >= "
                                     "< <= ~(contains); FIELD attrs.X, metrics.X, id, type or bare name; e.g. "
@@ -98,49 +119,49 @@ class QueryGraphInput(_In):
     ascending: bool = Field(default=False, description="with top_by_metric: lowest first")
     limit: int = Field(default=20, ge=1, le=200, description="rows per page")
     cursor: str | None = Field(default=None, description="next_cursor of the previous page")
-    max_tokens: int = _max_tokens()
+    max_tokens: Budget = _max_tokens()
 
 
 class ConvertLayerInput(_In):
-    graph_id: str = GraphId
+    graph_id: Id = GraphId
     layer: Layer = Field(default="summary", description="which view")
     host: str | None = Field(default=None, description=_AS_MATCH)
     pids: list[int] | None = Field(default=None, description=_AS_MATCH)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
-    max_tokens: int = _max_tokens()
+    max_tokens: Budget = _max_tokens()
 
 
 class MatchPatternsInput(_In):
-    graph_id: str | None = Field(default=None, min_length=1, max_length=96)
+    graph_id: OptionalId = None
     directory: str | None = Field(default=None, min_length=1, description="or a cluster folder")
     host: str | None = Field(default=None, description="one host of the graph or folder")
     layer: DiagnosisLayer | None = Field(default=None, description="only this layer; default all")
     pids: list[int] | None = Field(default=None, description="workload; default: AI workloads found")
     thresholds: str | None = Field(default=None, description="TOML text or file path; default: witty://thresholds")
-    max_tokens: int = _max_tokens(1500)
+    max_tokens: Budget = _max_tokens(1500)
 
 
 class GenerateReportInput(_In):
-    graph_id: str = GraphId
+    graph_id: Id = GraphId
     format: Literal["md", "json"] = Field(default="md", description="md for people, json for programs")
     pids: list[int] | None = Field(default=None, description=_AS_MATCH)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
-    output_path: str | None = Field(default=None, description="file for the whole report, relative to the "
-                                    "report directory or inside it")
+    output_path: str | None = Field(default=None, description="a file in the report directory for the "
+                                    "whole report")
     overwrite: bool = Field(default=False, description="replace an existing output_path")
-    max_tokens: int = _max_tokens()
+    max_tokens: Budget = _max_tokens()
 
 
 class CompareGraphsInput(_In):
-    before_id: str = GraphId
-    after_id: str = GraphId
+    before_id: Id = GraphId
+    after_id: Id = GraphId
     format: Literal["md", "json"] = Field(default="md", description=_AS_REPORT)
     thresholds: str | None = Field(default=None, description=_AS_MATCH)
-    max_tokens: int = _max_tokens()
+    max_tokens: Budget = _max_tokens()
 
 
 class ListHostsInput(_In):
-    graph_id: str | None = Field(default=None, min_length=1, max_length=96)
+    graph_id: OptionalId = None
     directory: str | None = Field(default=None, min_length=1, description="or a cluster folder")
     limit: int = Field(default=50, ge=1, le=500, description="hosts per page")
     cursor: str | None = Field(default=None, description="next_cursor of the previous page")
@@ -152,7 +173,6 @@ class ListHostsInput(_In):
 # priorities) and nothing that repeats the text; the full typed diagnosis is the JSON report
 # (generate_report format=json, the resource witty://graphs/{id}/diagnosis, the CLI, REST).
 class _Text(_Out):
-    tokens: int
     truncated: bool = False
     text: str
 
@@ -170,10 +190,9 @@ class HostStatus(_Out):
     reason: str | None = None
 
 
+# collect: one host, the graph's fields; a cluster, the folder, the count of hosts with a graph or not, and each
+# host's outcome (the failures first). (A docstring would be published as the schema's description.)
 class CollectResult(_Text):
-    """One host: the graph's fields; a cluster: the folder, the count of hosts with a graph or not, and each
-    host's outcome (the failures first)."""
-
     graph_id: str | None = None
     hosts: list[str] = []
     entity_count: int | None = None

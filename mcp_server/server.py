@@ -54,8 +54,8 @@ WORK_THREADS = 8
 
 INSTRUCTIONS = """\
 witty-profiler finds why an AI training or inference host is slow. Work in small steps: collect \
-(or load_graph) -> graph_summary -> convert_layer for the layers that look unhealthy -> \
-match_patterns -> generate_report. A graph_id comes from collect, load_graph or list_graphs. \
+(or load_graph; its answer is the summary) -> convert_layer for each layer with a P0/P1 finding (its \
+evidence is there) -> match_patterns -> generate_report. A graph_id comes from collect, load_graph or list_graphs. \
 max_tokens caps an answer (8000 by default); lists page with next_cursor and every cut says what \
 was left out. The prompt diagnose_bottlenecks walks through it."""
 
@@ -263,8 +263,11 @@ def build_server(tools: WittyTools | None = None, tool_timeout: float = TOOL_TIM
     server.tasks.register(lowlevel(server))
     server.workers = Workers(work_threads, tool_timeout)
     for spec in TOOLS.values():
-        annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
-                                      idempotent_hint=spec.idempotent, open_world_hint=False)
+        # destructive and idempotent mean something only for a tool that writes (the protocol's own rule): a
+        # read-only tool leaves them out, which every conversation's tools/list is shorter for
+        annotations = (ToolAnnotations(read_only_hint=True, open_world_hint=False) if spec.read_only else
+                       ToolAnnotations(read_only_hint=False, destructive_hint=spec.destructive,
+                                       idempotent_hint=spec.idempotent, open_world_hint=False))
         add_tool(server, spec.name, spec.title, spec.description, spec.input, spec.output, annotations,
                  _runner(spec, w, server.workers, tool_timeout))
     _add_resources(server, w, server.workers)

@@ -140,9 +140,9 @@ class WittyTools:
         self._lock = threading.Lock()
 
     # -- graphs in ------------------------------------------------------------------------
-    @tool("collect", "Collect a live window", "Capture this host's processes, scheduling, memory, NUMA, PCIe, "
-          "GPUs/NPUs, network, storage and IPC over a window into a new graph, with progress; returns graph_id and "
-          "the summary. Or cluster hosts into output_dir, or a past window.", s.CollectInput, s.CollectResult,
+    @tool("collect", "Collect a live window", "This host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, "
+          "network, storage and IPC over a window, with progress: a new graph_id and its summary. Or cluster hosts "
+          "into output_dir, or a past window.", s.CollectInput, s.CollectResult,
           read_only=False, idempotent=False, runs="window", budget=SUMMARY_BUDGET)
     def collect(self, inp: s.CollectInput, progress: Progress | None = None,
                 stop: threading.Event | None = None) -> Answer:
@@ -232,17 +232,16 @@ class WittyTools:
             lines.append(f"next: match_patterns directory={directory} for the findings across hosts")
         text = "\n".join(lines) + "\n"
         return text_answer(s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
-                                           hosts=sorted(r.host for r in results), host_status=failed[:50] or None,
-                                           tokens=count_tokens(text), text=text))
+                                           hosts=sorted(r.host for r in results), host_status=failed[:50] or None, text=text))
 
-    @tool("load_graph", "Load a graph file", "Load a graph file (same file, same graph_id); returns graph_id and "
-          "the summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)
+    @tool("load_graph", "Load a graph file", "A graph file (native or legacy; same file, same graph_id): its "
+          "graph_id and summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)
     def load_graph(self, inp: s.LoadGraphInput) -> Answer:
         record, graph = self.ws.load(inp.path)
         return self._graph_answer(record, graph, s.GraphAnswer)
 
-    @tool("import_trace", "Import training traces", "Kineto or msprof-analyze traces into a graph of ranks and "
-          "collectives (into_graph_id: joined to a host graph); returns graph_id and the summary.",
+    @tool("import_trace", "Import training traces", "Kineto or msprof-analyze traces as a graph of ranks and "
+          "collectives, joined to into_graph_id if given: a graph_id and its summary.",
           s.ImportTraceInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)
     def import_trace(self, inp: s.ImportTraceInput) -> Answer:
         record, graph = self.ws.import_traces(inp.paths, inp.job, inp.into_graph_id)
@@ -255,7 +254,7 @@ class WittyTools:
         view = self.ws.view(record.graph_id, "summary")
         text = f"graph_id {record.graph_id} ({record.origin}{where})\n{view.text}"
         return text_answer(model(graph_id=record.graph_id, hosts=record.hosts, entity_count=record.entity_count,
-                                 edge_count=record.edge_count, tokens=count_tokens(text), text=text))
+                                 edge_count=record.edge_count, text=text))
 
     # -- looking at graphs ----------------------------------------------------------------
     @tool("list_graphs", "List graphs", "Known graphs, newest first, from earlier sessions too.", s.ListGraphsInput,
@@ -293,7 +292,7 @@ class WittyTools:
                   for n, c in sorted(meta.collectors.items())]
         text, tokens, cut = fitted("\n".join(lines) + "\n", inp.max_tokens, "query_graph lists the entities")
         return text_answer(s.GraphAnswer(graph_id=record.graph_id, hosts=record.hosts, entity_count=record.entity_count,
-                                         edge_count=record.edge_count, tokens=tokens, truncated=cut, text=text))
+                                         edge_count=record.edge_count, truncated=cut, text=text))
 
     @tool("query_graph", "Query a graph", "A page of entities (type, where), a neighbourhood (around, depth), a "
           "ranking (top_by_metric) or edges (edge_type alone). Next page: same arguments, cursor=next_cursor.",
@@ -422,16 +421,18 @@ class WittyTools:
     @tool("convert_layer", "View one layer", "Compact text view of one layer, the summary or all, with the "
           "layer's findings and the rows of their evidence.", s.ConvertLayerInput, s.LayerView)
     def convert_layer(self, inp: s.ConvertLayerInput) -> Answer:
-        # the view's "… N more" lines, legend and next steps name these tools, not shell commands
+        # the view's "… N more" lines, legend and next steps name these tools, not shell commands. max_tokens
+        # bounds the view, the same text the CLI and the REST route give for this budget; the structured form
+        # adds its few fields and the JSON string's escapes (tens of tokens, BENCHMARKS.md)
         view = self.ws.view(inp.graph_id, inp.layer, inp.max_tokens, pids=inp.pids, thresholds=inp.thresholds,
                             host=inp.host)
-        return text_answer(s.LayerView(graph_id=inp.graph_id, layer=inp.layer, tokens=view.tokens,
-                                       truncated=bool(view.truncated), text=view.text))
+        return text_answer(s.LayerView(graph_id=inp.graph_id, layer=inp.layer, truncated=bool(view.truncated),
+                                       text=view.text))
 
     # -- diagnosis ------------------------------------------------------------------------
     @tool("match_patterns", "Match bottleneck patterns", "Deterministic seven-layer matcher: a line per finding "
-          "(P0-P2; its evidence is in convert_layer of its layer) and every pattern's coverage grouped by why it "
-          "could not be judged; for a cluster folder, across hosts with their evidence.", s.MatchPatternsInput,
+          "(P0-P2; evidence in its layer's convert_layer) and each pattern's coverage grouped by why; for a cluster "
+          "folder, across hosts, with evidence.", s.MatchPatternsInput,
           s.PatternMatches)
     def match_patterns(self, inp: s.MatchPatternsInput) -> Answer:
         if (inp.graph_id is None) == (inp.directory is None):
@@ -449,8 +450,7 @@ class WittyTools:
     @staticmethod
     def _matches(d: Any, text: str, **fields: Any) -> Answer:
         return text_answer(s.PatternMatches(**fields, counts=d.counts(), findings=[f"{f.priority} {f.pattern}"
-                                                                                  for f in d.findings],
-                                            tokens=count_tokens(text), text=text))
+                                                                                  for f in d.findings], text=text))
 
     def _match_cluster(self, inp: s.MatchPatternsInput) -> Answer:
         """A cluster folder: every host diagnosed on its own, then the cross-host patterns; or with host, that
@@ -463,7 +463,6 @@ class WittyTools:
                                                                 "host": None}))
             text = f"host {inp.host} of {inp.directory} is graph_id {record.graph_id}\n{answer.text}"
             out = answer.data.model_copy(update={"directory": inp.directory, "host": inp.host, "text": text,
-                                                 "tokens": count_tokens(text),
                                                  "hosts_ok": len(graph_files(directory)),
                                                  "hosts_failed": len(failed_hosts(directory))})
             return text_answer(out)
@@ -502,7 +501,7 @@ class WittyTools:
         target = self.reports.write(path, names, full, inp.overwrite) if path and names else None
         whole = f"the whole report is in {target}" if target else "pass output_path to write the whole report"
         text, tokens, cut = fitted(full, inp.max_tokens, whole)
-        return text_answer(s.Report(graph_id=inp.graph_id, format=inp.format, tokens=tokens, truncated=cut,
+        return text_answer(s.Report(graph_id=inp.graph_id, format=inp.format, truncated=cut,
                                     written_to=str(target) if target else None, text=text))
 
     @tool("compare_graphs", "Compare two graphs", "Before/after diff of two graphs (e.g. around a fix): findings "
@@ -511,7 +510,7 @@ class WittyTools:
         result = self.ws.compare(inp.before_id, inp.after_id, thresholds=inp.thresholds)
         full = result.to_json() if inp.format == "json" else result.markdown()
         text, tokens, cut = fitted(full, inp.max_tokens, "`witty-profiler compare` has all of it")
-        return text_answer(s.Comparison(before_id=inp.before_id, after_id=inp.after_id, tokens=tokens,
+        return text_answer(s.Comparison(before_id=inp.before_id, after_id=inp.after_id,
                                         truncated=cut, text=text))
 
 

@@ -12,9 +12,6 @@
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +19,10 @@ from pathlib import Path
 def _module_names(module_name: str) -> tuple[set[str], set[str]]:
     """The metric names (M.X) and entity and edge types (T.X, E.X) the code of a module names, with the collectors/lib
     modules it imports (where some collectors build their entities)."""
+    import ast  # here: `--help` lists this module's pages and must not pay for these
+    import importlib
+    import inspect
+
     from witty_profiler.topology.vocabulary import E, M, T
     module = importlib.import_module(module_name)
     trees = [ast.parse(inspect.getsource(module))]

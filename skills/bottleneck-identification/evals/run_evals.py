@@ -103,6 +103,18 @@ def _view_matches(a, view):
     return not missing, f"missing {missing}" if missing else "all found"
 
 
+def _path_tokens_at_most(a, path):
+    worst = max(path["text"], path["structured"])
+    return worst <= a["value"], (f"{path['text']} tokens as text blocks, {path['structured']} as structuredContent "
+                                 f"(at most {a['value']})")
+
+
+def _path_complete(a, path):
+    lost = path["missing"]["text"] + path["missing"]["structured"]
+    return not lost, (f"{path['facts']} P0/P1 facts and reasons reached the model in both forms" if not lost
+                      else f"not reached: {lost[:5]}")
+
+
 def _finding(a, report, md, ctx):
     found = _findings(report, a["pattern"], a.get("priority"))
     if not found:
@@ -198,7 +210,8 @@ VIEW_CHECKS = {"view_tokens_at_most": _view_tokens_at_most, "view_matches": _vie
 JSON_CHECKS = {"finding": _finding, "finding_evidence": _finding_evidence, "evidence_value": _evidence_value,
                "no_finding": _no_finding, "coverage": _coverage, "coverage_complete": _coverage_complete,
                "findings_in_layer": _findings_in_layer, "compare_change": _compare_change}
-ASSERTION_TYPES = {*MD_CHECKS, *VIEW_CHECKS, *JSON_CHECKS}
+PATH_CHECKS = {"path_tokens_at_most": _path_tokens_at_most, "path_complete": _path_complete}
+ASSERTION_TYPES = {*MD_CHECKS, *VIEW_CHECKS, *JSON_CHECKS, *PATH_CHECKS}
 
 
 def check(a: dict[str, Any], report: dict[str, Any] | None, md: str | None, ctx: dict[str, Any]) -> tuple[bool, str]:
@@ -209,6 +222,8 @@ def check(a: dict[str, Any], report: dict[str, Any] | None, md: str | None, ctx:
         return MD_CHECKS[kind](a, report, md, ctx) if md is not None else (False, "no Markdown report")
     if kind in VIEW_CHECKS:
         return VIEW_CHECKS[kind](a, ctx["view"]) if ctx.get("view") else (False, "no view")
+    if kind in PATH_CHECKS:
+        return PATH_CHECKS[kind](a, ctx["path"]) if ctx.get("path") else (False, "no assistant path was walked")
     if kind in JSON_CHECKS:
         return JSON_CHECKS[kind](a, report, md, ctx) if report is not None else (False, "no JSON report")
     raise ValueError(f"unknown assertion type {kind!r}")
@@ -267,6 +282,8 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
     if "view" in run:
         view = wp.convert(graph, layer=run["view"]["layer"], max_tokens=run["view"].get("max_tokens"))
         ctx["view"] = {"text": view.text, "tokens": view.tokens}
+    if run.get("path") == "mcp":
+        ctx["path"] = walk_mcp_path(graph, report_json, pids)
     if keep:
         folder = keep / case["name"]
         folder.mkdir(parents=True, exist_ok=True)
@@ -278,7 +295,36 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
         (folder / "context.json").write_text(json.dumps({k: ctx[k] for k in ("roles", "host", "layer")}, indent=2) + "\n")
         if "view" in ctx:
             (folder / "view.txt").write_text(ctx["view"]["text"])
+        if "path" in ctx:
+            (folder / "path.json").write_text(json.dumps(ctx["path"], indent=2) + "\n")
     return report_json, report_md, ctx
+
+
+def walk_mcp_path(graph: Any, diagnosis: dict[str, Any], pids: list[int] | None) -> dict[str, Any]:
+    """SKILL.md's MCP path on the graph (load_graph, the views of the P0/P1 layers, match_patterns) against an
+    in-memory witty-mcp: what it cost in each form clients hand the model, and which P0/P1 facts and
+    not-evaluated reasons of `diagnosis` did not reach it."""
+    import asyncio
+    import tempfile
+
+    import mcp
+
+    import witty_profiler as wp
+    from witty_profiler.app.graphs import GraphStore
+    from witty_profiler.mcp_server.path import walk_graph
+    from witty_profiler.mcp_server.server import build_server
+    from witty_profiler.mcp_server.tools import WittyTools
+
+    async def walk(folder: Path) -> Any:
+        wp.dump_graph(graph, folder / "graph.json")
+        server = build_server(WittyTools(GraphStore(folder / "state"), workdir=folder))
+        async with mcp.Client(server) as client:
+            return await walk_graph(client, "eval", {"tool": "load_graph", "path": "graph.json"}, diagnosis,
+                                    **({"pids": pids} if pids else {}))
+    with tempfile.TemporaryDirectory() as tmp:
+        route = asyncio.run(walk(Path(tmp)))
+    return {"text": route.total("text"), "structured": route.total("structured"), "missing": route.missing,
+            "facts": route.facts, "steps": [s.call for s in route.steps]}
 
 
 def saved(case: dict[str, Any], folder: Path) -> tuple[dict | None, str | None, dict]:
@@ -291,6 +337,8 @@ def saved(case: dict[str, Any], folder: Path) -> tuple[dict | None, str | None, 
         from witty_profiler.converters.tokens import count_tokens
         text = (base / "view.txt").read_text()
         ctx["view"] = {"text": text, "tokens": count_tokens(text)}
+    if (base / "path.json").is_file():  # what an assistant's walk of the MCP path cost and missed
+        ctx["path"] = json.loads((base / "path.json").read_text())
     report = json.loads((base / "report.json").read_text()) if (base / "report.json").is_file() else None
     md = (base / "report.md").read_text() if (base / "report.md").is_file() else None
     return report, md, ctx
