@@ -75,13 +75,13 @@ if [ -n "$graph" ]; then
     call load_graph load_graph "path=$graph"
     sample=$(field load_graph 'd["structuredContent"]["graph_id"]')
     call match_interconnect match_patterns "graph_id=$sample" layer=interconnect
+    call view_interconnect convert_layer "graph_id=$sample" layer=interconnect max_tokens=2000
 fi
 call list_graphs list_graphs
 
 echo "tools: $(field tools_list 'len(d["tools"])'); live graph: $live"
-echo "live findings: $(field match_patterns '[f["pattern"] for f in d["structuredContent"]["findings"]]')"
-echo "report: $WITTY_STATE_DIR/reports/report.md ($(field generate_report 'd["structuredContent"]["tokens"]') tokens)"
+echo "live findings: $(field match_patterns 'd["structuredContent"]["findings"]')"
+echo "report: $WITTY_STATE_DIR/reports/report.md"
 if [ -n "$graph" ]; then
-    echo "sample findings: $(field match_interconnect \
-        '[f["pattern"] + " " + f["priority"] for f in d["structuredContent"]["findings"]]')"
+    echo "sample findings: $(field match_interconnect 'd["structuredContent"]["findings"]')"
 fi

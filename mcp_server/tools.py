@@ -220,8 +220,8 @@ class WittyTools:
                                    progress=told)
         results = sorted(manifest.results, key=lambda r: (r.status == "ok", r.host))  # failures first
         ok = sum(1 for r in results if r.status == "ok")
-        failed = [s.HostStatus(host=r.host, status=r.status, reason=r.reason or None) for r in results
-                  if r.status != "ok"]
+        every = [s.HostStatus(host=r.host, status=r.status, reason=r.reason or None) for r in results]
+        failed = [h for h in every if h.status != "ok"]
         lines = [f"cluster folder {directory}: {ok} of {len(results)} hosts gave a graph"]
         lines += [f"  {h.host}: {h.status}{': ' + h.reason if h.reason else ''}" for h in failed[:50]]
         if len(failed) > 50:
@@ -232,7 +232,9 @@ class WittyTools:
             lines.append(f"next: match_patterns directory={directory} for the findings across hosts")
         text = "\n".join(lines) + "\n"
         return text_answer(s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
-                                           hosts=sorted(r.host for r in results), host_status=failed[:50] or None, text=text))
+                                           hosts=sorted(r.host for r in results),
+                                           # every host's outcome, failures first; of many, those without a graph
+                                           host_status=(every if len(every) <= 50 else failed[:50]) or None, text=text))
 
     @tool("load_graph", "Load a graph file", "A graph file (native or legacy; same file, same graph_id): its "
           "graph_id and summary.", s.LoadGraphInput, s.GraphAnswer, read_only=False, budget=SUMMARY_BUDGET)

@@ -58,16 +58,22 @@ class Service:
     def pids(self) -> list[int] | None:
         return self.config.collection.pids or None
 
+    # the routes name windows: an id that is none is a 404 saying what ids look like (Ring.record), not one of
+    # the workspace's other graphs
     def diagnosis(self, window_id: str) -> Any:
+        self.ring.record(window_id)
         return self.ws.diagnosis(window_id, self.pids)
 
     def view(self, window_id: str, layer: str, max_tokens: int | None) -> str:
+        self.ring.record(window_id)
         return self.ws.view(window_id, layer, max_tokens, pids=self.pids).text
 
     def report(self, window_id: str, fmt: str) -> str:
+        self.ring.record(window_id)
         return self.ws.report(window_id, fmt, pids=self.pids)
 
     def compare(self, before: str, after: str) -> Any:
+        self.ring.record(before), self.ring.record(after)
         return self.ws.compare(before, after, pids=self.pids)
 
 

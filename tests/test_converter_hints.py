@@ -15,20 +15,19 @@ import shlex
 from pathlib import Path
 
 import pytest
+from converter_graphs import hand_graph
 from test_converters import missing_evidence
 
+from benchmarks.synthetic import synthetic_graph
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.app.views import convert
 from witty_profiler.cli import main as cli
 from witty_profiler.converters import LAYER_VIEWS, CliHints, McpHints, count_tokens
 from witty_profiler.converters.render import MIN_TOKENS
 from witty_profiler.converters.views import LAYERS
 from witty_profiler.mcp_server import schemas as s
-from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from witty_profiler.topology import dump_graph, load_graph
-
-from benchmarks.synthetic import synthetic_graph
-from converter_graphs import hand_graph
 
 GID = "vllm-8npu-0123abcd"
 SHELL = re.compile(r"witty-profiler (query|convert|info)\b")

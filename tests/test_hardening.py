@@ -46,8 +46,8 @@ def _mcp_answers(graph_file: Path, state: Path) -> list[str]:
     """graph_summary, convert_layer (all) and match_patterns of the file, through the MCP server."""
     import mcp
 
-    from witty_profiler.mcp_server.server import build_server
     from witty_profiler.app.graphs import GraphStore
+    from witty_profiler.mcp_server.server import build_server
     from witty_profiler.mcp_server.tools import WittyTools
 
     async def run() -> list[str]:

@@ -13,20 +13,19 @@ from typing import Any
 
 import mcp
 import pytest
+from mcp_support import call, call_error
+from sshd_hosts import ssh_hosts  # noqa: F401 - the fixture
 
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.cli import main as cli
 from witty_profiler.cluster.collect import Launch
 from witty_profiler.cluster.fanout import HostResult, Manifest, write_manifest
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
-from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from witty_profiler.topology import Graph, Meta, dump_graph
 from witty_profiler.topology.ids import host_id, process_id
 from witty_profiler.topology.models import CollectorStatus
-
-from mcp_support import call, call_error
-from sshd_hosts import ssh_hosts  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.anyio
 HOSTS = ["a", "b", "c"]
@@ -262,8 +261,8 @@ async def test_collect_a_cluster_over_ssh(tmp_path: Path, workdir: Path, ssh_hos
         status = {h["host"]: h for h in out["host_status"]}
         assert status["h1"]["status"] == "ok" and status["unreachable"]["status"] == "failed"
         assert "connection failed" in status["unreachable"]["reason"]
-        assert out["overview"].startswith("# Cluster: 2 hosts diagnosed, 1 without a graph")
-        assert out["graph_id"] is None
+        assert "# Cluster: 2 hosts diagnosed, 1 without a graph" in out["text"]
+        assert "graph_id" not in out
         assert sorted(p.name for p in folder.iterdir()) == ["cluster.json", "h1.json", "h2.json"]
         assert json.loads((folder / "cluster.json").read_text())["hosts"]["unreachable"]["status"] == "failed"
         assert sorted(m.split()[0] for _, _, m in progress if m) == ["h1", "h2", "unreachable"]

@@ -42,7 +42,8 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [line.split()[0] for line in done.stdout.splitlines() if re.match(r"\w+ +rc=\d", line)]
     expected = ["tools_list", "collect", "graph_summary", "query_graph", "convert_layer", "match_patterns",
-                "generate_report", "unknown_graph", *(["load_graph", "match_interconnect"] if sample else []),
+                "generate_report", "unknown_graph",
+                *(["load_graph", "match_interconnect", "view_interconnect"] if sample else []),
                 "list_graphs"]
     assert steps == expected, done.stdout
     return out
@@ -73,16 +74,17 @@ def test_inspector_lists_every_tool_with_schemas_and_annotations(answers: Path) 
 def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
     collected = content(answers, "collect")
     gid = collected["graph_id"]
-    assert gid.startswith("live-") and collected["origin"] == "collect" and collected["source"] == "live"
-    # at least the server, the inspector's node and the script's shell ran during the window
-    assert 1.99 <= collected["duration_s"] < 3 and collected["entities_by_type"]["process"] >= 3
-    assert sum(collected["entities_by_type"].values()) == collected["entity_count"]
-    assert json.loads(answer(answers, "collect")["content"][0]["text"])["graph_id"] == gid
+    assert gid.startswith("live-") and collected["text"].startswith(f"graph_id {gid} (collect)")
+    # the text block is the same text: a client that reads either form reads the summary once
+    assert answer(answers, "collect")["content"][0]["text"] == collected["text"]
+    assert "for 2s, every 0.5s" in collected["text"]
 
     summary = content(answers, "graph_summary")
     assert {k: summary[k] for k in ("graph_id", "entity_count", "edge_count", "hosts")} == \
         {k: collected[k] for k in ("graph_id", "entity_count", "edge_count", "hosts")}
-    assert "for 2s, every 0.5s" in summary["overview"]
+    # at least the server, the inspector's node and the script's shell ran during the window
+    processes = int(re.search(r"\bprocess (\d+)", summary["text"]).group(1))
+    assert processes >= 3 and re.search(r"window: 2(\.\d+)? s from", summary["text"])
 
     top = content(answers, "query_graph")  # type=process top_by_metric=cpu_util_pct limit=5
     cpu = [e["metrics"]["cpu_util_pct"] for e in top["entities"]]
@@ -92,19 +94,18 @@ def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
     cut = "(page cut to fit max_tokens)" in top.get("note", "")
     assert len(cpu) == min(5, top["total_entities"]) or (cut and 1 <= len(cpu) < 5), top.get("note")
     assert {e["type"] for e in top["entities"]} == {"process"}
-    assert 0 < top["total_entities"] <= collected["entities_by_type"]["process"]  # those with a cpu_util_pct
+    assert 0 < top["total_entities"] <= processes  # those with a cpu_util_pct
     assert bool(top["next_cursor"]) is (top["total_entities"] > 5)  # the rest is one cursor away
 
     view = content(answers, "convert_layer")
     assert view["layer"] == "compute" and view["text"].startswith("## compute (layer 1)")
-    assert view["tokens"] == count_tokens(view["text"]) <= 8000
+    assert count_tokens(view["text"]) <= 8000
 
     matched = content(answers, "match_patterns")
-    rows = {r["pattern"]: r["status"] for r in matched["coverage"]}
-    assert len(rows) == len(matched["coverage"]) and set(rows) == set(catalog())
-    assert sorted(p for p, s in rows.items() if s == "finding") == sorted({f["pattern"] for f in matched["findings"]})
-    counts = {p: sum(f["priority"] == p for f in matched["findings"]) for p in ("P0", "P1", "P2")}
-    assert matched["summary"]["counts"] == counts
+    assert f"{len(catalog())} patterns" in matched["text"]
+    assert all(f"] {f.split()[1]}: " in matched["text"] for f in matched["findings"])
+    counts = {p: sum(f.startswith(p + " ") for f in matched["findings"]) for p in ("P0", "P1", "P2")}
+    assert matched["counts"] == counts
 
     report = content(answers, "generate_report")  # format=md output_path=report.md
     target = answers / "state" / "reports" / "report.md"  # reports/ in WITTY_STATE_DIR, not the server's cwd
@@ -126,11 +127,11 @@ def test_inspector_drives_a_whole_live_session(answers: Path) -> None:
 def test_inspector_loads_the_real_sample_and_sees_the_device_numa_mismatch(answers: Path,
                                                                            vllm_sample_path: Path) -> None:
     loaded = content(answers, "load_graph")
-    assert loaded["source"] == "legacy" and loaded["entities_by_type"]["npu"] == 8
+    assert "source: legacy" in loaded["text"] and "npu 8" in loaded["text"]
     matched = content(answers, "match_interconnect")
-    assert {f["layer"] for f in matched["findings"]} == {3}
-    (mismatch,) = [f for f in matched["findings"] if f["pattern"] == "interconnect.device_numa_mismatch"]
-    assert mismatch["priority"] == "P0"
-    workers = {s for s in mismatch["subjects"] if s.startswith("process:")}
-    assert workers == {f"process:local:{pid}" for pid in range(1895087, 1895091)}
+    assert all(f.split()[1].startswith("interconnect.") for f in matched["findings"])
+    assert "P0 interconnect.device_numa_mismatch" in matched["findings"]
+    # the four workers, each a row of the interconnect view's evidence
+    view = content(answers, "view_interconnect")
+    assert all(f"process:local:{pid}" in view["text"] for pid in range(1895087, 1895091))
     assert loaded["graph_id"] in {g["graph_id"] for g in content(answers, "list_graphs")["graphs"]}

@@ -10,9 +10,9 @@ import mcp
 import pytest
 
 from tests.prometheus_stack import running_stack
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.server import build_server
-from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
 from witty_profiler.topology.errors import InputError
 
