@@ -72,8 +72,8 @@ def collect_args(duration_s: float, interval_s: float, host: str | None = None, 
         args += ["--host", host]
     if job:
         args += ["--job", job]
-    if collectors:
-        args += ["--collectors", collectors]
+    if collectors:  # one argument: "-ebpf" on its own would be read as an option by the host's parser
+        args.append(f"--collectors={collectors}")
     return args
 
 

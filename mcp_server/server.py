@@ -41,7 +41,7 @@ from witty_profiler.mcp_server import schemas as s
 from witty_profiler.mcp_server.sdk import lowlevel
 from witty_profiler.mcp_server.tasks import Tasks
 from witty_profiler.mcp_server.tools import TOOLS, ToolSpec, WittyTools, suggest
-from witty_profiler.mcp_server.wire import SafeWriteStream
+from witty_profiler.mcp_server.wire import SafeReadStream, SafeWriteStream
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
 from witty_profiler.topology.text import valid_text
@@ -151,11 +151,12 @@ class WittyServer(MCPServer):
     workers: Workers
 
     async def run_stdio_async(self) -> None:
-        """Serve over stdio as the SDK does, through a write stream that cannot fail on a string that is
-        not valid UTF-8: a failed write would end the server."""
+        """Serve over stdio as the SDK does, through streams that survive a string that is not valid UTF-8:
+        a failed write would end the server, a refused read would leave its call unanswered."""
         async with stdio_server() as (read_stream, write_stream):
             inner = lowlevel(self)
-            await inner.run(read_stream, SafeWriteStream(write_stream), inner.create_initialization_options())
+            await inner.run(SafeReadStream(read_stream), SafeWriteStream(write_stream),
+                            inner.create_initialization_options())
 
     async def list_tools(self) -> list[MCPTool]:
         """The tools with the schemas of their input and output models as `schemas.published_schema`

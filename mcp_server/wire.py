@@ -5,6 +5,10 @@ read with ``surrogateescape``) that no UTF-8 encoder accepts: an answer holding 
 the transport writes it, and over stdio that failure ends the server. Answers and saved records pass
 through `valid_text`, which shows such a character as U+FFFD; `SafeWriteStream` does the same for any
 message that still could not be written, so the server never dies writing an answer.
+
+A request may hold one too (`"\\ud800"` in an argument): the SDK's reader refuses such a
+line, and the client would wait for an answer forever; `SafeReadStream` reads it again with its strings made
+valid, so the call is answered like any other (a path with U+FFFD is "no such file").
 """
 
 from __future__ import annotations
@@ -47,3 +51,54 @@ class SafeWriteStream:
                         exc_tb: TracebackType | None) -> bool | None:
         await self.aclose()
         return None
+
+
+class SafeReadStream:
+    """A transport's read stream (the SDK's `ReadStream` protocol) that turns a line the SDK's JSON parser
+    refused for a lone surrogate into the message it is, with U+FFFD in its place; anything else passes as
+    it came."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def receive(self) -> Any:
+        return _mended(await self._inner.receive())
+
+    def __aiter__(self) -> SafeReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        return _mended(await self._inner.__anext__())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> SafeReadStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                        exc_tb: TracebackType | None) -> bool | None:
+        await self.aclose()
+        return None
+
+    def __getattr__(self, name: str) -> Any:  # last_context and the like, as the inner stream has them
+        return getattr(self._inner, name)
+
+
+def _mended(item: Any) -> Any:
+    if not isinstance(item, ValueError) or not hasattr(item, "errors"):
+        return item
+    raw = next((e.get("input") for e in item.errors() if isinstance(e.get("input"), str)), None)
+    if raw is None:
+        return item
+    import json
+
+    from mcp.shared.message import SessionMessage
+    from mcp.types import jsonrpc_message_adapter
+    try:
+        data = json.loads(raw)  # Python's parser takes a lone surrogate escape
+        message = jsonrpc_message_adapter.validate_python(valid_text(data), by_name=False)
+    except ValueError:
+        return item  # not that: the SDK reports it as before
+    log.warning("a request held characters that are not valid UTF-8; it was read with U+FFFD instead")
+    return SessionMessage(message=message)

@@ -98,3 +98,15 @@ def test_collect_rejects_a_bad_host_name_before_the_window():
     done = subprocess.run([sys.executable, "-m", "witty_profiler", "collect", "--duration", "1", "--host", "a:b",
                            "-o", "-"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "bad host name" in done.stderr
+
+
+@pytest.mark.parametrize("given", ["-ebpf", "-ebpf,-pmu", "process,cpu"])
+def test_every_collectors_form_reaches_the_hosts_as_one_argument(given):
+    """`cluster collect --collectors=-ebpf` hands each host `--collectors=-ebpf`: the host's parser reads the
+    value, not an option called -ebpf."""
+    from witty_profiler.cli import build_parser
+    from witty_profiler.cluster.fanout import collect_args
+    outer = build_parser().parse_args(["cluster", "collect", "--hosts", "h1", "-o", "d", f"--collectors={given}"])
+    assert outer.collectors == given
+    host = build_parser().parse_args(collect_args(1.0, 0.5, host="h1", collectors=outer.collectors))
+    assert host.collectors == given and host.host == "h1"

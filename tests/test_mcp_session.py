@@ -21,15 +21,14 @@ import jsonschema
 import mcp
 import pytest
 from mcp import StdioServerParameters
+from mcp_support import call, call_error, host_process_graph
 
+from witty_profiler.app.graphs import GraphStore
 from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.diagnosis.models import LAYERS
 from witty_profiler.mcp_server.budget import count_tokens
 from witty_profiler.mcp_server.server import build_server
-from witty_profiler.app.graphs import GraphStore
 from witty_profiler.mcp_server.tools import WittyTools
-
-from mcp_support import call, call_error, host_process_graph
 
 pytestmark = pytest.mark.anyio
 
@@ -76,8 +75,7 @@ async def test_live_session_collect_summary_view_match_report(tmp_path: Path, bu
         summary = await call(client, "graph_summary", graph_id=gid)
         assert summary["entity_count"] == collected["entity_count"] and "collector process: " in summary["text"]
         view = await call(client, "convert_layer", graph_id=gid, layer="compute")
-        assert view["layer"] == "compute" and view["text"].strip() and view["tokens"] <= 8000
-        assert view["tokens"] == count_tokens(view["text"])
+        assert view["layer"] == "compute" and view["text"].strip() and count_tokens(view["text"]) <= 8000
 
         matched = await call(client, "match_patterns", graph_id=gid)
         assert f"{len(catalog())} patterns" in matched["text"], "every pattern ends as a finding or a coverage row"
@@ -175,7 +173,7 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         jsonschema.validate(collected, tools["collect"].output_schema)
         gid = collected["graph_id"]
         assert gid.startswith("live-") and collected["text"].startswith(f"graph_id {gid} (collect)")
-        assert len(collected["hosts"]) == 1 and collected["tokens"] == count_tokens(collected["text"])
+        assert len(collected["hosts"]) == 1 and count_tokens(collected["text"]) < 700
         described = (await checked("graph_summary", graph_id=gid))["text"]
         states = dict(re.findall(r"^collector (\S+): (\w+)", described, re.M))
         assert states["process"] in ("ok", "partial") and states["cpu"] == "ok", states
@@ -201,7 +199,7 @@ async def test_stdio_whole_session_with_schemas_progress_and_values(tmp_path: Pa
         assert f"{collected['entity_count']} entities" in collected["text"]
 
         view = await checked("convert_layer", graph_id=gid, layer="compute")
-        assert view["layer"] == "compute" and view["tokens"] == count_tokens(view["text"]) <= 8000
+        assert view["layer"] == "compute" and count_tokens(view["text"]) <= 8000
         row = re.search(rf"^process:{re.escape(host)}:{pid}\s.*?([\d.]+)%", view["text"], re.M)
         assert row and float(row.group(1)) > 5, view["text"][:2000]  # the busy process, with its cpu%
 
@@ -340,6 +338,34 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     assert sorted(answers) == [1, 2, 3] and all(a["jsonrpc"] == "2.0" for a in answers.values())
     assert answers[2]["result"]["isError"] is False and answers[3]["result"]["isError"] is True
     assert "witty-mcp" in err  # the logs went to stderr
+
+
+@pytest.mark.slow
+def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    """`"\\ud800"` in an argument: the SDK's reader refuses the line; the server reads it again with U+FFFD and
+    answers it (here: no such file), and the next call too. Before, the client waited for ever."""
+    exe = _witty_mcp()
+    lines = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+             json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+             '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"load_graph",'
+             '"arguments":{"path":"x\\ud800.json"}}}',
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_graphs",
+                                                                                       "arguments": {}}})]
+    server = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path, env={**os.environ, "WITTY_STATE_DIR": str(tmp_path / "s")})
+    watchdog = threading.Timer(60, server.kill)
+    watchdog.start()
+    try:
+        server.stdin.write("".join(line + "\n" for line in lines))
+        server.stdin.flush()
+        answers = {a["id"]: a for a in (json.loads(server.stdout.readline()) for _ in range(3))}
+    finally:
+        watchdog.cancel()
+        server.kill()
+        server.communicate()
+    assert answers[2]["result"]["isError"] and "x\ufffd.json: no such file" in answers[2]["result"]["content"][0]["text"]
+    assert answers[3]["result"]["isError"] is False
 
 
 @pytest.mark.live
