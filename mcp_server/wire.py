@@ -22,12 +22,27 @@ from witty_profiler.topology.text import valid_text
 log = logging.getLogger("witty-mcp")
 
 
-class SafeWriteStream:
-    """A transport's write stream (the SDK's `WriteStream` protocol) that sends every message in a form
-    the transport can encode: one that would fail is sent with its strings made valid instead."""
+class _Wrapped:
+    """A transport stream around another: closing and the context manager as the inner one's."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                        exc_tb: TracebackType | None) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class SafeWriteStream(_Wrapped):
+    """A transport's write stream (the SDK's `WriteStream` protocol) that sends every message in a form
+    the transport can encode: one that would fail is sent with its strings made valid instead."""
 
     async def send(self, item: Any, /) -> None:
         try:
@@ -41,25 +56,11 @@ class SafeWriteStream:
             item = SessionMessage(message=message, metadata=item.metadata)
         await self._inner.send(item)
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    async def __aenter__(self) -> SafeWriteStream:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
-                        exc_tb: TracebackType | None) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class SafeReadStream:
+class SafeReadStream(_Wrapped):
     """A transport's read stream (the SDK's `ReadStream` protocol) that turns a line the SDK's JSON parser
     refused for a lone surrogate into the message it is, with U+FFFD in its place; anything else passes as
     it came."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
 
     async def receive(self) -> Any:
         return _mended(await self._inner.receive())
@@ -69,17 +70,6 @@ class SafeReadStream:
 
     async def __anext__(self) -> Any:
         return _mended(await self._inner.__anext__())
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> SafeReadStream:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
-                        exc_tb: TracebackType | None) -> bool | None:
-        await self.aclose()
-        return None
 
     def __getattr__(self, name: str) -> Any:  # last_context and the like, as the inner stream has them
         return getattr(self._inner, name)
