@@ -138,7 +138,7 @@ def test_offline_duration_collects_one_window_like_collect(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     graph = json.loads(out.read_text())
-    assert graph["format"] == "witty-graph" and graph["meta"]["duration_s"] == 1.0
+    assert graph["format"] == "witty-graph" and 1.0 <= graph["meta"]["duration_s"] < 1.5  # the window as measured
     assert graph["meta"]["collectors"]["process"]["status"] in ("ok", "partial")
 
 
@@ -151,11 +151,13 @@ def test_offline_takes_what_the_command_line_leaves_out_from_the_config_file(tmp
     out = tmp_path / "g.json"
     assert main(["--offline", "--config", str(conf), "-o", str(out), "-q"]) == 0
     meta = json.loads(out.read_text())["meta"]
-    assert (meta["duration_s"], meta["interval_s"]) == (1.5, 0.5) and sorted(meta["collectors"]) == ["cpu", "process"]
+    # duration_s is the window as measured, never shorter than asked and a little longer on a busy host
+    assert 1.5 <= meta["duration_s"] < 2.0 and meta["interval_s"] == 0.5
+    assert sorted(meta["collectors"]) == ["cpu", "process"]
     assert main(["--offline", "--config", str(conf), "--duration", "1", "--collectors", "cpu",
                  "-o", str(out), "--force", "-q"]) == 0
     meta = json.loads(out.read_text())["meta"]
-    assert (meta["duration_s"], meta["interval_s"]) == (1.0, 0.5) and list(meta["collectors"]) == ["cpu"]
+    assert 1.0 <= meta["duration_s"] < 1.5 and meta["interval_s"] == 0.5 and list(meta["collectors"]) == ["cpu"]
     conf.write_text('[collection]\nwindow_s = "x"\n')
     capsys.readouterr()
     assert main(["--offline", "--config", str(conf), "-o", str(out), "--force"]) == 2
