@@ -17,7 +17,7 @@ from witty_profiler.diagnosis.catalog import catalog
 from witty_profiler.topology import Graph
 
 from cluster_graphs import nic_speeds, ranks_on_hosts
-from trace_graphs import bandwidth_z, link_peers, loading_free, votes
+from trace_graphs import bandwidth_z, latency_message, link_peers, loading_free, votes
 from diagnosis_graphs import (
     allocates_on,
     device,
@@ -360,6 +360,8 @@ TRACE_SPECS = [
     Spec("network.slow_link", "robust_z", bandwidth_z, None, None, "critical"),
     # "the least ranks of a collective to compare": at it, compared
     Spec("network.slow_link", "min_peers", link_peers, None, "critical", "critical"),
+    # "messages of this size or less are judged by the latency rule": inclusive; larger ones by bandwidth
+    Spec("network.slow_link", "latency_bound_bytes", latency_message, "critical", "critical", None),
     # "only where the accelerator is free at least this many times the data-loading time": inclusive
     Spec("dataplane.data_loading_bottleneck", "min_free_of_loading", loading_free, None, "critical", "critical"),
 ]

@@ -56,11 +56,20 @@ def link_bandwidths(bandwidths: list[float], link: str = "RDMA") -> Graph:
     return g
 
 
-def latency(v: float) -> Graph:
-    """An AllReduce whose calls take v us on average."""
+def latency(v: float, message_bytes: float = 65536.0) -> Graph:
+    """An AllReduce of two ranks' traces whose calls of message_bytes (latency-bound by default) take v us on the
+    faster rank (its transfer time: the rank that arrived last waited least) and 1.5 v on the other."""
     g = trace_graph()
-    collective(g, "allreduce", op="allreduce", calls=100, duration_ms=v / 1000)
+    cid = collective(g, "allreduce", op="allreduce", calls=100, duration_ms=1.25 * v / 1000,
+                     message_bytes=message_bytes)
+    for n, us in enumerate((v, 1.5 * v)):
+        g.edge_of("takes_part", rank(g, n), cid, {}, {"calls": 100, "duration_ms": us / 1000})
     return g
+
+
+def latency_message(v: float) -> Graph:
+    """An AllReduce of two ranks taking 2000 us a call (critical) with messages of v bytes."""
+    return latency(2000.0, message_bytes=v)
 
 
 def bandwidth_z(v: float) -> Graph:

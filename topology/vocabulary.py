@@ -280,6 +280,8 @@ class M:
     LAST_ARRIVALS = "last_arrivals"
     TRANSIT_BYTES = "transit_bytes"
     BANDWIDTH_GBYTES_PER_S = "bandwidth_gbytes_per_s"
+    MESSAGE_BYTES = "message_bytes"
+    BUS_BANDWIDTH_GBYTES_PER_S = "bus_bandwidth_gbytes_per_s"
 
 
 @dataclass(frozen=True)
@@ -600,7 +602,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.LAST_ARRIVALS, "calls", "calls of a collective in which this rank waited least of its group: it arrived "
        "last and its peers waited for it (msprof's slow-rank vote)"),
     _M(M.TRANSIT_BYTES, "bytes", "bytes a collective moved (per link where the edge names one)"),
-    _M(M.BANDWIDTH_GBYTES_PER_S, "GB/s", "transfer bandwidth of a collective (per link where the edge names one)"),
+    _M(M.BANDWIDTH_GBYTES_PER_S, "GB/s", "transfer bandwidth of a collective (per link where the edge names one; "
+       "Kineto: nccl-tests' algorithm bandwidth, message bytes / kernel time)"),
+    _M(M.MESSAGE_BYTES, "bytes", "mean message size of one call of a collective (nccl-tests' S: the larger of "
+       "the input and output element counts times the dtype's size)"),
+    _M(M.BUS_BANDWIDTH_GBYTES_PER_S, "GB/s", "nccl-tests' bus bandwidth of a collective: the algorithm bandwidth "
+       "times 2(n-1)/n (AllReduce), (n-1)/n (AllGather, ReduceScatter, AllToAll) or 1, comparable with a link's peak"),
     # legacy time bases
     _M(M.RUNTIME_NS_TOTAL, "ns", "CPU time of a task on a NUMA node"),
     _M(M.RUNTIME_SHARE_PCT, "%", "share of a task's CPU time on a NUMA node"),

@@ -115,7 +115,7 @@ def pool_collectives(graph: Graph) -> None:
     """A collective the ranks of several trace files ran: its calls and durations from every rank's
     `takes_part` edge (each file saw it from its own rank, and merging alone keeps the last file's mean).
     Calls: the most any rank made; duration: the mean over all the ranks' calls; _max and _p95: the
-    largest of the ranks' (for _p95 an upper bound); bytes: the most any rank moved."""
+    largest of the ranks' (for _p95 an upper bound); bytes and message size: the most any rank moved."""
     q = GraphQuery.of(graph)
     for collective in graph.entities(T.COLLECTIVE):
         edges = [e for e in q.in_edges(collective.id, E.TAKES_PART) if not e.attrs.get("link")
@@ -130,9 +130,10 @@ def pool_collectives(graph: Graph) -> None:
             values = [e.metrics[M.DURATION_MS + stat] for e in edges if e.metrics.get(M.DURATION_MS + stat) is not None]
             if values:
                 m[M.DURATION_MS + stat] = max(values)
-        moved = [e.metrics[M.TRANSIT_BYTES] for e in edges if e.metrics.get(M.TRANSIT_BYTES) is not None]
-        if moved:
-            m[M.TRANSIT_BYTES] = max(moved)
+        for metric in (M.TRANSIT_BYTES, M.MESSAGE_BYTES):
+            values = [e.metrics[metric] for e in edges if e.metrics.get(metric) is not None]
+            if values:
+                m[metric] = max(values)
 
 
 def join_processes(graph: Graph) -> int:

@@ -15,7 +15,9 @@ What comes out (topology.vocabulary): one `rank` entity `rank:<job key>:<rank>` 
 and max over the steps of step_time_ms, compute_ms, comm_ms, comm_exposed_ms, comm_overlapped_ms,
 free_ms, kernel_busy_pct and data_loading_ms (only where the trace holds DataLoader spans); a `job` entity `job:<job key>` it is member_of; one
 `collective` entity per (group, op) and the rank's takes_part edge to it with calls, duration_ms
-(mean, _p95, _max), transit_bytes and bandwidth_gbytes_per_s.
+(mean, _p95, _max), transit_bytes, message_bytes (mean per call), bandwidth_gbytes_per_s (algorithm
+bandwidth) and bus_bandwidth_gbytes_per_s (nccl-tests' bus bandwidth), the last three where the kernels'
+args give message sizes (In/Out msg nelems and dtype).
 """
 
 from __future__ import annotations
@@ -337,6 +339,29 @@ def _groups(trace: _Trace) -> dict[tuple[str, str], _Collective]:
 
 
 # -- the graph --------------------------------------------------------------------------------------------
+def bus_factor(op: str, n: int | None) -> float | None:
+    """nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md): what each rank's link carries per byte of the
+    message, so that the bus bandwidth of any op and group size compares with the link's peak."""
+    if op in ("broadcast", "reduce", "send", "recv"):
+        return 1.0
+    if not n or n < 1:
+        return None
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return None
+
+
+def _group_size(attrs: dict[str, Any], world: int | None) -> int | None:
+    """The ranks of a collective's group: the kernel's 'Group size', the group's ranks, else the world's."""
+    if isinstance(attrs.get("group_size"), int):
+        return attrs["group_size"]
+    if isinstance(attrs.get("ranks"), list):
+        return len(attrs["ranks"])
+    return world
+
+
 def _rank_of(path: Path, info: dict[str, Any]) -> tuple[int | None, str | None]:
     """The rank and, where distributedInfo does not give it, how it was found (or that it was not)."""
     rank = info.get("rank")
@@ -446,8 +471,13 @@ def _graph(path: Path, job_key: str, trace: _Trace, took: float) -> Graph:
         numbers: dict[str, Any] = {M.CALLS: len(durations), **_stats(M.DURATION_MS, durations)}
         if coll.bytes_calls:
             numbers[M.TRANSIT_BYTES] = coll.bytes_total
+            numbers[M.MESSAGE_BYTES] = round(coll.bytes_total / coll.bytes_calls)
             if coll.bytes_us > 0:  # algorithm bandwidth: bytes / kernel time, in GB/s (1e9 bytes)
-                numbers[M.BANDWIDTH_GBYTES_PER_S] = round(coll.bytes_total / (coll.bytes_us * 1e3), 6)
+                algbw = coll.bytes_total / (coll.bytes_us * 1e3)
+                numbers[M.BANDWIDTH_GBYTES_PER_S] = round(algbw, 6)
+                factor = bus_factor(op, _group_size(coll.attrs, world))
+                if factor is not None:
+                    numbers[M.BUS_BANDWIDTH_GBYTES_PER_S] = round(algbw * factor, 6)
         graph.entity_of(T.COLLECTIVE, cid, {"op": op, "group": group, **coll.attrs}, dict(numbers))
         graph.edge_of(E.TAKES_PART, rank_id, cid, {}, numbers)
     status = "partial" if problems else "ok"

@@ -12,7 +12,9 @@ collective the rank that waited least arrived last, so its peers waited for it.
 network.slow_link compares, within each collective (group and op) and link type, each rank's transfer
 bandwidth with the other ranks' median (leave one out), with the robust z-score 0.6745 (median - x) /
 MAD of the peers (Iglewicz-Hoaglin) guarding against a rank within the peers' own spread; and flags
-AllReduce/AllGather whose mean duration is over a latency threshold.
+AllReduce/AllGather of latency-bound messages (latency_bound_bytes or less) whose time per call is over a
+latency threshold: the transfer time without waiting where the traces tell it apart, the mean kernel time
+(capped at P1) where one rank's trace is all there is, and P2 at most without message sizes.
 """
 
 from __future__ import annotations
@@ -334,6 +336,70 @@ def _link_outliers(scope: Scope, t: dict[str, Any]) -> tuple[list[dict[str, Any]
     return out, compared
 
 
+def _rank_edges(scope: Scope, collective: Entity) -> list[Any]:
+    """Each rank's own takes_part edge into a collective (not its per-link ones)."""
+    return [e for e in scope.query.in_edges(collective.id, E.TAKES_PART) if not e.attrs.get("link")]
+
+
+def _message_bytes(collective: Entity, edges: list[Any]) -> float | None:
+    """Bytes of one call: the trace's message size (Kineto), else what a rank moved per call (msprof)."""
+    size = num(collective, M.MESSAGE_BYTES)
+    if size is not None:
+        return size
+    moved = [num(e, M.TRANSIT_BYTES) / num(e, M.CALLS) for e in edges
+             if num(e, M.TRANSIT_BYTES) and num(e, M.CALLS)]
+    return median(moved) if moved else None
+
+
+def _transfer_us(edges: list[Any]) -> tuple[float | None, str]:
+    """The time of one call without waiting for late ranks, and how it was found: msprof's transit time
+    (median over the ranks), or the fastest rank's mean kernel time where several ranks' traces are in (the
+    rank that arrived last waited least); None with one rank's kernel time, which includes its waiting."""
+    transit = [num(e, M.TRANSIT_MS) / num(e, M.CALLS) for e in edges
+               if num(e, M.TRANSIT_MS) is not None and num(e, M.CALLS)]
+    if transit:
+        return round(median(transit) * 1000, 6), f"transit time (waiting excluded), the median of {len(transit)} ranks"
+    kernel = [num(e, M.DURATION_MS) for e in edges if num(e, M.DURATION_MS) is not None]
+    if len(kernel) >= 2:
+        return round(min(kernel) * 1000, 6), (f"the fastest of {len(kernel)} ranks' mean kernel time (the rank that "
+                                              "arrived last waited least)")
+    return None, ""
+
+
+def _at_most(severity: str, cap: str) -> str:
+    return max(severity, cap, key=LEVELS.index)
+
+
+def _slow_ops(scope: Scope, collectives: list[Entity], t: dict[str, Any]) -> list[dict[str, Any]]:
+    """AllReduce/AllGather over the latency threshold, judged as far as the trace allows: on the transfer
+    time without waiting where known; only for messages small enough that latency, not bandwidth, sets the
+    time; at most P1 when one rank's kernel time (waiting included) is all there is, at most P2 without sizes."""
+    latency, bound = t["latency_us"], t["latency_bound_bytes"]
+    out = []
+    for c in collectives:
+        mean = num(c, M.DURATION_MS)
+        if c.attrs.get("op") not in LATENCY_OPS or mean is None:
+            continue
+        edges = _rank_edges(scope, c)
+        message = _message_bytes(c, edges)
+        transfer, basis = _transfer_us(edges)
+        us = transfer if transfer is not None else round(mean * 1000, 6)
+        crossed = latency.severity(us)
+        if crossed is None or (message is not None and message > bound):
+            continue  # a large message's time grows with its size: judged by bandwidth, not latency
+        severity, caveat = crossed, ""
+        if message is None:
+            severity = _at_most(crossed, "notice")
+            caveat = ("the trace gives no message sizes (PyTorch records In/Out msg nelems and dtype in the NCCL "
+                      "kernels' args), and a kernel's time includes waiting for the other ranks: at most P2")
+        elif transfer is None:
+            severity = _at_most(crossed, "warning")
+            caveat = "one rank's kernel time, waiting for the other ranks included: at most P1"
+        out.append({"collective": c, "us": us, "mean_us": round(mean * 1000, 6), "message": message, "basis": basis,
+                    "severity": severity, "crossed": crossed, "caveat": caveat})
+    return out
+
+
 def _slow_link(scope: Scope, t: dict[str, Any]) -> Verdict:
     collectives = scope.graph.entities(T.COLLECTIVE)
     if not collectives:
@@ -341,19 +407,14 @@ def _slow_link(scope: Scope, t: dict[str, Any]) -> Verdict:
                              "import-trace)")
     outliers, compared = _link_outliers(scope, t)
     latency = t["latency_us"]
-    slow_ops = []
-    for c in collectives:
-        mean = num(c, M.DURATION_MS)
-        if c.attrs.get("op") in LATENCY_OPS and mean is not None:
-            us = round(mean * 1000, 6)
-            if latency.severity(us):
-                slow_ops.append((c, us, latency.severity(us)))
+    slow_ops = _slow_ops(scope, collectives, t)
     if not outliers and not slow_ops:
         timed = [c for c in collectives if c.attrs.get("op") in LATENCY_OPS and num(c, M.DURATION_MS) is not None]
         return clear(f"{ev.counted(len(collectives), 'collectives')}; {ev.counted(compared, 'link groups')} of "
                      f"{int(t['min_peers'])} or more ranks compared (transfers of 1 MB or more), no rank's bandwidth "
                      f"an outlier; {ev.counted(len(timed), 'AllReduce/AllGather')} under "
-                     f"{ev.fmt(latency.limit(), 'us')} mean duration")
+                     f"{ev.fmt(latency.limit(), 'us')} per call or with messages over "
+                     f"{ev.fmt(t['latency_bound_bytes'])} bytes (bandwidth-bound)")
     items: list[Evidence] = []
     sentences, subjects = [], []
     for o in sorted(outliers, key=lambda o: (-o["slowdown"], o["edge"].id))[:ev.MAX_SUBJECTS]:
@@ -371,15 +432,26 @@ def _slow_link(scope: Scope, t: dict[str, Any]) -> Verdict:
                                   f"{ev.fmt(num(edge, M.TRANSIT_MS), 'ms')}"))
     if len(outliers) > ev.MAX_SUBJECTS:
         items.append(ev.more(len(outliers) - ev.MAX_SUBJECTS, "slow links"))
-    for c, us, severity in slow_ops:
+    for o in slow_ops:
+        c = o["collective"]
         subjects.append(c.id)
-        sentences.append(f"{c.attrs.get('op')} of group {c.attrs.get('group', '?')} takes {ev.fmt(us, 'us')} on "
-                         f"average over {ev.fmt(num(c, M.CALLS))} calls")
-        items.append(ev.entity(c.id, "mean duration", us, "us", levels=latency, severity=severity,
+        size = f" of {ev.fmt(o['message'])} bytes" if o["message"] is not None else ""
+        judged = f"takes {ev.fmt(o['us'], 'us')} per call ({o['basis']})" if o["basis"] else \
+            f"takes {ev.fmt(o['us'], 'us')} on average"
+        sentences.append(f"{c.attrs.get('op')}{size} of group {c.attrs.get('group', '?')} {judged} over "
+                         f"{ev.fmt(num(c, M.CALLS))} calls" + (f" ({o['caveat']})" if o["caveat"] else ""))
+        waiting = o["mean_us"] - o["us"]
+        items.append(ev.entity(c.id, "transfer time per call" if o["basis"] else "mean duration", o["us"], "us",
+                               levels=latency, severity=o["severity"], bound=(">", latency.limit(o["crossed"])),
                                note=f"{M.DURATION_MS} {ev.fmt(num(c, M.DURATION_MS), 'ms')}, p95 "
                                     f"{ev.fmt(num(c, M.DURATION_MS + '_p95'), 'ms')}, max "
-                                    f"{ev.fmt(num(c, M.DURATION_MS + '_max'), 'ms')}"))
-    severity = worst(*(o["severity"] for o in outliers), *(s for _, _, s in slow_ops))
+                                    f"{ev.fmt(num(c, M.DURATION_MS + '_max'), 'ms')}"
+                                    + (f"; waiting {ev.fmt(round(waiting, 1), 'us')} per call on average"
+                                       if o["basis"] and waiting > 0 else "")
+                                    + (f"; message {ev.fmt(o['message'])} bytes (at most "
+                                       f"{ev.fmt(t['latency_bound_bytes'])}: latency-bound)"
+                                       if o["message"] is not None else "; message size unknown")))
+    severity = worst(*(o["severity"] for o in outliers), *(o["severity"] for o in slow_ops))
     return finding(severity or "warning", "Slow collective links: " + "; ".join(sentences) + ".", items,
                    subjects=subjects, related=["control.slow_rank", "network.congestion", "network.rdma_bottleneck",
                                                "interconnect.nvlink_contention"])
@@ -389,21 +461,30 @@ SLOW_LINK = Pattern(
     id="network.slow_link", layer=4, title="Slow collective link (traces)",
     why="A rank whose transfers over one link type (RDMA, HCCS, PCIe, NVLink) run slower than its peers' in the "
         "same collective points at a bad link, a congested path or a wrong route; every rank of the group waits for "
-        "it. An AllReduce or AllGather taking over 200 us on average indicates network congestion (the seed "
-        "article's rule).",
+        "it. A small AllReduce or AllGather (latency-bound) taking over 200 us a call indicates network congestion "
+        "(the seed article's rule); the time judged is the transfer without waiting for late ranks where the traces "
+        "tell them apart (msprof's transit time, or several ranks' Kineto traces). A collective's kernel time alone "
+        "grows with its message and includes waiting for the other ranks, so without message sizes the rule gives "
+        "P2 at most, and with one rank's kernel time P1 at most.",
     metrics=("takes_part.bandwidth_gbytes_per_s", "takes_part.transit_bytes", "takes_part.transit_ms",
-             "collective.duration_ms", "collective.calls"),
+             "takes_part.duration_ms", "collective.duration_ms", "collective.calls", "collective.message_bytes"),
     thresholds=(Threshold("slowdown", "ratio", "above", "the peers' median bandwidth over a rank's, per collective "
                           "and link type (transfers of 1 MB or more)", critical=2, warning=1.5),
-                Threshold("latency_us", "us", "above", "mean duration of an AllReduce or AllGather call",
+                Threshold("latency_us", "us", "above", "time of one AllReduce or AllGather call of a latency-bound "
+                          "message (the transfer without waiting where known, else the mean duration)",
                           critical=1000, warning=200)),
     params=(Param("robust_z", 3.5, "ratio", "the least robust z-score 0.6745 (median - bandwidth) / MAD of the peers "
                   "(Iglewicz-Hoaglin): a rank within its peers' own spread is not an outlier"),
             Param("min_peers", 3, "ranks", "the least ranks of a collective with transfers over one link type to "
-                  "compare: with two, neither is the odd one")),
+                  "compare: with two, neither is the odd one"),
+            Param("latency_bound_bytes", 1_000_000, "bytes", "messages of this size or less are judged by the "
+                  "latency rule: on a 100 GB/s bus their transfer takes about 10-20 us, the order of NCCL's own "
+                  "per-call latency (nccl-tests' busbw = algbw x 2(n-1)/n), so their time is set by latency; a "
+                  "larger message's time grows with its size and is judged by bandwidth against the peers")),
     evidence="Each rank and link type whose bandwidth is an outlier in its collective (eight at most, the slowest "
              "first): its bandwidth, the peers' median and MAD, the robust z-score, bytes and transit time; each "
-             "AllReduce/AllGather over the latency threshold with its mean, p95 and max duration.",
+             "AllReduce/AllGather over the latency threshold with the time judged and how it was found, its mean, p95 "
+             "and max duration, the waiting per call and its message size (or that it is unknown).",
     recommendations=(
         "Check the named rank's link of that type: port counters and errors (network.rdma_bottleneck, ibstat, "
         "hccn_tool), NVLink/HCCS state (interconnect.nvlink_contention), PCIe link width.",
