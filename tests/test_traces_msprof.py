@@ -209,6 +209,47 @@ def test_malformed_inputs_name_the_file_and_the_field(tmp_path):
             import_traces([kineto])
 
 
+HEADER = "Step,Type,Index,Computing,Communication(Not Overlapped),Free\n"
+
+
+@pytest.mark.parametrize("rows, where", [
+    # a copy stopped in the middle of a row: the fields after the cut are missing
+    (",rank,0,100,200,300\n,rank,1,100,2", r":3: the row ends after 5 of 6 fields \(cut short\?\): no 'Free'"),
+    # ... or in the middle of the last number: no line end after it
+    (",rank,0,100,200,300\n,rank,1,100,200,3", r":3: Free: the file ends in the middle of this row"),
+    (",rank,0,100,200,300\n,rank,1,100,-200,300\n", r":3: Communication\(Not Overlapped\): '-200' is negative"),
+    (",rank,0,100,200,300\n,rank,1,100,200,inf\n", r":3: Free: 'inf' is not a finite number"),
+    (",rank,0,100,200,300\n,rank,0,100,200,300\n", r":3: Index: rank 0 given twice \(first on line 2\)"),
+    ("1,rank,0,100,200,300\n1,rank,0,100,200,300\n", r":3: Index: rank 0 step 1 given twice"),
+    (",rank,0,100,200,300,9\n", r":2: 7 fields, the header has 6"),
+])
+def test_a_step_file_cut_short_or_out_of_range_is_refused_with_its_line(tmp_path, rows, where):
+    """Before, a cut row filled half a rank and changed which rank was slow, and a negative time hid it."""
+    path = tmp_path / "cluster_step_trace_time.csv"
+    path.write_text(HEADER + rows)
+    with pytest.raises(InputError, match="cluster_step_trace_time.csv" + where):
+        import_traces([path])
+
+
+def test_steps_of_one_rank_and_a_whole_file_still_read(tmp_path):
+    path = tmp_path / "cluster_step_trace_time.csv"
+    path.write_text(HEADER.replace("\n", "\r\n") + "1,rank,0,100,200,300\r\n2,rank,0,100,200,500\r\n")
+    (rank,) = import_traces([path]).entities("rank")
+    assert rank.metrics["steps"] == 2 and rank.metrics["free_ms"] == 0.4
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"g": {"s": {"hcom_allReduce__1": {"0": {}, "0": {}}}}}', "'0' given twice in one object"),
+    ('{"g": {"s": {"hcom_allReduce__1": {"0": {"Communication Time Info": {"Wait Time(ms)": -1}}}}}}',
+     r"rank 0: 'Wait Time\(ms\)': '-1' is negative"),
+])
+def test_a_communication_file_with_a_rank_twice_or_a_negative_time_is_refused(tmp_path, text, where):
+    path = tmp_path / "cluster_communication.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=where):
+        import_traces([path])
+
+
 def test_the_mcp_tool_imports_into_the_store_and_reads_paths_from_its_cwd(msprof, tmp_path):
     from witty_profiler.mcp_server import schemas
     from witty_profiler.app.graphs import GraphStore

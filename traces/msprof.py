@@ -99,14 +99,18 @@ def _rank(value: Any, where: str) -> int:
 def _read_steps(graph: Graph, path: Path, job_key: str) -> None:
     per_rank: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     stages: list[list[int]] = []
+    first_seen: dict[tuple[int, str], int] = {}  # (rank, step) -> its line
     with open_text(path, "msprof step trace file", MAX_GRAPH_BYTES, InputError) as f:
+        last: list[str] = [""]
         try:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(_remember_last(f, last))
             header = reader.fieldnames or []
             absent = [c for c in REQUIRED if c not in header]
             if absent:
                 raise InputError(f"{path}: no column {absent[0]!r} (is this msprof-analyze's {STEP_CSV}?)")
-            for line, row in enumerate(reader, start=2):
+            for row in reader:
+                line = reader.line_num
+                _whole_row(row, header, last[0], f"{path}:{line}")
                 kind = (row.get("Type") or "").strip()
                 if kind == "stage":
                     stages.append(sorted({int(n) for n in _digits(row.get("Index"))}))
@@ -114,12 +118,17 @@ def _read_steps(graph: Graph, path: Path, job_key: str) -> None:
                 if kind != "rank":
                     raise InputError(f"{path}:{line}: Type {kind!r} is neither 'rank' nor 'stage'")
                 rank = _rank(row.get("Index"), f"{path}:{line}: Index")
+                step = (row.get("Step") or "").strip()
+                if (rank, step) in first_seen:
+                    raise InputError(f"{path}:{line}: Index: rank {rank}{f' step {step}' if step else ''} given "
+                                     f"twice (first on line {first_seen[(rank, step)]})")
+                first_seen[(rank, step)] = line
                 values = per_rank[rank]
                 for column, metric in COLUMNS.items():
                     cell = row.get(column)
                     if cell is None or (cell.strip() == "" and column not in REQUIRED):
                         continue
-                    values[metric].append(_number(cell, f"{path}:{line}: {column}") / 1000.0)
+                    values[metric].append(_duration(cell, f"{path}:{line}: {column}") / 1000.0)
                 values["_step"].append(1.0)
         except UnicodeDecodeError:
             raise InputError(f"{path}: not UTF-8 text (is this msprof-analyze's {STEP_CSV}?)") from None
@@ -140,6 +149,35 @@ def _read_steps(graph: Graph, path: Path, job_key: str) -> None:
         graph.entity(job_id(job_key)).attrs["stages"] = stages
 
 
+def _remember_last(lines, last: list[str]):
+    """The file's lines, the latest kept in last[0] (to tell a row cut short at the end of the file)."""
+    for text in lines:
+        last[0] = text
+        yield text
+
+
+def _whole_row(row: dict[Any, Any], header: list[str], text: str, where: str) -> None:
+    """A row with as many fields as the header, ending with its line end: a file cut short (a copy stopped
+    halfway) ends in the middle of a row, and its last number may be cut as well."""
+    if None in row:
+        raise InputError(f"{where}: {len(header) + len(row[None])} fields, the header has {len(header)}")
+    given = [column for column in header if row.get(column) is not None]
+    if len(given) < len(header):
+        raise InputError(f"{where}: the row ends after {len(given)} of {len(header)} fields (cut short?): no "
+                         f"{header[len(given)]!r}")
+    if not text.endswith(("\n", "\r")):
+        raise InputError(f"{where}: {header[-1]}: the file ends in the middle of this row, without a line end "
+                         "(cut short?)")
+
+
+def _duration(cell: Any, where: str) -> float:
+    """A time or size: a finite number, not negative."""
+    value = _number(cell, where)
+    if value < 0:
+        raise InputError(f"{where}: {str(cell).strip()!r} is negative")
+    return value
+
+
 def _digits(text: Any) -> list[str]:
     import re
     return re.findall(r"\d+", str(text or ""))
@@ -149,7 +187,9 @@ def _digits(text: Any) -> list[str]:
 def _read_communication(graph: Graph, path: Path, job_key: str) -> None:
     raw = read_bytes(path, "msprof communication file", MAX_GRAPH_BYTES, InputError)
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, object_pairs_hook=_once(path))
+    except InputError:
+        raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -216,6 +256,19 @@ def _read_communication(graph: Graph, path: Path, job_key: str) -> None:
                           qualifier=link)
 
 
+def _once(path: Path):
+    """json's object hook that refuses a key given twice (json.loads would keep the last one silently, and with
+    it drop a rank or a call)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise InputError(f"{path}: {key!r} given twice in one object (a rank or an op twice?)")
+            out[key] = value
+        return out
+    return pairs
+
+
 def _object(value: Any, where: str) -> None:
     if not isinstance(value, dict):
         raise InputError(f"{where}: expected an object, found {type(value).__name__}")
@@ -227,7 +280,7 @@ def _times(info: Any, where: str) -> dict[str, float]:
     if times is None:
         return {}
     _object(times, f"{where}: {TIME_INFO!r}")
-    return {metric: _number(times[field], f"{where}: {field!r}") for field, metric in TIMES.items() if field in times}
+    return {metric: _duration(times[field], f"{where}: {field!r}") for field, metric in TIMES.items() if field in times}
 
 
 def _call(into: dict[str, float], links: dict[tuple[str, str, int, str], dict[str, float]], key: tuple[str, str],
@@ -243,8 +296,8 @@ def _call(into: dict[str, float], links: dict[tuple[str, str, int, str], dict[st
     for link, values in bandwidth.items():
         at = f"{where}: {BANDWIDTH_INFO!r} {link!r}"
         _object(values, at)
-        size = _number(values.get("Transit Size(MB)", 0), f"{at} 'Transit Size(MB)'")
-        ms = _number(values.get("Transit Time(ms)", 0), f"{at} 'Transit Time(ms)'")
+        size = _duration(values.get("Transit Size(MB)", 0), f"{at} 'Transit Size(MB)'")
+        ms = _duration(values.get("Transit Time(ms)", 0), f"{at} 'Transit Time(ms)'")
         if size <= 0 and ms <= 0:
             continue
         sums = links[(*key, rank, str(link))]
