@@ -18,6 +18,7 @@ from witty_profiler.topology import jsonstream
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.traces import kineto
+from witty_profiler.traces.importer import import_traces
 from witty_profiler.traces.kineto import read_kineto
 
 KINETO = SHARED / "traces" / "kineto"
@@ -350,3 +351,40 @@ def test_a_trace_without_a_hostname_joins_the_one_host_process_that_was_already_
         graph = import_traces([path], into=host)
         edges = [(e.source, e.target) for e in graph.edges(E.TRACE_OF)]
         assert edges == ([(f"rank:{JOB}:0", "process:gpu7:2910249")] if joined else []), started
+
+
+# -- traces of one run, or not --------------------------------------------------------------------------
+def _rank_trace(path: Path, rank: int, world: int, start_us: float = 1.7e15, ranks: str = "[0, 1]") -> Path:
+    doc = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+           "traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7,
+                            "ts": start_us, "dur": 1000},
+                           {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
+                            "tid": 9, "ts": start_us + 100, "dur": 50,
+                            "args": {"Process Group Name": "0", "Process Group Ranks": ranks}}]}
+    return _write(path, doc)
+
+
+@pytest.mark.parametrize("second, fact", [
+    (dict(rank=0, world=2), r"r1.json.gz: rank 0 again \(distributedInfo.rank\), as in .*r0.json.gz"),
+    (dict(rank=1, world=8), r"r1.json.gz: world size 8 \(distributedInfo.world_size\), but 2 in .*r0.json.gz"),
+    (dict(rank=1, world=2, start_us=1.7e15 + 9 * 86400e6), r"r1.json.gz: recorded at .*, 9.0 days from .*r0.json.gz"),
+    (dict(rank=1, world=2, ranks="[1, 2]"), r"r1.json.gz: process group 0 holds ranks \[1, 2\], but \[0, 1\]"),
+])
+def test_traces_of_different_runs_are_not_one_job(tmp_path, second, fact):
+    """Two rank-0 traces used to become one rank (one dropped with its findings), and ranks of runs days
+    apart one job with a slow rank: now exit 2 naming the fact that disagrees."""
+    first = _rank_trace(tmp_path / "r0.json.gz", 0, 2)
+    other = _rank_trace(tmp_path / "r1.json.gz", **second)
+    with pytest.raises(InputError, match=fact):
+        import_traces([first, other])
+    if "again" not in fact:  # the user may say they are one job; a rank twice never is
+        graph = import_traces([first, other], job="trace:mine")
+        assert len(graph.entities(T.RANK)) == 2
+    else:
+        with pytest.raises(InputError, match="again"):
+            import_traces([first, other], job="trace:mine")
+
+
+def test_the_ranks_of_one_run_join(tmp_path):
+    paths = [_rank_trace(tmp_path / f"r{n}.json.gz", n, 2, start_us=1.7e15 + n * 60e6) for n in (0, 1)]
+    assert sorted(r.attrs["rank"] for r in import_traces(paths).entities(T.RANK)) == [0, 1]

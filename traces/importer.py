@@ -9,7 +9,9 @@ of one of its processes gets a `trace_of` edge to that process.
 
 The job key of the ranks' ids: `job` if given; else, with `into` holding exactly one `job` entity,
 that job's key (its id without 'job:'), so that the ranks join the job the host graph already knows;
-else 'trace:default'.
+else 'trace:default'. Kineto traces join one job only where they can be ranks of one run (`one_job`):
+never the same rank twice, and, unless `job` names the job, the same world size and process groups and
+recording times within an hour.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def import_traces(paths: list[str | Path], job: str | None = None, into: Graph |
     fragments = [read_msprof(files.get(STEP_CSV), files.get(COMM_JSON), job_key) for _, files in sorted(msprof.items())]
     if kineto:
         read_kineto = _kineto_reader()
-        fragments += [read_kineto(path, job_key) for path in kineto]
+        ranks = [read_kineto(path, job_key) for path in kineto]
+        one_job(ranks, said_by_user=job is not None)
+        fragments += ranks
     graph = into if into is not None else Graph(Meta(source="trace"))
     for fragment in fragments:
         if into is not None:
@@ -62,6 +66,56 @@ def import_traces(paths: list[str | Path], job: str | None = None, into: Graph |
     if into is not None:
         join_processes(graph)
     return graph
+
+
+MAX_START_SPREAD_S = 3600  # the ranks of one run start their profilers within minutes of each other
+
+
+def one_job(fragments: list[Graph], said_by_user: bool) -> None:
+    """Refuse traces that cannot be ranks of one run: a rank given twice, always; unless the user named the
+    job, traces whose world size, process groups or recording time disagree. The message names the files
+    and the fact."""
+    seen: dict[str, Entity] = {}
+    groups: dict[str, tuple[list[int], str]] = {}  # collective id -> (its ranks, the file that said so)
+    for fragment in fragments:
+        file = next((r.attrs.get("file") for r in fragment.entities(T.RANK)), "?")
+        for rank in fragment.entities(T.RANK):
+            first = seen.setdefault(rank.id, rank)
+            if first is not rank:
+                raise InputError(f"{rank.attrs.get('file')}: rank {rank.attrs.get('rank')} again (distributedInfo."
+                                 f"rank), as in {first.attrs.get('file')}: traces of two runs? import each run on "
+                                 "its own")
+            if said_by_user or len(seen) == 1:
+                continue
+            base = next(iter(seen.values()))
+            _same_run(base, rank)
+        for collective in fragment.entities(T.COLLECTIVE):
+            ranks = collective.attrs.get("ranks")
+            if said_by_user or not isinstance(ranks, list):
+                continue
+            before = groups.setdefault(collective.id, (ranks, file))
+            if before[0] != ranks:
+                raise InputError(f"{file}: process group {collective.attrs.get('group')} holds ranks {ranks}, but "
+                                 f"{before[0]} in {before[1]}: traces of different runs (give --job to read them as "
+                                 "one job anyway)")
+
+
+def _same_run(base: Entity, rank: Entity) -> None:
+    a, b = base.attrs, rank.attrs
+    hint = "traces of different runs (give --job to read them as one job anyway)"
+    if a.get("world_size") is not None and b.get("world_size") is not None and a["world_size"] != b["world_size"]:
+        raise InputError(f"{b.get('file')}: world size {b['world_size']} (distributedInfo.world_size), but "
+                         f"{a['world_size']} in {a.get('file')}: {hint}")
+    started = [x.get("started_at") for x in (a, b)]
+    if all(isinstance(t, str) for t in started):
+        apart = abs((_when(started[1]) - _when(started[0])).total_seconds())
+        if apart > MAX_START_SPREAD_S:
+            raise InputError(f"{b.get('file')}: recorded at {started[1]}, {_span(apart)} from {a.get('file')} "
+                             f"({started[0]}): {hint}")
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 86400:.1f} days" if seconds >= 86400 else f"{seconds / 3600:.1f} hours"
 
 
 def job_key_for(job: str | None, into: Graph | None) -> str:
