@@ -263,3 +263,19 @@ def test_the_mcp_tool_imports_into_the_store_and_reads_paths_from_its_cwd(msprof
     assert again.graph_id == out.graph_id
     with pytest.raises(InputError, match="no such file"):
         tools.import_trace(schemas.ImportTraceInput(paths=["missing.json"]))
+
+
+def test_a_vote_of_some_ranks_that_contradicts_the_step_times_is_named(tmp_path):
+    """Step times of 8 ranks point at rank 6 (free time 30 % of the step above the others'); the collective
+    data covers ranks 0 and 1 only, and rank 1 arrived last in both calls: the finding is about rank 6 and says
+    the two sources disagree, instead of adding rank 1's vote to rank 6's finding."""
+    rows = "".join(f",rank,{r},{500_000},{100_000},{700_000 if r == 6 else 400_000}\n" for r in range(8))
+    (tmp_path / "cluster_step_trace_time.csv").write_text(HEADER + rows)
+    call = {"0": {"Communication Time Info": {"Elapse Time(ms)": 5, "Transit Time(ms)": 1, "Wait Time(ms)": 4}},
+            "1": {"Communication Time Info": {"Elapse Time(ms)": 1.2, "Transit Time(ms)": 1, "Wait Time(ms)": 0.2}}}
+    (tmp_path / "cluster_communication.json").write_text(json.dumps(
+        {"(0, 1)": {"step1": {"hcom_allReduce__1_0@1": call, "hcom_allReduce__2_0@1": call}}}))
+    f = diagnose(import_traces([tmp_path])).finding("control.slow_rank")
+    assert f is not None and f.subjects[0] == "rank:trace:default:6"
+    assert "the collective waits disagree: they point at rank 1, last to arrive in 2 of 2 calls (collective data " \
+           "of 2 of the 8 ranks), not at rank 6" in f.description

@@ -107,9 +107,9 @@ def _gaps(ranks: list[Entity]) -> list[dict[str, Any]]:
     return out
 
 
-def _votes(scope: Scope, ranks: list[Entity]) -> tuple[dict[str, int], int]:
+def _votes(scope: Scope, ranks: list[Entity]) -> tuple[dict[str, int], int, int]:
     """Calls each rank arrived last in (last_arrivals of its takes_part edges; where a collective has none,
-    the rank with the least total wait in it), and the calls voted on."""
+    the rank with the least total wait in it), the calls voted on and the ranks taking part in them."""
     members = {r.id for r in ranks}
     by_collective: dict[str, list[Any]] = defaultdict(list)
     for edge in scope.graph.edges(E.TAKES_PART):
@@ -127,7 +127,7 @@ def _votes(scope: Scope, ranks: list[Entity]) -> tuple[dict[str, int], int]:
         if len(waits) >= 2 and waits[0][0] < waits[1][0]:
             votes[waits[0][1]] += 1
             total += 1
-    return dict(votes), total
+    return dict(votes), total, len({e.source for edges in by_collective.values() for e in edges})
 
 
 # -- trace ranks for the host-side patterns that also read them ---------------------------
@@ -205,7 +205,7 @@ def _slow_rank(scope: Scope, t: dict[str, Any]) -> Verdict:
     sentences, subjects, severities, judged, clear_parts = [], [], [], 0, []
     for job, ranks in jobs.items():
         gaps = _gaps(ranks)
-        votes, calls = _votes(scope, ranks)
+        votes, calls, voters = _votes(scope, ranks)
         if not gaps and not calls:
             continue
         judged += 1
@@ -225,7 +225,9 @@ def _slow_rank(scope: Scope, t: dict[str, Any]) -> Verdict:
                 f", {ev.counted(calls, 'calls')} voted without a rank arriving last {min_votes} times or more"
                 if calls else ""))
             continue
-        slow_id = max(sorted(suspects), key=lambda r: suspects[r])
+        # most pointed at; on a tie the step times win (they cover every rank, the vote may cover some)
+        from_gaps = {g["slow"].id for g, _ in crossed}
+        slow_id = max(sorted(suspects), key=lambda r: (suspects[r], r in from_gaps))
         slow = scope.graph.entity(slow_id)
         subjects.append(slow_id)
         parts = []
@@ -248,13 +250,18 @@ def _slow_rank(scope: Scope, t: dict[str, Any]) -> Verdict:
                                         f"{ev.fmt(g['max'], 'ms')}"))
         if winner:
             ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
+            covered = f" (collective data of {voters} of the {len(ranks)} ranks)" if voters < len(ranks) else ""
             items.append(ev.entity(winner, M.LAST_ARRIVALS, votes[winner], "calls", bound=(">=", min_votes),
-                                   note=f"arrived last (waited least) in {votes[winner]} of {calls} collective calls; "
-                                        + ", ".join(f"{_label(scope.graph.entity(r))} {n}" for r, n in ranked[:ev.MAX_SUBJECTS])))
-            if votes[winner] >= min_votes:
+                                   note=f"arrived last (waited least) in {votes[winner]} of {calls} collective calls"
+                                        f"{covered}; " + ", ".join(f"{_label(scope.graph.entity(r))} {n}"
+                                                                   for r, n in ranked[:ev.MAX_SUBJECTS])))
+            if winner != slow_id and votes[winner] >= min_votes:
+                parts.append(f"the collective waits disagree: they point at {_label(scope.graph.entity(winner))}, "
+                             f"last to arrive in {votes[winner]} of {calls} calls{covered}, not at {_label(slow)}")
+            elif votes[winner] >= min_votes:
                 severities.append("notice")
                 parts.append(f"{_label(scope.graph.entity(winner))} arrived last in {votes[winner]} of {calls} "
-                             "collective calls (it waited least; its peers waited for it)")
+                             f"collective calls{covered} (it waited least; its peers waited for it)")
         sentences.append(f"{_label(slow)} ({slow_id}) of {_job_name(job)}: " + "; ".join(parts))
     if not judged:
         return not_evaluated(f"{ev.counted(sum(map(len, jobs.values())), 'trace ranks')} without step times of two "
