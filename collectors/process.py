@@ -28,7 +28,9 @@ from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.lib.procfs import (
     CLK_TCK,
     PAGE_SIZE,
+    blkio_ticks,
     container_from_cgroup,
+    delay_accounting,
     format_cpulist,
     parse_cgroup,
     parse_cmdline,
@@ -105,13 +107,15 @@ def _edge(g: Graph, kind: str, source: str, target: str, metrics: dict | None = 
 @register
 class ProcessCollector(Collector):
     name = "process"
-    reads = "/proc/PID/{stat,status,io,numa_maps,cgroup,environ,cmdline}, task/TID/{stat,schedstat}"
+    reads = ("/proc/PID/{stat,status,io,numa_maps,cgroup,environ,cmdline}, task/TID/{stat,schedstat}, "
+             "/proc/sys/kernel/task_delayacct")
     needs = "any user; root reads every process's io and numa_maps"
     order = 10  # finishes first, so that later collectors can read the scope it settled on
 
     # -- the window ---------------------------------------------------------------------------
     def start(self) -> None:
         self.proc = str(self.ctx.proc)
+        self.delayacct = delay_accounting(f"{self.proc}/sys")  # else the blocked-on-I/O ticks stay 0
         self.node_of = cpu_to_node(self.ctx)
         self.boot_t0 = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.btime = _boot_time(self.proc)
@@ -420,6 +424,8 @@ class ProcessCollector(Collector):
         for pid in sorted(self.procs):
             p = self.procs[pid]
             metrics = _process_metrics(p)
+            if self.delayacct:
+                metrics.update(_io_blocked(p))
             if p.kernel and not p.in_scope and metrics.get(M.CPU_UTIL_PCT, 0) < KERNEL_THREAD_MIN_PCT:
                 continue
             emitted.add(pid)
@@ -604,6 +610,15 @@ def _process_metrics(p: ProcState) -> dict:
     if p.in_scope:
         m[M.RUNNABLE_THREADS] = sum(1 for th in p.threads.values() if th.state == "R")
     return m
+
+
+def _io_blocked(p: ProcState) -> dict:
+    """The share of the window the process's main thread was blocked on block I/O (delayacct_blkio_ticks)."""
+    last = blkio_ticks(p.last_stat) if p.last_stat else p.blkio_first
+    span = p.last_t - p.first_t if p.times else 0.0
+    if p.blkio_first is None or last is None or span <= 0 or last < p.blkio_first:
+        return {}
+    return {M.IO_BLOCKED_PCT: round(min(100.0, (last - p.blkio_first) * TICK_PCT / span), 2)}
 
 
 def _runqueue(run: float, wait: float, slices: float, span: float) -> dict:

@@ -31,6 +31,14 @@ RANK_SIGNALS: list[tuple[str, str, str, float]] = [
     ("device_power_w", "W", "lower", 25.0),
     ("device_temperature_c", "°C", "higher", 5.0),
     ("device_throttled", "devices", "higher", 1.0),
+    # storage, memory and network: a rank that waits for its disk, its page cache or a remote store
+    (M.IO_BLOCKED_PCT, "%", "higher", 5.0),
+    (M.WRITE_BYTES_PER_S, "bytes/s", "higher", 50e6),
+    (M.READ_BYTES_PER_S, "bytes/s", "higher", 50e6),
+    (M.MAJOR_FAULTS_PER_S, "1/s", "higher", 100.0),
+    (M.PSI_IO_SOME_PCT, "%", "higher", 5.0),
+    (M.PSI_MEMORY_SOME_PCT, "%", "higher", 5.0),
+    ("net_bytes_per_s", "bytes/s", "higher", 50e6),
 ]
 _DEVICE_METRICS = {"device_util_pct": M.UTIL_PCT, "device_sm_clock_mhz": M.SM_CLOCK_MHZ,
                    "device_power_w": M.POWER_W, "device_temperature_c": M.TEMPERATURE_C}
@@ -51,7 +59,7 @@ def host_digests(graph: Graph) -> list[dict[str, Any]]:
         "host": host,
         "window": windows.get(host, {}),
         "collectors": _collectors(graph, host),
-        "ranks": [_rank(q, p) for p in ranks.get(host, [])],
+        "ranks": [_rank(q, p, windows.get(host, {}).get("duration_s")) for p in ranks.get(host, [])],
         "facts": _facts(by_host.get(host, [])),
         "entities": len(by_host.get(host, [])),
     } for host in hosts]
@@ -84,16 +92,23 @@ def _ranks(graph: Graph, q: GraphQuery) -> list[Entity]:
     return ranked
 
 
-def _rank(q: GraphQuery, p: Entity) -> dict[str, Any]:
+def _rank(q: GraphQuery, p: Entity, window_s: float | None) -> dict[str, Any]:
     jobs = q.out_edges(p.id, E.MEMBER_OF)
     env = p.attrs.get("env") if isinstance(p.attrs.get("env"), dict) else {}
     job = jobs[0].target if jobs else p.attrs.get("job")
     if not job:  # peers of one world: same size and rendezvous address
         master = p.attrs.get("master_addr") or env.get("MASTER_ADDR") or program(str(p.attrs.get("cmdline") or ""))
         job = f"world:{master}:{p.attrs.get('world_size')}"
-    metrics = {k: num(p, k) for k in (M.CPU_UTIL_PCT, M.RUNQUEUE_WAIT_PCT, M.NUMA_REMOTE_PAGES_PCT)}
-    throttled = [num(c, M.THROTTLED_PERIODS_PCT) for c in q.targets(p.id, E.IN_CGROUP)]
-    metrics[M.THROTTLED_PERIODS_PCT] = max((t for t in throttled if t is not None), default=None)
+    metrics = {k: num(p, k) for k in (M.CPU_UTIL_PCT, M.RUNQUEUE_WAIT_PCT, M.NUMA_REMOTE_PAGES_PCT,
+                                      M.IO_BLOCKED_PCT, M.READ_BYTES_PER_S, M.WRITE_BYTES_PER_S,
+                                      M.MAJOR_FAULTS_PER_S)}
+    cgroups = q.targets(p.id, E.IN_CGROUP)
+    for metric in (M.THROTTLED_PERIODS_PCT, M.PSI_IO_SOME_PCT, M.PSI_MEMORY_SOME_PCT):  # the worst of its cgroups
+        metrics[metric] = max((v for v in (num(c, metric) for c in cgroups) if v is not None), default=None)
+    connections = q.targets(p.id, E.OWNS_CONNECTION)
+    if connections and window_s:
+        moved = sum((num(c, M.BYTES_SENT_TOTAL) or 0.0) + (num(c, M.BYTES_RECEIVED_TOTAL) or 0.0) for c in connections)
+        metrics["net_bytes_per_s"] = round(moved / window_s, 1)
     loaders = [c for c in q.children_of(p) if c.attrs.get("role") == "loader"]
     if loaders:
         metrics["loader_cpu_util_pct"] = sum(num(c, M.CPU_UTIL_PCT) or 0.0 for c in loaders)

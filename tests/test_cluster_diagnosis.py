@@ -94,6 +94,32 @@ def test_a_spread_out_job_has_no_straggler_and_one_outlier_among_many_is_found()
     assert "15 peers' median 99 %" in f.evidence[0].note
 
 
+def test_an_io_straggler_is_named_by_its_storage_signals():
+    """The rank on h1 writes 478 MB/s and is blocked on I/O 40 % of the window, its peers write 75 KB/s: its CPU
+    and run-queue look like theirs, so before the storage signals nothing set it apart."""
+    g = cluster(["h0", "h1", "h2"])
+    for i, h in enumerate(["h0", "h1", "h2"]):
+        slow = h == "h1"
+        pid = rank(g, h, 100, i, cpu_util_pct=97.0 + i, runqueue_wait_pct=2.0, io_blocked_pct=40.0 if slow else 0.5,
+                   write_bytes_per_s=478e6 if slow else 75e3 + 1e3 * i, major_faults_per_s=0.0)
+        conn = g.entity_of("tcp_connection", f"tcp_connection:{h}:10.0.0.{i}:40000:10.0.0.9:29500", {},
+                           {"bytes_sent_total": 1e9 * (3 if slow else 1), "bytes_received_total": 0.0}).id
+        g.edge_of("owns_connection", pid, conn)
+    f = diagnose(g).finding("control.straggler_host")
+    assert f is not None and f.severity == "critical" and f.subjects == ["host:h1", "process:h1:100"]
+    signals = [e.metric for e in f.evidence]
+    assert signals[:2] == ["write_bytes_per_s deviation from peers", "io_blocked_pct deviation from peers"]
+    assert "net_bytes_per_s deviation from peers" in signals  # 300 MB/s of TCP against the peers' 100 MB/s
+    assert "write_bytes_per_s 478 MB/s vs the peers' median 0.076 MB/s (robust z" in f.description
+    assert "every step waits" not in f.description and "Where the job synchronises its ranks" in f.description
+    assert any("writes far more than its peers" in r for r in f.recommendations)
+
+
+def test_odd_host_on_two_hosts_does_not_send_the_user_to_cluster_diagnose():
+    reason = next(c.reason for c in diagnose(ranks_on_hosts([90.0, 91.0])).coverage if c.pattern == "network.odd_host")
+    assert reason.startswith("2 hosts: this pattern compares 3 or more") and "cluster diagnose" not in reason
+
+
 def test_straggler_needs_ranks_of_one_job_on_two_hosts():
     g = cluster(["h0", "h1", "h2"])
     for i, h in enumerate(["h0", "h1", "h2"]):

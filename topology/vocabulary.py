@@ -147,6 +147,7 @@ class M:
     DISK_UTIL_PCT = "disk_util_pct"
     AWAIT_MS = "await_ms"
     WRITE_BURST_S = "write_burst_s"
+    IO_BLOCKED_PCT = "io_blocked_pct"
     # network
     RX_BYTES_PER_S = "rx_bytes_per_s"
     TX_BYTES_PER_S = "tx_bytes_per_s"
@@ -453,6 +454,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M(M.WRITE_IOPS, "1/s", "completed writes per second"),
     _M(M.DISK_UTIL_PCT, "%", "share of the window the device had I/O in flight"),
     _M(M.AWAIT_MS, "ms", "mean time per completed I/O, queue included"),
+    _M(M.IO_BLOCKED_PCT, "%", "share of the window a process's main thread was blocked on block I/O (delay "
+       "accounting: /proc/PID/stat delayacct_blkio_ticks; needs kernel.task_delayacct=1 on Linux 5.14 and later)"),
     _M(M.WRITE_BURST_S, "s", "longest run of consecutive samples in which a process wrote"),
     # network
     _M(M.RX_BYTES_PER_S, "bytes/s", "bytes received per second"),

@@ -68,13 +68,13 @@ class Stat:
     """The fields of /proc/PID/stat the collectors use (times in clock ticks, rss in pages)."""
 
     __slots__ = ("comm", "state", "ppid", "flags", "majflt", "utime", "stime", "num_threads", "starttime", "rss",
-                 "processor")
+                 "processor", "blkio")
 
     def __init__(self, comm: str, state: str, ppid: int, flags: int, majflt: int, utime: int, stime: int,
-                 num_threads: int, starttime: int, rss: int, processor: int) -> None:
+                 num_threads: int, starttime: int, rss: int, processor: int, blkio: int | None = None) -> None:
         self.comm, self.state, self.ppid, self.flags, self.majflt = comm, state, ppid, flags, majflt
         self.utime, self.stime, self.num_threads = utime, stime, num_threads
-        self.starttime, self.rss, self.processor = starttime, rss, processor
+        self.starttime, self.rss, self.processor, self.blkio = starttime, rss, processor, blkio
 
     @property
     def kernel_thread(self) -> bool:
@@ -88,12 +88,26 @@ def parse_stat(text: str) -> Stat | None:
     if close < 0:
         return None
     comm = text[text.find("(") + 1:close]
-    f = text[close + 2:].split(None, 38)  # nothing after field 39 (processor) is used
+    f = text[close + 2:].split(None, 40)  # nothing after field 42 (delayacct_blkio_ticks) is used
     if len(f) < 37:
         return None
     # f[0] is field 3 (state) of proc(5)
     return Stat(comm, f[0], int(f[1]), int(f[6]), int(f[9]), int(f[11]), int(f[12]), int(f[17]), int(f[19]),
-                int(f[21]), int(f[36]))
+                int(f[21]), int(f[36]), int(f[39]) if len(f) > 39 and f[39].isdigit() else None)
+
+
+def blkio_ticks(raw: bytes) -> int | None:
+    """Field 42 of a raw /proc/PID/stat: clock ticks the task spent blocked on block I/O (delay accounting)."""
+    f = raw[raw.rfind(b")") + 2:].split(None, 40)
+    return int(f[39]) if len(f) > 39 and f[39].isdigit() else None
+
+
+def delay_accounting(proc_sys: str = "/proc/sys") -> bool:
+    """Whether the kernel counts tasks' block I/O delays: kernel.task_delayacct (Linux 5.14 and later, off by
+    default; `sysctl kernel.task_delayacct=1` or the `delayacct` boot option turn it on); before 5.14 it was on
+    wherever it was built in."""
+    text = read_text(f"{proc_sys}/kernel/task_delayacct", small=True)
+    return text is None or text.strip() != "0"
 
 
 def parse_schedstat(text: str) -> tuple[int, int, int] | None:

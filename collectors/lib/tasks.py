@@ -70,7 +70,8 @@ class ProcState:
     __slots__ = ("pid", "starttime", "name", "ppid", "kernel", "times", "utime", "stime", "majflt", "state",
                  "rss_pages", "num_threads", "cpus", "node_ticks", "started_in_window", "gone", "in_scope",
                  "threads", "cmdline", "cgroups", "status_first", "status_last", "io_read", "io_write", "extra",
-                 "first_state", "sched_first", "sched_last", "idle_samples", "last_stat", "cpu_ticks_seen")
+                 "first_state", "sched_first", "sched_last", "idle_samples", "last_stat", "cpu_ticks_seen",
+                 "blkio_first")
 
     def __init__(self, pid: int, st: Stat, started_in_window: bool) -> None:
         self.pid = pid
@@ -79,6 +80,7 @@ class ProcState:
         self.ppid = st.ppid
         self.kernel = st.kernel_thread
         self.first_state = st.state
+        self.blkio_first = st.blkio  # delayacct_blkio_ticks as first seen
         # typed arrays, not lists: an hour at 1 s for 1000 processes stays ~100 MB, not ~500
         self.times = array("d")
         self.utime = array("q")

@@ -40,13 +40,31 @@ _ADVICE = {
                       "cap (nvidia-smi -q -d POWER).",
     "device_util_pct": "The accelerator of rank {rank} on {host} is less busy than its peers: look at what feeds it "
                        "on that host (input, CPU, PCIe).",
+    "io_blocked_pct": "Rank {rank} on {host} waits for its disk: find what it reads or writes (checkpoints, logs, "
+                      "a dataset on local disk: iotop, its storage findings) and make it asynchronous or move it off "
+                      "the step.",
+    "write_bytes_per_s": "Rank {rank} on {host} writes far more than its peers: find what (checkpoints, traces, "
+                         "logs; iotop -o) and move it out of the training step or to another rank.",
+    "read_bytes_per_s": "Rank {rank} on {host} reads far more from storage than its peers: check its data shard "
+                        "and page cache (is its dataset cached where the peers' is?).",
+    "major_faults_per_s": "Rank {rank} on {host} faults pages in from disk: check that host's free memory and "
+                          "swap, and what evicts the rank's pages (memory.major_faults).",
+    "psi_io_some_pct": "The cgroup of rank {rank} on {host} stalls on I/O: check its io limits and what shares its "
+                       "disk.",
+    "psi_memory_some_pct": "The cgroup of rank {rank} on {host} stalls on memory: raise its memory limit or reduce "
+                           "what runs beside the rank.",
+    "net_bytes_per_s": "Rank {rank} on {host} moves far more over TCP than its peers: check what it fetches or "
+                       "sends (a remote dataset, checkpoints to a network store, a parameter server).",
 }
 
 
 def _digests(scope: Scope, least: int) -> tuple[list[dict[str, Any]], Verdict | None]:
     digests = scope.digests()
-    if len(digests) < least:
+    if len(digests) < 2:
         return digests, not_evaluated(_ONE_HOST.format(n=ev.counted(len(digests), "hosts")))
+    if len(digests) < least:  # already several hosts: how to get more is not the question
+        return digests, not_evaluated(f"{ev.counted(len(digests), 'hosts')}: this pattern compares {least} or more "
+                                      "(with two, neither is the odd one)")
     return digests, None
 
 
@@ -65,7 +83,8 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
                f"{ev.counted(len({d['host'] for d in digests}), 'hosts')})"
     if not outliers:
         return clear(f"{compared}; no rank differs from its peers on CPU, run-queue wait, throttling, NUMA placement, "
-                     "loader CPU or accelerator utilisation, clocks, power and temperature")
+                     "loader CPU, storage I/O and time blocked on it, major faults, I/O and memory pressure, TCP "
+                     "bytes, or accelerator utilisation, clocks, power and temperature")
     by_rank: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for o in outliers:
         by_rank[(o["host"], o["rank"]["id"])].append(o)
@@ -78,15 +97,15 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
         first = found[0]
         rank, host = first["rank"], first["host"]
         subjects += [rank["id"], host_id(host)]
-        signals = "; ".join(f"{o['signal']} {ev.fmt(o['value'], o['unit'])} vs the peers' median "
-                            f"{ev.fmt(o['median'], o['unit'])}" for o in found)
+        signals = "; ".join(f"{o['signal']} {_shown(o['value'], o['unit'])} vs the peers' median "
+                            f"{_shown(o['median'], o['unit'])} (robust z {_z(o['z'])})" for o in found)
         sentences.append(f"rank {rank.get('rank')} ({ev.short(rank['id'])}) on host {host}: {signals}")
         for o in found:
             items.append(ev.statistic([rank["id"], host_id(host)], f"{o['signal']} deviation from peers",
                                       round(o["deviation_pct"], 1), "%", levels=t["deviation_pct"],
                                       severity=o["severity"],
-                                      note=f"{o['signal']} {ev.fmt(o['value'], o['unit'])}; the {o['peers']} peers' "
-                                           f"median {ev.fmt(o['median'], o['unit'])}, MAD {ev.fmt(o['mad'], o['unit'])}"
+                                      note=f"{o['signal']} {_shown(o['value'], o['unit'])}; the {o['peers']} peers' "
+                                           f"median {_shown(o['median'], o['unit'])}, MAD {_shown(o['mad'], o['unit'])}"
                                            f", robust z {_z(o['z'])} (> {ev.fmt(t['robust_z'])})"))
             line = _ADVICE.get(o["signal"])
             if line:
@@ -99,8 +118,8 @@ def _straggler(scope: Scope, t: dict[str, Any]) -> Verdict:
     hosts = sorted({o["host"] for o in outliers})
     description = (f"{ev.counted(len(by_rank), 'ranks')} on {ev.listed('host', hosts)} "
                    f"{ev.agree(len(by_rank), 'differ')} from the other ranks of {ev.their(len(by_rank))} "
-                   f"job and every step waits for {'it' if len(by_rank) == 1 else 'them'}: " + "; ".join(sentences)
-                   + f". {compared}.")
+                   f"job: " + "; ".join(sentences) + f". {compared}. Where the job synchronises its ranks (a "
+                   f"collective each step), the others wait for {'it' if len(by_rank) == 1 else 'them'}.")
     return finding(severity or "warning", description, items, subjects=subjects,
                    related=["control.load_imbalance", "control.scheduling_latency", "control.cpu_throttling",
                             "compute.accelerator_throttling"],
@@ -111,6 +130,13 @@ def _level(outlier: dict[str, Any]) -> int:
     return ("critical", "warning", "notice").index(outlier["severity"])
 
 
+def _shown(value: float, unit: str) -> str:
+    """A signal's value for a sentence: byte rates in MB/s (478 MB/s reads better than 478000000 bytes/s)."""
+    if unit == "bytes/s":
+        return ev.fmt(round(value / 1e6, 3), "MB/s")
+    return ev.fmt(value, unit)
+
+
 def _z(z: float) -> str:
     return "inf (the peers agree exactly)" if z == float("inf") else ev.fmt(round(z, 1))
 
@@ -118,11 +144,13 @@ def _z(z: float) -> str:
 STRAGGLER_HOST = Pattern(
     id="control.straggler_host", layer=6, title="Straggler host: a rank slower than its peers",
     why="In a synchronous job every collective waits for the last rank: one host whose rank gets less CPU, waits "
-        "for a run queue, is throttled or has a slower accelerator makes every rank of the job wait, so the whole "
-        "job runs at that host's pace.",
+        "for a run queue, is throttled, waits for its disk or its page cache, or has a slower accelerator makes every "
+        "rank of the job wait, so the whole job runs at that host's pace.",
     metrics=("process.rank", E.MEMBER_OF, "process.cpu_util_pct", "process.runqueue_wait_pct",
              "cgroup.throttled_periods_pct", "process.numa_remote_pages_pct", "gpu.util_pct", "gpu.sm_clock_mhz",
-             "gpu.power_w", "gpu.temperature_c", "npu.util_pct"),
+             "gpu.power_w", "gpu.temperature_c", "npu.util_pct", "process.io_blocked_pct", "process.write_bytes_per_s",
+             "process.read_bytes_per_s", "process.major_faults_per_s", "cgroup.psi_io_some_pct",
+             "cgroup.psi_memory_some_pct", "tcp_connection.bytes_sent_total", "tcp_connection.bytes_received_total"),
     thresholds=(Threshold("deviation_pct", "%", "above", "how much worse a rank's signal is than the median of the "
                           "other ranks of its job: (value - median) / max(|median|, the signal's floor)",
                           critical=50, warning=25),),
@@ -133,8 +161,10 @@ STRAGGLER_HOST = Pattern(
     evidence="Per outlying rank (the worst first, eight at most, the rest counted): for each signal that sets it "
              "apart, its deviation from the other ranks' median with the value, the median, the MAD and the robust "
              "z-score. Signals: CPU utilisation, run-queue wait, cgroup throttling, remote NUMA pages, loader CPU, "
-             "accelerator utilisation, SM clock, power, temperature and throttling; each has a floor below which a "
-             "difference does not count (10 points of CPU, 5 points of wait, 100 MHz, 5 °C...).",
+             "time blocked on block I/O (delay accounting), storage read and write bytes/s, major faults, the "
+             "cgroup's I/O and memory pressure, TCP bytes/s, accelerator utilisation, SM clock, power, temperature "
+             "and throttling; each has a floor below which a difference does not count (10 points of CPU, 5 points "
+             "of wait, 50 MB/s, 100 faults/s, 100 MHz, 5 °C...).",
     recommendations=(
         "Fix or drain the named host (scontrol update nodename=... state=drain) and rerun the job on its peers.",
         "Compare that host's own diagnosis (witty-profiler cluster diagnose DIR --host NAME) with a peer's.",
