@@ -424,7 +424,7 @@ class ProcessCollector(Collector):
         for pid in sorted(self.procs):
             p = self.procs[pid]
             metrics = _process_metrics(p)
-            if self.delayacct:
+            if self.delayacct and not p.kernel:
                 metrics.update(_io_blocked(p))
             if p.kernel and not p.in_scope and metrics.get(M.CPU_UTIL_PCT, 0) < KERNEL_THREAD_MIN_PCT:
                 continue

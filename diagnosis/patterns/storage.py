@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
-from witty_profiler.diagnosis.catalog import Pattern, Threshold, Verdict, not_evaluated, number
+from witty_profiler.diagnosis.catalog import LEVELS, Pattern, Threshold, Verdict, clear, not_evaluated, number
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.rules import host_or_scope_processes, levels_check, metric_check, metric_of
 from witty_profiler.diagnosis.scope import Scope, num
@@ -20,13 +20,47 @@ PAGING = ("swap_pages_per_s", M.MAJOR_FAULTS_PER_S)  # memory.pressure's reading
 def _io_wait(scope: Scope, t: dict[str, Any]) -> Verdict:
     names = (M.CPU_IOWAIT_PCT, M.PSI_IO_SOME_PCT)
     hosts = [h for h in scope.hosts() if any(num(h, m) is not None for m in names)]
+    blocked = _blocked_processes(scope, t)
     if not hosts:
-        return not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host", "pressure"))
+        return blocked or not_evaluated(scope.missing("no CPU iowait or PSI io of the host", "cpu", "host",
+                                                      "pressure"))
     verdict = levels_check(hosts, tuple((m, metric_of(m), "%") for m in names), t, "The CPUs wait for I/O: ",
                            context=_io_full, after=lambda: _busiest_disks(scope))
     if verdict.status == "finding":
         _explain(scope, verdict)
-    return verdict
+    return _with_blocked(verdict, blocked)
+
+
+def _blocked_processes(scope: Scope, t: dict[str, Any]) -> Verdict | None:
+    """The workload's processes (all, without one) judged on their time blocked on block I/O, where the kernel
+    counts it: a rank that fsyncs every step waits for its disk while the host's iowait stays low (its other
+    CPUs are busy)."""
+    measured = [p for p in host_or_scope_processes(scope) if num(p, M.IO_BLOCKED_PCT) is not None]
+    if not measured:
+        return None
+    return metric_check(scope, measured, t["io_blocked_pct"], M.IO_BLOCKED_PCT, "processes", ("process",),
+                        "{n:processes|are} blocked on block I/O much of the window: {names}, {worst} "
+                        "(threshold > {limit}).",
+                        extra=lambda p: [ev.entity(p.id, m, num(p, m), unit="bytes/s")
+                                         for m in (M.WRITE_BYTES_PER_S, M.READ_BYTES_PER_S) if num(p, m)])
+
+
+def _with_blocked(host: Verdict, blocked: Verdict | None) -> Verdict:
+    """The host's verdict with the processes' beside it: the worse finding first, the other's evidence after."""
+    if blocked is None:
+        return host
+    if host.status != "finding" and blocked.status != "finding":
+        both = f"{host.reason}; {blocked.reason}"
+        return clear(both) if "clear" in (host.status, blocked.status) else not_evaluated(both)
+    found = [v for v in (host, blocked) if v.status == "finding"]
+    found.sort(key=lambda v: LEVELS.index(v.severity) if v.severity in LEVELS else len(LEVELS))
+    first = found[0]
+    for other in found[1:]:
+        first.description += " " + other.description
+        first.evidence.extend(other.evidence)
+        first.subjects.extend(s for s in other.subjects if s not in first.subjects)
+    first.reason = first.description
+    return first
 
 
 def _explain(scope: Scope, verdict: Verdict) -> None:
@@ -82,14 +116,20 @@ def _busiest_disks(scope: Scope) -> list[Evidence]:
 
 IO_WAIT = Pattern(
     id="storage.io_wait", layer=5, title="I/O wait",
-    why="Time the CPUs spend idle with I/O outstanding, or tasks stalled on I/O (PSI), is time the job is "
-        "not computing: typically data reads from slow or remote storage, or checkpoint writes.",
-    metrics=("host.cpu_iowait_pct", "host.psi_io_some_pct", "host.psi_io_full_pct", "block_device.disk_util_pct"),
+    why="Time the CPUs spend idle with I/O outstanding, tasks stalled on I/O (PSI), or a workload process blocked "
+        "on its disk (delay accounting) is time the job is not computing: typically data reads from slow or remote "
+        "storage, or checkpoint writes. A process can wait for its disk while the host's iowait stays low, when the "
+        "other CPUs are busy.",
+    metrics=("host.cpu_iowait_pct", "host.psi_io_some_pct", "host.psi_io_full_pct", "block_device.disk_util_pct",
+             "process.io_blocked_pct"),
     thresholds=(Threshold("cpu_iowait_pct", "%", "above", "share of the window the CPUs were idle with I/O outstanding",
                           critical=40, warning=20),
                 Threshold("psi_io_some_pct", "%", "above", "share of the window some task stalled on I/O",
-                          critical=50, warning=20)),
-    evidence="The host's iowait share and PSI io stall over their thresholds, and the busiest disks. When "
+                          critical=50, warning=20),
+                Threshold("io_blocked_pct", "%", "above", "share of the window a workload process's main thread was "
+                          "blocked on block I/O (delay accounting)", critical=40, warning=20)),
+    evidence="The host's iowait share and PSI io stall over their thresholds, and the busiest disks; the workload's "
+             "processes blocked on block I/O over their threshold with their read and write rates. When "
              "memory.pressure finds swapping or major faults over its thresholds on the same host (or in a cgroup "
              "of the workload), the I/O is paging: the finding cites them, relates to memory.pressure and "
              "recommends relieving the memory first; when storage.disk_saturation finds a disk of the host "
