@@ -8,13 +8,19 @@ Each folder has a count cap and a size cap. After a window is added the oldest o
 hold again, so disk use never exceeds the caps by more than the window just written; a window larger
 than a cap on its own is not kept at all (the record says so in the service's status). Keeping a window
 moves its files from ring/ to kept/ (one rename on the same file system).
+
+Both folders are the service's own (statedir.py): 0700, their files 0600, every name opened relative to
+the opened folder without following a symbolic link. A window id is checked against `ID` (the ids
+`_new_id` makes) before a file name is made from it, and a record must be named after its own id: a
+record with another id, or whose graph is a link or not a regular file, is skipped with a warning: never
+listed, served, or deleted through.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,12 +30,16 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from witty_profiler.app.graphs import GraphRecord
-from witty_profiler.topology import Graph, dumps_graph, load_graph
+from witty_profiler.service.statedir import Folder, NotRegular, UnsafeState, check_owner, kind, read_fd
+from witty_profiler.topology import Graph, dumps_graph, loads_graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import MAX_GRAPH_BYTES, MAX_SMALL_BYTES
+from witty_profiler.topology.text import visible
 
 log = logging.getLogger("witty-profiler.service")
 MIB = 1024 * 1024
-ID = re.compile(r"^w-\d{8}T\d{6}Z(-\d+)?$")
+ID = re.compile(r"w-[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,9})?")  # whole ids only: ID.fullmatch
+RECORD = ".window.json"
 
 
 class FindingBrief(BaseModel):
@@ -63,32 +73,90 @@ class NoWindowYet(InputError):
     """Asked for the latest window before any has finished."""
 
 
-class Shelf:
-    """One folder of windows with its caps; the caller holds the Ring's lock."""
+def is_id(text: object) -> bool:
+    """A window id as the ring makes them: the only names from which a file name is built."""
+    return isinstance(text, str) and ID.fullmatch(text) is not None
 
-    def __init__(self, folder: Path, max_windows: int, max_bytes: int) -> None:
-        self.folder, self.max_windows, self.max_bytes = folder, max_windows, max_bytes
+
+class Shelf:
+    """One folder of windows with its caps; the caller holds the Ring's lock.
+
+    On opening, every name in the folder is looked at without following it: a temporary file a crash left
+    is removed; a symbolic link or anything else that is not a regular file is skipped with a warning; a
+    regular file another user owns, or that others may write, stops the start (statedir.UnsafeState)."""
+
+    def __init__(self, folder: Folder, max_windows: int, max_bytes: int) -> None:
+        self.dir, self.folder = folder, folder.path
+        self.max_windows, self.max_bytes = max_windows, max_bytes
         self.records: OrderedDict[str, WindowRecord] = OrderedDict()  # oldest first
-        folder.mkdir(parents=True, exist_ok=True)
-        for leftover in folder.glob(".*.tmp*"):  # written by a process that died before its rename
-            leftover.unlink(missing_ok=True)
-        found = []
-        for path in folder.glob("*.window.json"):
-            try:
-                record = WindowRecord.model_validate_json(path.read_bytes())
-            except (OSError, ValueError):
-                continue  # half-written by a crash: dropped by the next clean-up
-            if (folder / f"{record.window_id}.json").exists():
-                found.append(record)
+        regular: set[str] = set()
+        for name in folder.names():
+            info = folder.lstat(name)
+            if info is None:
+                continue
+            if name.startswith(".") and ".tmp" in name[1:]:  # written by a process that died before its rename
+                try:
+                    folder.unlink(name)  # a link is removed itself, never what it points to
+                except OSError as exc:
+                    log.warning("%s: cannot remove a leftover temporary file (%s)", self._shown(name), exc.strerror)
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                log.warning("%s: %s, not a regular file: skipped (never read, served or deleted)",
+                            self._shown(name), kind(info.st_mode))
+                continue
+            check_owner(info, folder.path / name)
+            regular.add(name)
+        found = [record for name in sorted(regular) if name.endswith(RECORD)
+                 and (record := self._found(name, regular)) is not None]
         for record in sorted(found, key=lambda r: (r.started_at or "", r.window_id)):
             self.records[record.window_id] = record
         self.evict()
 
+    def _shown(self, name: str) -> str:
+        return visible(str(self.folder / name))
+
+    def _found(self, name: str, regular: set[str]) -> WindowRecord | None:
+        """The record in `name` if it is one of a window on disk; None (with a warning if it is not what the
+        ring writes) otherwise."""
+        window_id = name[:-len(RECORD)]
+        if not is_id(window_id):
+            log.warning("%s: not named after a window id: ignored", self._shown(name))
+            return None
+        try:
+            raw = self.dir.read(name, MAX_SMALL_BYTES)
+            record = WindowRecord.model_validate_json(raw)
+        except UnsafeState:
+            raise
+        except NotRegular as exc:  # replaced since it was listed
+            log.warning("%s: %s, not a regular file: skipped", self._shown(name), exc.strerror)
+            return None
+        except (OSError, ValueError):
+            return None  # half-written by a crash: dropped by the next clean-up
+        if not is_id(record.window_id):
+            log.warning("%s: window_id %s is not a window id: ignored", self._shown(name),
+                        visible(repr(record.window_id)))
+            return None
+        if record.window_id != window_id:
+            log.warning("%s: names window %s, not its own: ignored", self._shown(name), record.window_id)
+            return None
+        graph = f"{window_id}.json"
+        if graph not in regular:  # gone, or a link (skipped above)
+            return None
+        graph_info = self.dir.lstat(graph)
+        if graph_info is None:
+            return None
+        record.bytes = graph_info.st_size + len(raw)  # what is on disk, not what the record says
+        return record
+
     def bytes(self) -> int:
         return sum(r.bytes for r in self.records.values())
 
-    def paths(self, window_id: str) -> tuple[Path, Path]:
-        return self.folder / f"{window_id}.json", self.folder / f"{window_id}.window.json"
+    @staticmethod
+    def names(window_id: str) -> tuple[str, str]:
+        """The file names of a window: only ever made from an id the ring would make."""
+        if not is_id(window_id):
+            raise UnknownWindow(f"{window_id!r} is not a window id")
+        return f"{window_id}.json", f"{window_id}{RECORD}"
 
     def evict(self) -> list[str]:
         """Drop the oldest windows until both caps hold; their ids."""
@@ -100,11 +168,8 @@ class Shelf:
         return gone
 
     def remove_files(self, window_id: str) -> None:
-        for path in self.paths(window_id):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+        for name in self.names(window_id):
+            self.dir.unlink(name)
 
     def usage(self) -> dict[str, int]:
         return {"windows": len(self.records), "bytes": self.bytes(), "max_windows": self.max_windows,
@@ -114,11 +179,13 @@ class Shelf:
 class Ring:
     """Thread-safe: the collecting thread adds, HTTP and MCP handlers read and keep."""
 
-    def __init__(self, root: Path, ring_windows: int, ring_max_bytes: int, kept_windows: int,
+    def __init__(self, root: Path | Folder, ring_windows: int, ring_max_bytes: int, kept_windows: int,
                  kept_max_bytes: int) -> None:
+        """`root`: the state directory, or the service's opened one (statedir.Folder.open_root)."""
         self._lock = threading.RLock()
-        self.ring = Shelf(root / "ring", ring_windows, ring_max_bytes)
-        self.kept = Shelf(root / "kept", kept_windows, kept_max_bytes)
+        self.home = root if isinstance(root, Folder) else Folder.open_root(root)
+        self.ring = Shelf(self.home.subfolder("ring"), ring_windows, ring_max_bytes)
+        self.kept = Shelf(self.home.subfolder("kept"), kept_windows, kept_max_bytes)
         self.evicted = 0
         self.on_evict: list[Callable[[str], None]] = []  # told of each window that leaves the disk
 
@@ -127,14 +194,15 @@ class Ring:
         meta = graph.meta
         with self._lock:
             window_id = self._new_id(meta.started_at)
-            graph_path, record_path = self.ring.paths(window_id)
+            graph_name, record_name = self.ring.names(window_id)
             record = WindowRecord(window_id=window_id, started_at=meta.started_at, duration_s=meta.duration_s,
                                   interval_s=meta.interval_s, hosts=list(meta.hosts),
                                   entity_count=graph.entity_count(), edge_count=graph.edge_count(),
                                   bytes=len(text), findings=findings)
-            _write(graph_path, text)
-            _write(record_path, record.model_dump_json().encode())
-            record.bytes += record_path.stat().st_size
+            self.ring.dir.write(graph_name, text)
+            sidecar = record.model_dump_json().encode()
+            self.ring.dir.write(record_name, sidecar)
+            record.bytes += len(sidecar)
             self.ring.records[window_id] = record
             gone = self.ring.evict()
             self.evicted += len(gone)
@@ -148,8 +216,8 @@ class Ring:
 
     def _new_id(self, started_at: str | None) -> str:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        if started_at:
-            stamp = re.sub(r"[-:]", "", started_at)[:15] + "Z"
+        if started_at and re.fullmatch(r"[0-9]{8}T[0-9]{6}", given := re.sub(r"[-:]", "", started_at)[:15]):
+            stamp = given + "Z"
         base, n = f"w-{stamp}", 1
         window_id = base
         while window_id in self.ring.records or window_id in self.kept.records:
@@ -167,9 +235,9 @@ class Ring:
                 raise self._unknown(window_id)
             record.kept, record.kept_reason = True, reason
             record.kept_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            source, target = self.ring.paths(window_id), self.kept.paths(window_id)
-            os.replace(source[0], target[0])
-            _write(target[1], record.model_dump_json().encode())
+            graph_name, record_name = self.ring.names(window_id)
+            self.ring.dir.move(graph_name, self.kept.dir)
+            self.kept.dir.write(record_name, record.model_dump_json().encode())
             self.ring.remove_files(window_id)
             self.kept.records[window_id] = record
             gone = self.kept.evict()
@@ -200,13 +268,28 @@ class Ring:
                     return shelf.records[window_id]
         raise self._unknown(window_id)
 
-    def graph_path(self, window_id: str) -> Path:
-        record = self.record(window_id)
-        return (self.kept if record.kept else self.ring).paths(window_id)[0]
+    def read_bytes(self, window_id: str) -> bytes:
+        """A window's graph file as it is on disk: opened without following a link, a regular file of the
+        service's user only (anything else is refused with a warning, as at start-up)."""
+        with self._lock:  # opened under the lock: neither evicted nor moved to kept/ in between
+            shelf = self.kept if self.record(window_id).kept else self.ring
+            name = shelf.names(window_id)[0]
+            try:
+                fd, info = shelf.dir.open_regular(name)
+            except (NotRegular, UnsafeState) as exc:
+                reason = exc.strerror if isinstance(exc, NotRegular) else str(exc)
+                log.warning("%s: %s: not served", shelf._shown(name), reason)
+                raise UnknownWindow(f"window {window_id!r} is not served: its file is refused ({reason})") from None
+            except OSError as exc:
+                raise UnknownWindow(f"window {window_id!r} is no longer on disk ({exc.strerror})") from None
+        try:
+            return read_fd(fd, info, MAX_GRAPH_BYTES, shelf.folder / name)
+        except (InputError, OSError) as exc:
+            raise UnknownWindow(f"window {window_id!r} cannot be read ({exc})") from None
 
     # -- the windows as graphs of the workspace (app.graphs.Shelf) ------------------------------------
     def graph_record(self, graph_id: str) -> GraphRecord | None:
-        if not ID.match(graph_id):
+        if not is_id(graph_id):
             return None
         with self._lock:
             window = self.ring.records.get(graph_id) or self.kept.records.get(graph_id)
@@ -216,18 +299,18 @@ class Ring:
         return [_as_graph(w) for w in self.records()]
 
     def read_graph(self, graph_id: str) -> tuple[Graph, int]:
+        raw = self.read_bytes(graph_id)
         try:
-            path = self.graph_path(graph_id)
-            return load_graph(path), path.stat().st_size
-        except (InputError, OSError) as exc:  # evicted between the look-up and the read
-            raise UnknownWindow(f"window {graph_id!r} is no longer on disk ({exc})") from None
+            return loads_graph(raw, f"window {graph_id}"), len(raw)
+        except InputError as exc:
+            raise UnknownWindow(f"window {graph_id!r} cannot be read ({exc})") from None
 
     def usage(self) -> dict[str, dict[str, int]]:
         with self._lock:
             return {"ring": self.ring.usage(), "kept": self.kept.usage()}
 
     def _unknown(self, window_id: str) -> UnknownWindow:
-        if not ID.match(window_id):
+        if not is_id(window_id):
             return UnknownWindow(f"{window_id!r} is not a window id (they look like w-20261203T184500Z)")
         return UnknownWindow(f"unknown window {window_id!r}: it left the ring, or never was; "
                              f"GET /api/v1/graphs lists the windows on disk")
@@ -237,10 +320,3 @@ def _as_graph(w: WindowRecord) -> GraphRecord:
     return GraphRecord(graph_id=w.window_id, origin="collect", created_at=w.kept_at or w.started_at or "",
                        source="live", hosts=w.hosts, started_at=w.started_at, duration_s=w.duration_s,
                        entity_count=w.entity_count, edge_count=w.edge_count)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Atomically: a reader (or a restart after a crash) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -107,7 +107,7 @@ async def one_graph(service: Any, request: Request) -> Response:
     envelope = request.query_params.get("envelope", "false")
     if envelope not in ("true", "false"):
         raise InputError(f"envelope must be true or false, got {envelope!r}")
-    raw = await _off_loop(lambda: service.ring.graph_path(window_id).read_bytes())
+    raw = await _off_loop(lambda: service.ring.read_bytes(window_id))
     if envelope == "true":  # the original witty-profiler's answer: {env: this host, content: the graph}
         env = json.dumps({"hostname": socket.gethostname(), "service_version": __version__, "window_id": window_id})
         raw = b'{"env":' + env.encode() + b',"content":' + raw + b"}"
