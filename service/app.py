@@ -5,8 +5,10 @@
 It holds the state directory's lock (one service per directory), collects window after window
 (`monitor.Monitor`) into the ring (`ring.Ring`), and serves the REST API (`routes`) and the MCP server
 (streamable HTTP, /mcp) on one port, behind `mcp_server.httpguard` (Host/Origin, bearer token). It
-writes only inside its state directory. SIGTERM or SIGINT: the window in progress ends early, is
-stored, and the process exits 0.
+writes only inside its state directory, which it opens once and checks as sshd checks ~/.ssh
+(`statedir`: its user's, 0700, nothing in it another user's or writable by others; no symbolic link
+followed inside it); anything else stops the start, one line naming the path, exit 2. SIGTERM or
+SIGINT: the window in progress ends early, is stored, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from witty_profiler.service.config import TOKEN_ENV, ServiceConfig, read_token
 from witty_profiler.service.lock import InstanceLock
 from witty_profiler.service.monitor import Monitor
 from witty_profiler.service.ring import MIB, Ring
+from witty_profiler.service.statedir import Folder
 from witty_profiler.topology.errors import InputError
 
 log = logging.getLogger("witty-profiler.service")
@@ -33,12 +36,14 @@ class Service:
     (app.Workspace) through which the REST routes and /mcp read the windows: a window is diagnosed once,
     whichever asks first (the monitor, as the window ends)."""
 
-    def __init__(self, config: ServiceConfig, state: Path) -> None:
+    def __init__(self, config: ServiceConfig, state: Path, home: Folder | None = None) -> None:
+        """`home`: the state directory as run() opened and checked it (else it is opened here)."""
         from witty_profiler.app.graphs import GraphStore
         from witty_profiler.app.workspace import Workspace
         self.config, self.state = config, state
         s = config.storage
-        self.ring = Ring(state, s.ring_windows, int(s.ring_max_mb * MIB), s.kept_windows, int(s.kept_max_mb * MIB))
+        self.ring = Ring(home or state, s.ring_windows, int(s.ring_max_mb * MIB), s.kept_windows,
+                         int(s.kept_max_mb * MIB))
         self.ws = Workspace(GraphStore(state, shelves=[self.ring]), config.diagnosis.thresholds, workdir=state)
         self.ws.thresholds()  # a bad thresholds file stops the start, in one sentence
         self.ring.on_evict.append(self.ws.forget)
@@ -136,11 +141,12 @@ def run(config: ServiceConfig, running: bool = True) -> int:
     token = read_token(config)
     check_bind(host, token, f"server.token_file or ${TOKEN_ENV}")
     state = config.state_path()
-    lock = InstanceLock(state)
+    home = Folder.open_root(state)  # created 0700, or refused: another user's, or writable by others
+    lock = InstanceLock(home)
     lock.acquire()
     try:
         sock = bind(host, port)
-        service = Service(config, state)
+        service = Service(config, state, home)
         app = build_app(service, token)
         service.monitor.launch(running)
         try:
