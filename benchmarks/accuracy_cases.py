@@ -56,6 +56,9 @@ def trace_cases(tmp: Path) -> list[tuple[str, list[Path], str]]:
               [kineto(tmp / "nosize.json.gz", 0, 2, 1827.0)], "network.slow_link"),
              ("2: one rank, 64 KiB allreduce of 1827 us",
               [kineto(tmp / "small.json.gz", 0, 2, 1827.0, nelems=16384)], "network.slow_link")]
+    cases.append(("2: two ranks of 64 KiB allreduce, 1800 and 1100 us a call",
+                  [kineto(tmp / "w0.json.gz", 0, 2, 1800.0, nelems=16384),
+                   kineto(tmp / "w1.json.gz", 1, 2, 1100.0, nelems=16384)], "network.slow_link"))
     real = SHARED / "kineto" / "nccl_2rank_rank0.json.gz"
     if real.exists():
         cases.append(("2: HTA's 2-rank trace (20 MB allreduce, 3.1 ms)", [real], "network.slow_link"))
