@@ -87,8 +87,10 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     ctx.duration_s, ctx.interval_s = duration_s, interval_s
     if pids or job is not None:
         ctx.pids = scope_with_descendants(pids or [], str(ctx.proc))
+    job_scope: set[int] = set()
     if job is not None:  # a task of the job may end between the two reads
-        ctx.pids |= scope_with_descendants(job_pids(job, str(ctx.proc)), str(ctx.proc), must_exist=False)
+        job_scope = scope_with_descendants(job_pids(job, str(ctx.proc)), str(ctx.proc), must_exist=False)
+        ctx.pids |= job_scope
     instances = [REGISTRY[n](ctx) for n in sorted(names, key=lambda n: (getattr(REGISTRY[n], "order", 50), n))]
     spent = {c.name: 0.0 for c in instances}  # wall seconds inside the collector's calls
     cpu = {c.name: 0.0 for c in instances}  # CPU seconds (user + system, reads included) of those calls
@@ -160,9 +162,19 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
                       interval_s=interval_s, host_info={ctx.host: host_info(ctx)},
                       collectors=dict(sorted(statuses.items())), source="live")
     if job is not None:  # what the window was scoped to: the job's processes are the diagnosis' workload
-        graph.meta.extra["scope"] = {"job": job}
+        graph.meta.extra["scope"] = job_scope_record(job, len(job_scope))
     graph.make_visible()  # names, command lines and paths are the host's words: data, never controls
     return graph
+
+
+def job_scope_record(job: str, processes: int) -> dict[str, Any]:
+    """meta.scope of a window scoped to a job: the job, how many of its processes (with their descendants) this
+    host had when the window opened, and where there were none, a note that says so."""
+    record: dict[str, Any] = {"job": job, "processes": processes}
+    if processes == 0:
+        record["note"] = (f"no process of job {job} on this host when the window opened (SLURM_JOB_ID or "
+                          f"TORCHELASTIC_RUN_ID={job} in no process's environment): the window has no workload")
+    return record
 
 
 def host_info(ctx: Context) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,6 +84,8 @@ def test_collect_job_scope_host_name_and_job_entity():
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     assert graph.meta.hosts == ["rack1-n07"]
+    scope = graph.meta.extra["scope"]  # the two ranks, and the child of one once it has forked
+    assert scope["job"] == "4242" and scope["processes"] >= 2 and "note" not in scope
     job = graph.entity("job:slurm:4242")
     assert job is not None and job.attrs["world_size"] == 2 and job.attrs["master_addr"] == "10.9.9.9:1234"
     members = {e.source: e.attrs["rank"] for e in graph.edges("member_of")}
@@ -91,6 +94,23 @@ def test_collect_job_scope_host_name_and_job_entity():
     assert {procs[0].pid, procs[1].pid} <= in_scope and procs[2].pid not in in_scope
     child = [e for e in graph.entities("process") if e.attrs.get("ppid") == procs[0].pid]
     assert child and all(e.attrs.get("job") is None for e in child)
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_collect_job_without_a_process_here_says_so(tmp_path):
+    """`collect --job J` where no process of J runs: one line on stderr (even with -q) and meta.scope says so."""
+    job = f"no-such-job-{os.getpid()}"
+    out = tmp_path / "g.json"
+    done = subprocess.run([sys.executable, "-m", "witty_profiler", "collect", "--job", job, "--duration", "0.5",
+                           "--interval", "0.25", "--collectors", "process", "-q", "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+        f"witty-profiler: warning: no process of job {job} on this host"), done.stderr
+    scope = json.loads(out.read_text())["meta"]["scope"]
+    assert scope["job"] == job and scope["processes"] == 0
+    assert scope["note"].startswith(f"no process of job {job} on this host when the window opened")
 
 
 @pytest.mark.slow

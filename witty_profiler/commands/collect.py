@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
                        progress=None if args.quiet else window_progress(sys.stderr), host=args.host, job=args.job)
     write_output(dumps_graph(graph), target, force=True)  # checked before the window started
     _summary(graph, target, args.quiet)
+    scope = graph.meta.extra.get("scope")
+    if isinstance(scope, dict) and scope.get("note"):  # --job found nothing here: said even with -q
+        print(f"witty-profiler: warning: {scope['note']}", file=sys.stderr)
     return 0
 
 
