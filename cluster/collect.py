@@ -5,6 +5,7 @@ node list, a kubectl label selector), the launcher that way implies, DIR/<host>.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +73,12 @@ def deadline(target: Target, duration_s: float, launch: Launch) -> float:
 
 def collect_cluster(target: Target, directory: Path, duration_s: float, interval_s: float = 1.0,
                     job: str | None = None, collectors: str | None = None, launch: Launch | None = None,
-                    progress: Progress | None = None, announce: Callable[[str], None] | None = None) -> Manifest:
+                    progress: Progress | None = None, announce: Callable[[str], None] | None = None,
+                    stop: threading.Event | None = None) -> Manifest:
     """Run the launcher of `target`'s way into `directory` (already prepared: new or empty) and write the
-    manifest. `progress` is told of each host as it ends; `announce` what is about to be run."""
+    manifest. `progress` is told of each host as it ends; `announce` what is about to be run. Setting `stop`
+    cancels the collection: every launcher process (srun, ssh, kubectl) and what it started is ended, the
+    hosts without a graph by then are 'cancelled', and the manifest says so (`Manifest.cancelled`)."""
     launch = launch or Launch()
     way = target.check()
     started = fanout.now()
@@ -87,35 +91,46 @@ def collect_cluster(target: Target, directory: Path, duration_s: float, interval
                 progress(result, done[0], total)
         return one
 
-    if way in ("slurm_job", "slurm_nodes"):
-        from witty_profiler.cluster import slurm
-        nodes = slurm.job_nodes(target.slurm_job) if target.slurm_job else slurm.expand(target.slurm_nodes or "")
-        label = f"slurm job {target.slurm_job}" if target.slurm_job else f"slurm nodes {target.slurm_nodes}"
-        if announce:
-            announce(f"collecting {len(nodes)} nodes through srun ({duration_s:g} s window)")
-        results = slurm.run_step(nodes, directory, duration_s, interval_s, target.slurm_job or job,
-                                 launch.remote_command, collectors, launch.timeout_s)
-        tell = told(len(results))
-        for r in results:  # srun returns every node at once
-            tell(r)
-    elif way == "kubectl_selector":
-        from witty_profiler.cluster import kube
-        selector = target.kubectl_selector or ""
-        pods, skipped = kube.list_pods(selector, target.namespace, launch.kubectl)
-        runs = kube.kube_runs(pods, target.namespace, duration_s, interval_s, target.container, launch.kubectl,
-                              launch.remote_command, job, collectors)
-        label = f"kubectl -l {selector} -n {target.namespace}"
-        tell = told(len(runs) + len(skipped))
-        for r in skipped:
-            tell(r)
-        results = skipped + fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s, tell)
-    else:
-        from witty_profiler.cluster import ssh
-        names = ssh.parse_hosts(",".join(target.hosts), target.hostfile)
-        runs = ssh.ssh_runs(names, duration_s, interval_s, launch.remote_command, job, collectors,
-                            launch.ssh_options, launch.ssh_config)
-        label = "ssh"
-        results = fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s, told(len(runs)))
-    manifest = Manifest(label, started, duration_s, results)
+    with fanout.Launched(stop) as launched:
+        if way in ("slurm_job", "slurm_nodes"):
+            from witty_profiler.cluster import slurm
+            nodes = slurm.job_nodes(target.slurm_job) if target.slurm_job else slurm.expand(target.slurm_nodes or "")
+            label = f"slurm job {target.slurm_job}" if target.slurm_job else f"slurm nodes {target.slurm_nodes}"
+            usable, skipped = slurm.usable_nodes(nodes, in_job=bool(target.slurm_job))
+            if announce:
+                left_out = f"; {len(skipped)} of {len(nodes)} skipped" if skipped else ""
+                announce(f"collecting {len(usable)} nodes through srun ({duration_s:g} s window{left_out})")
+            tell = told(len(nodes))
+            for r in skipped:
+                tell(r)
+            results = skipped
+            if usable:
+                step = slurm.run_step(usable, directory, duration_s, interval_s, target.slurm_job or job,
+                                      launch.remote_command, collectors, launch.timeout_s, launched)
+                for r in step:  # srun returns every node at once
+                    tell(r)
+                results = sorted(skipped + step, key=lambda r: r.host)
+        elif way == "kubectl_selector":
+            from witty_profiler.cluster import kube
+            selector = target.kubectl_selector or ""
+            pods, skipped = kube.list_pods(selector, target.namespace, launch.kubectl)
+            runs = kube.kube_runs(pods, target.namespace, duration_s, interval_s, target.container, launch.kubectl,
+                                  launch.remote_command, job, collectors)
+            label = f"kubectl -l {selector} -n {target.namespace}"
+            tell = told(len(runs) + len(skipped))
+            for r in skipped:
+                tell(r)
+            results = skipped + fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s, tell,
+                                                 launched)
+        else:
+            from witty_profiler.cluster import ssh
+            names = ssh.parse_hosts(",".join(target.hosts), target.hostfile)
+            runs = ssh.ssh_runs(names, duration_s, interval_s, launch.remote_command, job, collectors,
+                                launch.ssh_options, launch.ssh_config)
+            label = "ssh"
+            results = fanout.run_hosts(runs, directory, duration_s, launch.parallel, launch.timeout_s,
+                                       told(len(runs)), launched)
+        cancelled = launched.cancelled
+    manifest = Manifest(label, started, duration_s, results, cancelled=cancelled)
     fanout.write_manifest(directory, manifest)
     return manifest

@@ -4,13 +4,17 @@ happened (ok, failed, timed out, tool missing) and why.
 
 Launchers (cluster.ssh, cluster.kube; cluster.slurm streams all nodes through one srun) only build
 command lines; this module runs them with bounded parallelism and a deadline, checks every graph
-before keeping it, and never lets one host's failure stop the others.
+before keeping it, and never lets one host's failure stop the others. Every launcher process (ssh,
+kubectl, srun) leads its own process group, held in `Launched`: when the collection is cancelled
+(Ctrl-C, a cancelled MCP call) or a host's deadline passes, its group is ended, so that nothing it
+started is left running here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -26,6 +30,8 @@ from witty_profiler.topology.ids import check_host_name
 
 MANIFEST = "cluster.json"
 GRACE_S = 60.0  # beyond the window: start-up, the eBPF compile, sending the graph back
+END_GRACE_S = 5.0  # after SIGTERM, before SIGKILL: srun cancels its step on the nodes in that time
+CANCELLED = "the collection was cancelled before this host's graph came back"
 _EXIT_MEANING = {127: "witty-profiler is not installed there (command not found)",
                  126: "witty-profiler is there but cannot be run (permission denied)",
                  255: "the connection failed"}
@@ -42,7 +48,7 @@ class HostRun:
 @dataclass
 class HostResult:
     host: str
-    status: str  # ok | failed | timeout | skipped
+    status: str  # ok | failed | timeout | skipped | cancelled
     reason: str = ""
     file: str | None = None
     seconds: float = 0.0
@@ -54,14 +60,102 @@ class Manifest:
     started_at: str
     duration_s: float
     results: list[HostResult] = field(default_factory=list)
+    cancelled: bool = False  # the collection was given up (Ctrl-C, a cancelled MCP call)
+
+    def ok(self) -> int:
+        return sum(1 for r in self.results if r.status == "ok")
 
     def failed(self) -> list[dict[str, str]]:
         return [{"host": r.host, "reason": f"{r.status}: {r.reason}"} for r in self.results if r.status != "ok"]
 
     def to_dict(self) -> dict:
-        return {"launcher": self.launcher, "started_at": self.started_at, "duration_s": self.duration_s,
+        data = {"launcher": self.launcher, "started_at": self.started_at, "duration_s": self.duration_s,
                 "hosts": {r.host: {k: v for k, v in asdict(r).items() if k != "host" and v not in (None, "")}
                           for r in sorted(self.results, key=lambda r: r.host)}}
+        if self.cancelled:
+            data["cancelled"] = True
+        return data
+
+
+class Launched:
+    """The launcher processes of one collection (ssh, kubectl exec, srun), each the leader of its own process
+    group. Used as a context manager: while it is open, `stop` being set (Ctrl-C in the CLI, a cancelled or
+    timed-out MCP call) ends every group and refuses new ones; on leaving it, whatever still runs (an
+    exception escaped) is ended too. A group is ended with SIGTERM (srun then cancels its step on the nodes,
+    where a SIGKILLed srun would leave the step's tasks running), then SIGKILL after END_GRACE_S."""
+
+    def __init__(self, stop: threading.Event | None = None, grace_s: float = END_GRACE_S) -> None:
+        self.stop = stop if stop is not None else threading.Event()
+        self.grace_s = grace_s
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._over = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop.is_set()
+
+    def popen(self, argv: list[str], **options) -> subprocess.Popen | None:
+        """Start a launcher process in a new session (so its group is its own, and a terminal's Ctrl-C reaches
+        this process only); None once the collection is cancelled. OSError as Popen raises it."""
+        with self._lock:
+            if self.stop.is_set():
+                return None
+            proc = subprocess.Popen(argv, start_new_session=True, **options)
+            self._procs.add(proc)
+            return proc
+
+    def end(self, proc: subprocess.Popen) -> None:
+        """End `proc`'s group (SIGTERM, then SIGKILL to what is left after the grace period) and reap it."""
+        end_group(proc, self.grace_s)
+        self.release(proc)
+
+    def release(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def end_all(self) -> None:
+        with self._lock:
+            procs = list(self._procs)
+        enders = [threading.Thread(target=self.end, args=(p,), daemon=True) for p in procs]
+        for t in enders:
+            t.start()
+        for t in enders:
+            t.join()
+
+    def __enter__(self) -> "Launched":
+        self._watcher = threading.Thread(target=self._watch, name="witty cluster cancel", daemon=True)
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._over.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        self.end_all()
+
+    def _watch(self) -> None:
+        while not self._over.is_set():
+            if self.stop.wait(0.1):
+                self.end_all()
+                return
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:
+    """SIGTERM to the process group `proc` leads, SIGKILL to the group once `proc` has gone or after
+    `grace_s` (what it started and left behind goes too), and `proc` reaped."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:  # the group is gone already
+            pass
+        if sig == signal.SIGTERM:
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+    proc.wait()
 
 
 def collect_args(duration_s: float, interval_s: float, host: str | None = None, job: str | None = None,
@@ -92,14 +186,17 @@ def prepare_directory(path: str | os.PathLike[str], force: bool) -> Path:
 
 
 def run_hosts(runs: list[HostRun], directory: Path, duration_s: float, parallel: int = 32,
-              timeout_s: float | None = None, progress: Callable[[HostResult], None] | None = None) -> list[HostResult]:
+              timeout_s: float | None = None, progress: Callable[[HostResult], None] | None = None,
+              launched: Launched | None = None) -> list[HostResult]:
     """Run every host's command (at most `parallel` at once), each with a deadline of the window plus
-    GRACE_S unless `timeout_s` is given; keep each graph that parses, as DIR/<host>.json."""
+    GRACE_S unless `timeout_s` is given; keep each graph that parses, as DIR/<host>.json. Once `launched`
+    is cancelled, the hosts still running or not started are 'cancelled'."""
     deadline = timeout_s if timeout_s is not None else duration_s + GRACE_S
+    launched = launched or Launched()
     lock = threading.Lock()
 
     def one(run: HostRun) -> HostResult:
-        result = _run_one(run, directory, deadline)
+        result = _run_one(run, directory, deadline, launched)
         if progress:
             with lock:
                 progress(result)
@@ -109,19 +206,25 @@ def run_hosts(runs: list[HostRun], directory: Path, duration_s: float, parallel:
         return list(pool.map(one, runs))
 
 
-def _run_one(run: HostRun, directory: Path, deadline: float) -> HostResult:
+def _run_one(run: HostRun, directory: Path, deadline: float, launched: Launched) -> HostResult:
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
+            proc = launched.popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         except OSError as exc:
             return HostResult(run.host, "failed", f"cannot start {run.argv[0]}: {exc.strerror or exc}")
+        if proc is None:
+            return HostResult(run.host, "cancelled", CANCELLED)
         try:
             code = proc.wait(timeout=deadline)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            launched.end(proc)
+            if launched.cancelled:
+                return HostResult(run.host, "cancelled", CANCELLED, seconds=_since(start))
             return HostResult(run.host, "timeout", f"no graph after {deadline:g} s", seconds=_since(start))
+        launched.release(proc)
+        if code != 0 and launched.cancelled:  # ended by the cancellation
+            return HostResult(run.host, "cancelled", CANCELLED, seconds=_since(start))
         out.seek(0)
         err.seek(0)
         data, stderr = out.read(), err.read().decode("utf-8", "replace")
@@ -159,8 +262,11 @@ def keep_graph(host: str | None, data: bytes, stderr: str, code: int, directory:
         host = names[0]
     target = directory / f"{host}.json"
     target.write_bytes(data)
-    note = "" if names == [host] else f"the graph names host {', '.join(names)}"
-    return HostResult(host, "ok", note, str(target), seconds)
+    notes = [] if names == [host] else [f"the graph names host {', '.join(names)}"]
+    scope = graph.meta.extra.get("scope")
+    if isinstance(scope, dict) and scope.get("processes") == 0 and scope.get("job"):  # collect --job found none
+        notes.append(f"no process of job {scope['job']} on this host")
+    return HostResult(host, "ok", "; ".join(notes), str(target), seconds)
 
 
 def _why(code: int, stderr: str) -> str:
@@ -172,21 +278,16 @@ def _why(code: int, stderr: str) -> str:
     return f"{meaning}: {last[:300]}" if last else meaning
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except OSError:
-        proc.kill()
-    proc.wait()
-
-
 def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> Path:
+    """DIR/cluster.json, whole or not at all (written aside, then renamed): a reader never sees half of it."""
     path = directory / MANIFEST
-    path.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    aside = directory / f".{MANIFEST}.part"
+    aside.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(aside, path)
     return path
 
 

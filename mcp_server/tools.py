@@ -157,7 +157,7 @@ class WittyTools:
         if inp.past is not None:
             return self._collect_past(inp)
         if inp.cluster() or inp.output_dir is not None or inp.namespace is not None or inp.diagnose:
-            return self._collect_cluster(inp, progress)
+            return self._collect_cluster(inp, progress, stop)
         record, graph = self.ws.collect(inp.duration_s, inp.interval_s, pids=inp.pids, collectors=inp.collectors,
                                         progress=progress, stop=stop)
         return self._graph_answer(record, graph, s.CollectResult)
@@ -204,7 +204,10 @@ class WittyTools:
         from witty_profiler.cluster.collect import deadline
         return deadline(self.cluster_target(inp), inp.duration_s, self.launch)
 
-    def _collect_cluster(self, inp: s.CollectInput, progress: Progress | None) -> Answer:
+    def _collect_cluster(self, inp: s.CollectInput, progress: Progress | None,
+                         stop: threading.Event | None = None) -> Answer:
+        """The hosts into a new folder. `stop` set (the call cancelled or past its deadline) ends srun (which
+        cancels its step on the nodes), ssh and kubectl exec."""
         from witty_profiler.cluster.collect import collect_cluster
         from witty_profiler.cluster.fanout import HostResult
         target = self.cluster_target(inp)
@@ -217,19 +220,26 @@ class WittyTools:
 
         collectors = ",".join(inp.collectors) if inp.collectors else None
         manifest = collect_cluster(target, directory, inp.duration_s, inp.interval_s, None, collectors, self.launch,
-                                   progress=told)
+                                   progress=told, stop=stop)
+        if manifest.cancelled:  # given up: nobody is waiting for this answer
+            raise InputError(f"collect was cancelled: srun, ssh and kubectl exec were ended; {manifest.ok()} "
+                             f"graphs are in {directory}")
         results = sorted(manifest.results, key=lambda r: (r.status == "ok", r.host))  # failures first
-        ok = sum(1 for r in results if r.status == "ok")
+        ok = manifest.ok()
         every = [s.HostStatus(host=r.host, status=r.status, reason=r.reason or None) for r in results]
         failed = [h for h in every if h.status != "ok"]
-        lines = [f"cluster folder {directory}: {ok} of {len(results)} hosts gave a graph"]
+        lines = [f"cluster folder {directory}: " + (f"{ok} of {len(results)} hosts gave a graph" if ok else
+                                                    f"no host gave a graph ({len(results)} tried)")]
         lines += [f"  {h.host}: {h.status}{': ' + h.reason if h.reason else ''}" for h in failed[:50]]
         if len(failed) > 50:
             lines.append(f"  … {len(failed) - 50} more without a graph: list_hosts directory=… pages all")
         if inp.diagnose:
             lines.append(self._cluster_text(self.ws.diagnose_directory(directory, manifest.failed()), directory))
-        else:
+        elif ok:
             lines.append(f"next: match_patterns directory={directory} for the findings across hosts")
+        else:
+            lines.append("next: fix what each host's reason says (the tool missing there, the connection, the node's "
+                         "state), then collect again into a new output_dir")
         text = "\n".join(lines) + "\n"
         return text_answer(s.CollectResult(directory=str(directory), ok=ok, failed=len(results) - ok,
                                            hosts=sorted(r.host for r in results),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from cgroup_v1 import CPU_V1
+from marked_processes import KEY, kill_marked, new_mark, wait_for, wait_gone
 from sshd_hosts import ssh_hosts  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
@@ -70,7 +72,7 @@ def test_unreachable_host_and_missing_tool_are_reported(ssh_hosts, tmp_path):  #
     done = cli("cluster", "collect", "--hosts", "h1,unreachable,h3", "--ssh-config", str(ssh_hosts.config),
                "--remote-command", f"{PY} -m witty_profiler", "--duration", "1", "--collectors", "process,cpu",
                "-o", str(out), "--diagnose", "--format", "summary")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # some hosts gave a graph, not every one
     hosts = json.loads((out / "cluster.json").read_text())["hosts"]
     assert hosts["h1"]["status"] == hosts["h3"]["status"] == "ok"
     assert hosts["unreachable"]["status"] == "failed"
@@ -78,13 +80,38 @@ def test_unreachable_host_and_missing_tool_are_reported(ssh_hosts, tmp_path):  #
     assert "# Cluster: 2 hosts diagnosed, 1 without a graph" in done.stdout and "unreachable" in done.stdout
     missing = cli("cluster", "collect", "--hosts", "h1", "--ssh-config", str(ssh_hosts.config), "--remote-command",
                   "/nonexistent/witty-profiler", "--duration", "1", "-o", str(tmp_path / "none"))
-    assert missing.returncode == 0, missing.stderr
+    assert missing.returncode == 4, missing.stderr  # no host gave a graph
     reason = json.loads((tmp_path / "none" / "cluster.json").read_text())["hosts"]["h1"]
     assert reason["status"] == "failed" and "not installed" in reason["reason"]
     slow = cli("cluster", "collect", "--hosts", "h1", "--ssh-config", str(ssh_hosts.config), "--remote-command",
                f"{PY} -m witty_profiler", "--duration", "5", "--timeout", "1", "-o", str(tmp_path / "late"))
     late = json.loads((tmp_path / "late" / "cluster.json").read_text())["hosts"]["h1"]
-    assert slow.returncode == 0 and late["status"] == "timeout" and "after 1 s" in late["reason"]
+    assert slow.returncode == 4 and late["status"] == "timeout" and "after 1 s" in late["reason"]
+
+
+def test_ctrl_c_ends_every_ssh_client(ssh_hosts, tmp_path):  # noqa: F811
+    """Ctrl-C while the hosts' commands run: the ssh clients (each leading its own process group) are ended,
+    the manifest names the hosts cancelled, exit 130."""
+    mark, out = new_mark(), tmp_path / "graphs"
+    cmd = subprocess.Popen([PY, "-m", "witty_profiler", "cluster", "collect", "--hosts", "h1,h2", "--ssh-config",
+                            str(ssh_hosts.config), "--remote-command", "sh -c 'sleep 600'", "--duration", "100", "-o",
+                            str(out)], env={**os.environ, KEY: mark}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(mark, 3)  # the CLI and two ssh clients
+        time.sleep(0.5)
+        cmd.send_signal(signal.SIGINT)
+        _, stderr = cmd.communicate(timeout=30)
+        left = wait_gone(mark, 10)
+    finally:
+        cmd.kill()
+        kill_marked(mark)
+        for host in ("h1", "h2"):
+            ssh_hosts.ssh(host, "pkill -x sleep", check=False)
+    assert left == [], f"still running after Ctrl-C: {left}"
+    assert cmd.returncode == 130, stderr
+    hosts = json.loads((out / "cluster.json").read_text())["hosts"]
+    assert {h: r["status"] for h, r in hosts.items()} == {"h1": "cancelled", "h2": "cancelled"}
 
 
 def test_a_directory_with_graphs_is_not_overwritten(tmp_path):

@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp
 import pytest
+from fake_kubectl import fake_kubectl
+from marked_processes import KEY, kill_marked, new_mark, wait_for, wait_gone
 from mcp_support import call, call_error
 from sshd_hosts import ssh_hosts  # noqa: F401 - the fixture
 
@@ -274,3 +277,47 @@ async def test_collect_a_cluster_over_ssh(tmp_path: Path, workdir: Path, ssh_hos
         # the folder is now in use: a second collect into it is refused and leaves it as it was
         again = await call_error(client, "collect", hosts=["h1"], output_dir="run", duration_s=1)
         assert "is not empty" in again
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_cancelling_a_cluster_collect_ends_the_launchers(tmp_path: Path, workdir: Path) -> None:
+    """A client gives up on a cluster collect that runs on a worker thread: each kubectl exec (the stand-in of
+    tests/fake_kubectl.py runs the pod's command here) and the child it started are ended, not left to run
+    out the window."""
+    mark = new_mark()
+    tools = tools_for(tmp_path, workdir, kubectl=fake_kubectl(tmp_path),
+                      remote_command=f"env {KEY}={mark} sh -c 'sleep 600 & wait'")
+    try:
+        async with mcp.Client(build_server(tools)) as client:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tasks:
+                    async def give_up() -> None:  # once two pods' shell and sleep run
+                        await anyio.to_thread.run_sync(lambda: wait_for(mark, 4))
+                        tasks.cancel_scope.cancel()
+                    tasks.start_soon(give_up)
+                    await client.call_tool("collect", {"kubectl_selector": "app=wp", "output_dir": "run",
+                                                       "duration_s": 200, "interval_s": 1})
+            left = await anyio.to_thread.run_sync(lambda: wait_gone(mark, 15))
+            assert left == [], f"still running after the call was cancelled: {left}"
+            manifest = tmp_path / "state" / "reports" / "run" / "cluster.json"
+            with anyio.fail_after(15):  # the worker writes it once the launchers have ended
+                while not manifest.exists():
+                    await anyio.sleep(0.1)
+            hosts = json.loads(manifest.read_text())
+            assert hosts["cancelled"] is True and hosts["hosts"]["node-a"]["status"] == "cancelled"
+    finally:
+        kill_marked(mark)
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_a_cluster_collect_without_a_graph_says_so(tmp_path: Path, workdir: Path) -> None:
+    tools = tools_for(tmp_path, workdir, kubectl=fake_kubectl(tmp_path), remote_command="/nonexistent/witty-profiler")
+    async with mcp.Client(build_server(tools)) as client:
+        out = await call(client, "collect", kubectl_selector="app=wp", output_dir="none", duration_s=1)
+    assert out["ok"] == 0 and out["failed"] == 3
+    assert [(h["host"], h["status"]) for h in out["host_status"]] == [
+        ("node-a", "failed"), ("node-b", "failed"), ("node-c", "skipped")]
+    assert out["text"].startswith(f"cluster folder {tmp_path / 'state' / 'reports' / 'none'}: no host gave a graph")
+    assert "match_patterns" not in out["text"]

@@ -1,7 +1,8 @@
 """`witty-profiler`: argparse front end. Subcommands live in witty_profiler.commands.
 
 Exit codes: 0 success (also when some collectors were unavailable), 2 bad usage or bad input
-(one line on stderr, no traceback), 1 internal error (set WITTY_DEBUG=1 for the traceback).
+(one line on stderr, no traceback), 1 internal error (set WITTY_DEBUG=1 for the traceback), 130
+interrupted; `cluster collect` adds 3 and 4 (witty_profiler.commands.cluster.EXIT_CODES).
 """
 
 from __future__ import annotations

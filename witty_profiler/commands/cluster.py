@@ -4,16 +4,43 @@ directory, collected through Slurm, OpenSSH or kubectl, and diagnosed host by ho
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from witty_profiler.options import thresholds as read_thresholds
 from witty_profiler.output import check_output, print_json, table, write_output
 from witty_profiler.topology.errors import InputError
 
+if TYPE_CHECKING:
+    from witty_profiler.cluster.fanout import Manifest
 
-def collect_directory(args: argparse.Namespace) -> tuple[Path, list[dict[str, str]]]:
-    """Run the launcher the options name; returns the directory and the hosts that gave no graph."""
+
+# `cluster collect`'s exit codes beyond the CLI's own (0 success, 1 internal error, 2 bad usage or input, 130
+# interrupted): a script can tell a partial collection from an empty one
+SOME_HOSTS_FAILED = 3  # at least one graph written, and at least one host without one
+NO_HOST_GAVE_A_GRAPH = 4
+EXIT_CODES = (f"Exit codes: 0 every host gave a graph; {SOME_HOSTS_FAILED} some hosts gave none (failed, timed out, "
+              f"skipped: DIR/cluster.json says why) but at least one graph was written; {NO_HOST_GAVE_A_GRAPH} no "
+              "host gave a graph; 2 bad usage or input (nothing was run); 130 interrupted (Ctrl-C or SIGTERM): the "
+              "local srun, ssh and kubectl exec processes are ended (srun cancels its step on the nodes; a command "
+              "that ssh or kubectl exec started runs to the end of its window) and the manifest names the hosts "
+              "cancelled.")
+
+
+def exit_code(ok: int, total: int) -> int:
+    """0 when every host gave a graph, SOME_HOSTS_FAILED when some did, NO_HOST_GAVE_A_GRAPH when none did."""
+    if ok == 0:
+        return NO_HOST_GAVE_A_GRAPH
+    return 0 if ok == total else SOME_HOSTS_FAILED
+
+
+def collect_directory(args: argparse.Namespace) -> tuple[Path, Manifest]:
+    """Run the launcher the options name; returns the directory and the manifest. Ctrl-C (or SIGTERM) ends
+    the launcher processes (srun cancels its step), writes the manifest, then interrupts (exit 130)."""
     from witty_profiler.cluster import fanout
     from witty_profiler.cluster.collect import Launch, Target, collect_cluster
     from witty_profiler.collectors.window import validate_window
@@ -31,13 +58,40 @@ def collect_directory(args: argparse.Namespace) -> tuple[Path, list[dict[str, st
     launch = Launch(remote_command=args.remote_command, ssh_options=args.ssh_option or [], ssh_config=args.ssh_config,
                     kubectl=args.kubectl, parallel=args.parallel, timeout_s=args.timeout)
     show = None if args.quiet else _progress
-    manifest = collect_cluster(target, directory, args.duration, args.interval, args.job, args.collectors, launch,
-                               progress=show, announce=None if args.quiet else _say)
-    ok = sum(1 for r in manifest.results if r.status == "ok")
+    stop = threading.Event()
+    with _signals_set(stop):
+        manifest = collect_cluster(target, directory, args.duration, args.interval, args.job, args.collectors,
+                                   launch, progress=show, announce=None if args.quiet else _say, stop=stop)
+    ok = manifest.ok()
+    if manifest.cancelled:
+        print(f"cancelled: srun, ssh and kubectl exec were ended; kept {ok} of {len(manifest.results)} host graphs "
+              f"in {directory}/ (manifest {fanout.MANIFEST})", file=sys.stderr)
+        raise KeyboardInterrupt
     if not args.quiet:
         print(f"wrote {ok} of {len(manifest.results)} host graphs to {directory}/ (manifest {fanout.MANIFEST})",
               file=sys.stderr)
-    return directory, manifest.failed()
+    return directory, manifest
+
+
+@contextlib.contextmanager
+def _signals_set(stop: threading.Event):
+    """While collecting, SIGINT and SIGTERM set `stop` (the launchers are ended, the manifest written) instead
+    of interrupting at once; a second one interrupts as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _say(message: str) -> None:
@@ -52,10 +106,10 @@ def _progress(result, done: int = 0, total: int = 0) -> None:
 def run_collect(args: argparse.Namespace) -> int:
     if args.diagnose:
         check_output(args.report, args.force)
-    directory, failed = collect_directory(args)
+    directory, manifest = collect_directory(args)
     if args.diagnose:
-        _write_report(directory, failed, args.report, args.format, args.force, workers=None)
-    return 0
+        _write_report(directory, manifest.failed(), args.report, args.format, args.force, workers=None)
+    return exit_code(manifest.ok(), len(manifest.results))
 
 
 def _write_report(directory: Path, failed: list[dict[str, str]], output: str | None, format: str, force: bool,
@@ -111,7 +165,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = cmds.add_parser("collect", help="collect every host of a job into DIR/<host>.json",
                         description="Runs `witty-profiler collect -o -` on each host through the launcher the cluster "
                                     "already has; a host that fails, times out or lacks the tool is named in "
-                                    "DIR/cluster.json with the reason, and the others are kept.")
+                                    "DIR/cluster.json with the reason, and the others are kept. Slurm nodes are "
+                                    "checked first: a name that is not a node of the cluster, or a node that is down "
+                                    "or drained, is skipped with what Slurm says of it.",
+                        epilog=EXIT_CODES)
     where = c.add_argument_group("hosts (one way)")
     where.add_argument("--slurm-job", metavar="JOBID", help="every node of this running Slurm job, through a step "
                        "that joins it (srun --jobid --overlap); each node's window covers the job's processes there")
