@@ -34,6 +34,12 @@ from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.jsonstream import JsonStream
 
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series than this
+# an answer's bounds: the largest real answers are ~110 MB (50 hosts' per-CPU series, BENCHMARKS.md) and
+# one series of MAX_POINTS points is under 1 MB; a server that sends more, or drips, is cut off
+MAX_ANSWER_BYTES = 512 << 20
+MAX_SMALL_ANSWER_BYTES = 32 << 20  # instant queries, labels, targets: answers decoded whole
+MAX_SERIES_CHARS = 16 << 20
+ANSWER_DEADLINE_S = 300.0  # the whole transfer of one answer, however slowly it arrives
 TOKEN_ENV = "WITTY_PROMETHEUS_TOKEN"
 _RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -113,18 +119,29 @@ class QueryStats:
 
 class _Body:
     """The text of an HTTP answer, read in chunks as JsonStream asks: counts its bytes and the time spent
-    reading, and turns a connection that breaks or stalls mid-answer into one InputError line."""
+    reading, and turns a connection that breaks, stalls, drips past its deadline or sends more than its
+    cap mid-answer into one InputError line."""
 
-    def __init__(self, response: Any, stats: QueryStats, what: str) -> None:
+    def __init__(self, response: Any, stats: QueryStats, what: str, limit: int, deadline: float) -> None:
         self.response, self.stats, self.what = response, stats, what
+        self.limit, self.deadline, self.read_bytes = limit, deadline, 0
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        self._read = getattr(response, "read1", response.read)
 
     def read(self, size: int) -> str:
         started = time.perf_counter()
         try:
             while True:
-                data = self.response.read(size)
+                if time.monotonic() > self.deadline:
+                    raise InputError(f"{self.what} did not end within {ANSWER_DEADLINE_S:g} s (a stalled or "
+                                     "dripping server)")
+                # read1: what has arrived (up to size), not `size` bytes however long they take to drip in
+                data = self._read(size)
                 self.stats.bytes += len(data)
+                self.read_bytes += len(data)
+                if self.read_bytes > self.limit:
+                    raise InputError(f"{self.what} is larger than {self.limit >> 20} MiB: refused (narrow the "
+                                     "query with --match or a shorter window)")
                 if not data and getattr(self.response, "length", None):  # Content-Length not reached
                     raise http.client.IncompleteRead(b"", self.response.length)
                 text = self._decode(data, final=not data)
@@ -138,11 +155,33 @@ class _Body:
 
 class _Answer(JsonStream):
     def __init__(self, body: _Body, server: str, path: str) -> None:
-        super().__init__(body, f"/api/v1/{path}")
+        super().__init__(body, f"/api/v1/{path}", max_value=MAX_SERIES_CHARS)
         self.server, self.path = server, path
 
     def invalid(self, what: str) -> Exception:
+        if what.startswith("a value longer than"):
+            return InputError(f"the answer of Prometheus at {self.server} to /api/v1/{self.path} holds {what}: "
+                              "refused")
         return InputError(f"{self.server} did not answer /api/v1/{self.path} with JSON: is it a Prometheus server?")
+
+
+class _SameOriginRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects keep the credentials only within the origin (scheme, host and port) they were given for:
+    a server that sends the client elsewhere does not receive the token there."""
+
+    def __init__(self, auth: str | None) -> None:
+        self.auth = auth
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and self.auth and _origin(newurl) == _origin(req.full_url):
+            new.add_unredirected_header("Authorization", self.auth)
+        return new
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
 
 class PrometheusAPI:
     def __init__(self, url: str, auth: str | None = None, timeout_s: float = 30.0) -> None:
@@ -158,20 +197,22 @@ class PrometheusAPI:
         self._auth = auth
         self.timeout_s = timeout_s
         self.stats = QueryStats()
+        self._opener = urllib.request.build_opener(_SameOriginRedirect(auth))
 
     def __repr__(self) -> str:  # never shows the credentials
         return f"PrometheusAPI({self.name})"
 
     @contextmanager
-    def _answer(self, path: str, params: dict[str, Any]) -> Iterator[_Answer]:
+    def _answer(self, path: str, params: dict[str, Any], limit: int | None = None) -> Iterator[_Answer]:
         """GET /api/v1/<path>: its body as a JSON stream, else one InputError line."""
         url = f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if self._auth:
-            request.add_header("Authorization", self._auth)
+        if self._auth:  # unredirected: a redirect carries it only within the origin (_SameOriginRedirect)
+            request.add_unredirected_header("Authorization", self._auth)
         started = time.perf_counter()
+        deadline = time.monotonic() + ANSWER_DEADLINE_S
         try:
-            response = urllib.request.urlopen(request, timeout=self.timeout_s)
+            response = self._opener.open(request, timeout=self.timeout_s)
         except urllib.error.HTTPError as e:
             detail = _error_of(e.read()) or e.reason
             raise InputError(f"Prometheus at {self.name} answered HTTP {e.code} to /api/v1/{path}: {detail}") from None
@@ -182,8 +223,8 @@ class PrometheusAPI:
             self.stats.requests += 1
             self.stats.seconds += time.perf_counter() - started
         with response:
-            yield _Answer(_Body(response, self.stats, f"the answer of Prometheus at {self.name} to /api/v1/{path}"),
-                          self.name, path)
+            yield _Answer(_Body(response, self.stats, f"the answer of Prometheus at {self.name} to /api/v1/{path}",
+                                MAX_ANSWER_BYTES if limit is None else limit, deadline), self.name, path)
 
     def _refused(self, path: str, status: Any, error: Any) -> InputError:
         return InputError(f"Prometheus at {self.name} refused /api/v1/{path}: {error or status or 'no status'}")
@@ -191,7 +232,7 @@ class PrometheusAPI:
     def get(self, path: str, params: dict[str, Any]) -> Any:
         """GET /api/v1/<path> -> the `data` of a success answer, else one InputError line. For small answers
         (instant queries, labels): `data` is decoded whole."""
-        with self._answer(path, params) as answer:
+        with self._answer(path, params, MAX_SMALL_ANSWER_BYTES) as answer:
             doc = answer.value()
         if not isinstance(doc, dict) or doc.get("status") != "success":
             raise self._refused(path, None, doc.get("error", doc.get("status")) if isinstance(doc, dict) else
@@ -215,10 +256,10 @@ class PrometheusAPI:
                         error = status
                 elif key == "data" and status in (None, "success"):
                     for item in _result(answer):
-                        values = [(float(t), x) for t, v in item.get("values") or () if (x := float(v)) == x]  # not NaN
+                        labels, values = _series(item, f"Prometheus at {self.name} answered {query!r} with")
                         self.stats.series += 1
                         self.stats.points += len(values)
-                        yield item.get("metric") or {}, values
+                        yield labels, values
                 elif key == "error":
                     error = answer.value()
                 else:
@@ -229,6 +270,29 @@ class PrometheusAPI:
     def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         """[{metric: labels, values: [(t, float), ...]}] of a range query, whole: for small answers."""
         return [{"metric": labels, "values": values} for labels, values in self.range_series(query, start, end, step)]
+
+
+def _series(item: dict[str, Any], said: str) -> tuple[dict[str, str], list[tuple[float, float]]]:
+    """A range query's series as (labels, [(t, value)]), its shape checked: labels of strings, values of
+    [time, "number"] pairs; NaN and infinite values left out (a stale marker, a division by zero)."""
+    labels = item.get("metric") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InputError(f"{said} a series whose 'metric' is not an object of string labels")
+    raw = item.get("values")
+    raw = [] if raw is None else raw
+    if not isinstance(raw, list):
+        raise InputError(f"{said} a series whose 'values' is not an array")
+    values = []
+    for pair in raw:
+        try:
+            t, v = pair
+            t, v = float(t), float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"{said} a series of {labels.get('__name__', 'no name')!r} whose 'values' holds "
+                             f"{str(pair)[:60]!r}, not [time, \"number\"]") from None
+        if math.isfinite(v) and math.isfinite(t):
+            values.append((t, v))
+    return labels, values
 
 
 def _result(answer: _Answer) -> Iterator[dict[str, Any]]:

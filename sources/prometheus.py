@@ -370,11 +370,15 @@ class NodeSource:
 
     def _configured_interval(self) -> float | None:
         try:
-            targets = (self.api.get("targets", {"state": "active"}) or {}).get("activeTargets") or []
-        except InputError:  # a server or proxy that does not answer the targets API: the samples tell
+            data = self.api.get("targets", {"state": "active"})
+        except InputError:  # a server or proxy that does not answer the targets API (or too much): the samples tell
+            return None
+        targets = data.get("activeTargets") if isinstance(data, dict) else None
+        if not isinstance(targets, list):
             return None
         found = sorted(parse_duration(t.get("scrapeInterval")) or 0.0 for t in targets
-                       if t.get("labels", {}).get("instance") in self.host_of_instance)
+                       if isinstance(t, dict) and isinstance(t.get("labels"), dict)
+                       and t["labels"].get("instance") in self.host_of_instance)
         found = [f for f in found if f > 0]
         return found[len(found) // 2] if found else None
 
@@ -680,7 +684,16 @@ def collect_window(url: str, start: float, end: float, *, step: float | None = N
                    batch_hosts: int = BATCH_HOSTS) -> PromWindow:
     """The graph of [start, end] (Unix seconds) from the Prometheus at `url`, with the cost of the queries."""
     api = PrometheusAPI(url, auth=auth, timeout_s=timeout_s)
-    graph = NodeSource(api, start, end, step=step, match=match, host_label=host_label,
-                       batch_hosts=batch_hosts).build()
+    try:
+        graph = NodeSource(api, start, end, step=step, match=match, host_label=host_label,
+                           batch_hosts=batch_hosts).build()
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        # a well-formed answer this tool cannot read (a series of another name than asked, a label missing)
+        last = api.stats.queries[-1] if api.stats.queries else "?"
+        what = f"no label {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"
+        raise InputError(f"Prometheus at {api.name} answered {last[:120]!r} with a series this tool cannot read "
+                         f"({what[:120]})") from None
     s = api.stats
     return PromWindow(graph, s.requests, s.bytes, round(s.seconds, 3), s.series, s.points)

@@ -22,8 +22,9 @@ _NEXT_ITEM = re.compile(r"[ \t\n\r]*\{")  # after an item's '},': the next item 
 
 
 class JsonStream:
-    def __init__(self, handle: IO[str], name: str) -> None:
+    def __init__(self, handle: IO[str], name: str, max_value: int | None = None) -> None:
         self.handle, self.name = handle, name
+        self.max_value = max_value  # characters one value may span (None: any), for untrusted streams
         self.buf, self.pos, self.done = "", 0, False
         self.base = 0  # characters of the file before buf
         self.spelt = False  # the last value or batch held NaN or Infinity
@@ -74,6 +75,8 @@ class JsonStream:
             try:
                 value, end = self._scan(self.buf, self.pos)
             except (StopIteration, json.JSONDecodeError) as exc:  # StopIteration: no value starts here
+                if self.max_value is not None and len(self.buf) - self.pos > self.max_value:
+                    raise self.invalid(f"a value longer than {self.max_value} characters") from None
                 if self._more():
                     continue
                 raise self.invalid(exc.msg if isinstance(exc, json.JSONDecodeError) else "no JSON value") from None
