@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from witty_profiler.cluster.fanout import MANIFEST, read_manifest
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.text import printable, valid_text
 
 if TYPE_CHECKING:
     from witty_profiler.diagnosis.cluster import ClusterDiagnosis
@@ -27,8 +28,8 @@ def graph_files(directory: str | os.PathLike[str]) -> list[Path]:
 def failed_hosts(directory: str | os.PathLike[str]) -> list[dict[str, str]]:
     """{host, reason} of each host the manifest says gave no graph."""
     hosts = read_manifest(Path(directory)).get("hosts", {})
-    return [{"host": h, "reason": f"{r.get('status')}: {r.get('reason', '')}"} for h, r in sorted(hosts.items())
-            if isinstance(r, dict) and r.get("status") != "ok"]
+    return [{"host": printable(h), "reason": printable(f"{r.get('status')}: {r.get('reason', '')}")}
+            for h, r in sorted(hosts.items()) if isinstance(r, dict) and r.get("status") != "ok"]
 
 
 def host_rows(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -40,13 +41,16 @@ def host_rows(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
         try:
             with open(path, encoding="utf-8") as handle:
                 found = scan_native(handle, str(path))
-        except (InputError, OSError, UnicodeDecodeError) as exc:
+        except (InputError, OSError, UnicodeDecodeError, RecursionError) as exc:
             rows.append({"host": path.stem, "file": path.name, "status": f"unreadable: {exc}"})
             continue
-        meta = found.meta if found else {}
-        rows.append({"host": ",".join(meta.get("hosts") or []) or path.stem, "file": path.name, "status": "ok",
-                     "started_at": meta.get("started_at"), "duration_s": meta.get("duration_s"),
-                     "entities": sum(found.entities.values()) if found else None})
+        meta = valid_text(found.meta) if found else {}  # read from the head, not validated: keep what is text
+        hosts = meta.get("hosts") if isinstance(meta.get("hosts"), list) else []
+        started, duration = meta.get("started_at"), meta.get("duration_s")
+        rows.append({"host": ",".join(h for h in hosts if isinstance(h, str)) or path.stem, "file": path.name,
+                     "status": "ok", "started_at": started if isinstance(started, str) else None,
+                     "duration_s": duration if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+                     else None, "entities": sum(found.entities.values()) if found else None})
     rows += [{"host": f["host"], "file": None, "status": f["reason"]} for f in failed_hosts(directory)]
     return rows
 

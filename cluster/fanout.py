@@ -26,9 +26,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.ids import check_host_name
+from witty_profiler.topology.text import printable, valid_text
 
 MANIFEST = "cluster.json"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest of 100,000 hosts is about 20 MB
 GRACE_S = 60.0  # beyond the window: start-up, the eBPF compile, sending the graph back
 END_GRACE_S = 5.0  # after SIGTERM, before SIGKILL: srun cancels its step on the nodes in that time
 CANCELLED = "the collection was cancelled before this host's graph came back"
@@ -49,9 +52,12 @@ class HostRun:
 class HostResult:
     host: str
     status: str  # ok | failed | timeout | skipped | cancelled
-    reason: str = ""
+    reason: str = ""  # often a remote host's own words (its stderr): kept printable, on one line
     file: str | None = None
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.reason = printable(self.reason)
 
 
 @dataclass
@@ -296,10 +302,16 @@ def read_manifest(directory: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable manifest ({exc})") from None
-    return data if isinstance(data, dict) else {}
+        data = json.loads(read_bytes(path, "cluster manifest", MAX_MANIFEST_BYTES, InputError))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not a readable manifest ({str(exc).splitlines()[0][:120] or 'nested too deeply'})"
+                         ) from None
+    if not isinstance(data, dict):
+        return {}
+    data = valid_text(data)  # a lone surrogate in a host's reason is printed as U+FFFD, not a crash
+    if not isinstance(data.get("hosts"), dict):
+        data["hosts"] = {}
+    return data
 
 
 def now() -> str:

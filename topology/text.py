@@ -114,3 +114,13 @@ def valid_text(value: Any) -> Any:
             return value
         return type(value)(cleaned) if isinstance(value, tuple) else cleaned
     return value
+
+
+# -- text from another host, for a terminal ---------------------------------------------------------
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """One line of text from elsewhere (a remote host's stderr) safe for a terminal: control characters
+    (escape sequences, carriage returns that overwrite a line, newlines that forge one) shown as \\xNN."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", valid_text(text))

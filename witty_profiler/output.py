@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.text import valid_text
 
 
 def print_json(data: Any) -> None:
@@ -48,6 +49,7 @@ def check_output(path: str | None, force: bool = False, inputs: tuple[str | None
 def write_output(text: str, path: str | None, force: bool = False, inputs: tuple[str | None, ...] = ()) -> None:
     """Write to PATH (after check_output), or stdout for None or '-'."""
     check_output(path, force, inputs)
+    text = valid_text(text)  # a lone surrogate read from an input is written as U+FFFD, not a crash
     if path in (None, "-"):
         sys.stdout.write(text)
         return
