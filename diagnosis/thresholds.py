@@ -28,8 +28,15 @@ Overrides = dict[str, dict[str, Any]]  # pattern id -> name -> {level: value} | 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Overrides:
     p = Path(path)
-    if not p.exists() and not p.is_symlink():
-        raise InputError(f"{p}: no such thresholds file")
+    shown = str(p) if len(str(p)) <= 200 else str(p)[:200] + "..."
+    if "\0" in str(p):
+        raise InputError(f"{shown!r}: holds a NUL character; not a thresholds file")
+    try:
+        missing = not p.exists() and not p.is_symlink()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+        raise InputError(f"{shown!r}: not a thresholds file ({getattr(exc, 'strerror', None) or exc})") from None
+    if missing:
+        raise InputError(f"{shown}: no such thresholds file")
     raw = read_bytes(p, "thresholds file", MAX_SMALL_BYTES, error=InputError)  # regular, small: or one line why
     try:
         text = raw.decode("utf-8")

@@ -31,14 +31,16 @@ def open_regular(path: str | os.PathLike[str], what: str, limit: int,
                  error: type[InputError] = GraphFormatError) -> tuple[int, int]:
     """(file descriptor, size) of a regular file of at most `limit` bytes, or `error` saying why not."""
     p = Path(path)
+    if "\0" in str(p):
+        raise error(f"{str(p)[:200]!r}: holds a NUL character; give the path of a {what}")
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise error(f"{p}: no such file") from None
     except IsADirectoryError:
         raise error(f"{p}: is a directory; give the path of a {what}") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot read ({exc.strerror})") from None
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise error(f"{str(p)[:200]}: cannot read ({exc.strerror})") from None
     try:
         info = os.fstat(fd)
         for test, kind in _KINDS:

@@ -41,6 +41,8 @@ def import_traces(paths: list[str | Path], job: str | None = None, into: Graph |
     kineto: list[Path] = []
     for given in paths:
         path = Path(given)
+        if "\0" in str(given):
+            raise InputError(f"{str(given)[:200]!r}: holds a NUL character; give the path of a trace")
         kind = detect(path)
         if kind == "msprof-dir":
             for name in (STEP_CSV, COMM_JSON):
@@ -134,6 +136,13 @@ def job_key_for(job: str | None, into: Graph | None) -> str:
 
 def detect(path: Path) -> str:
     """'msprof-dir', 'msprof' or 'kineto', or an InputError saying what the file is not."""
+    try:
+        return _detect(path)
+    except OSError as exc:  # a name too long, a loop of links
+        raise InputError(f"{str(path)[:200]}: cannot read ({exc.strerror or exc})") from None
+
+
+def _detect(path: Path) -> str:
     if path.is_dir():
         if any((path / name).is_file() for name in (STEP_CSV, COMM_JSON)):
             return "msprof-dir"
@@ -141,6 +150,8 @@ def detect(path: Path) -> str:
                          "cluster_analysis_output)")
     if not path.exists():
         raise InputError(f"{path}: no such file")
+    if not path.is_file():  # a FIFO would block the read (and every later call of a server), a device never end
+        raise InputError(f"{path}: not a regular file; give a trace file or msprof-analyze's output directory")
     if path.name in (STEP_CSV, COMM_JSON):
         return "msprof"
     if path.name.endswith((".json", ".json.gz")) and _has_trace_events(path):

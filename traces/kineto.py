@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import gzip
+import os
 import re
 import time
 import zlib
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import open_regular
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.jsonstream import JsonStream
 from witty_profiler.topology.models import CollectorStatus
@@ -56,6 +58,8 @@ DTYPE_BYTES = {
     "i8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 _STEP_CATS = ("cpu_op", "user_annotation")
+INF = float("inf")
+MAX_TRACE_BYTES = 64 << 30  # read as a stream: a bound against a sparse file or a device, not against memory
 
 
 # -- the stream -------------------------------------------------------------------------------------------
@@ -186,13 +190,8 @@ class _Trace:
 
 
 def _open(path: Path) -> IO[str]:
-    try:
-        raw = path.open("rb")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    with raw:
+    fd, _ = open_regular(path, "Kineto trace", MAX_TRACE_BYTES, InputError)  # not a FIFO or a device
+    with os.fdopen(fd, "rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", encoding="utf-8")
@@ -240,7 +239,8 @@ def _read(stream: _Stream, trace: _Trace) -> None:
             if not isinstance(cat, str) or not isinstance(name, str):
                 continue
             ts, dur = ev.get("ts"), ev.get("dur")
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not 0 <= dur < INF \
+                    or not -INF < ts < INF:  # NaN fails both tests as well
                 trace.skipped += 1
                 continue
             cat = cat.lower()
@@ -457,7 +457,8 @@ def _graph(path: Path, job_key: str, trace: _Trace, took: float) -> Graph:
         problems.append("no ProfilerStep#N spans: no per-step metrics (profile with torch.profiler's schedule "
                         "and call prof.step() each iteration)")
     if trace.skipped:
-        problems.append(f"{trace.skipped} complete events without a numeric ts or dur were left out")
+        problems.append(f"{trace.skipped} complete events without a finite ts or a finite, non-negative dur were "
+                        "left out")
 
     graph = Graph()
     graph.entity_of(T.RANK, rank_id, {k: v for k, v in attrs.items() if v is not None}, metrics)
