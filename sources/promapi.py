@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.files import read_bytes
 from witty_profiler.topology.jsonstream import JsonStream
 
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series than this
@@ -41,6 +42,7 @@ MAX_SMALL_ANSWER_BYTES = 32 << 20  # instant queries, labels, targets: answers d
 MAX_SERIES_CHARS = 16 << 20
 ANSWER_DEADLINE_S = 300.0  # the whole transfer of one answer, however slowly it arrives
 TOKEN_ENV = "WITTY_PROMETHEUS_TOKEN"
+MAX_AUTH_BYTES = 64 << 10  # a token or user:password; not a file to read whole whatever its size
 _RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -82,11 +84,14 @@ def read_auth(path: str | None, environ: dict[str, str] | None = None) -> str | 
     full 'Bearer ...'/'Basic ...' value) or from WITTY_PROMETHEUS_TOKEN (a bearer token)."""
     env = os.environ if environ is None else environ
     if path:
+        try:  # a small regular file, or one line why not (not /dev/zero, not a FIFO)
+            raw = read_bytes(path, "Prometheus auth file", MAX_AUTH_BYTES, InputError)
+        except InputError as exc:
+            raise InputError(f"cannot read the Prometheus auth file: {exc}") from None
         try:
-            with open(path, encoding="utf-8") as f:
-                secret = f.read().strip()
-        except OSError as e:
-            raise InputError(f"cannot read the Prometheus auth file {path}: {e.strerror}") from None
+            secret = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise InputError(f"the Prometheus auth file {path} is not UTF-8 text") from None
         if not secret:
             raise InputError(f"the Prometheus auth file {path} is empty")
     else:

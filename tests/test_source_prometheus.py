@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import math
 import subprocess
 import sys
@@ -78,6 +79,11 @@ def test_credentials_come_from_a_file_or_the_environment(tmp_path):
     assert promapi.read_auth(None, {}) is None
     with pytest.raises(InputError, match="cannot read"):
         promapi.read_auth(str(tmp_path / "absent"), {})
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for endless in (str(fifo), "/dev/zero"):  # neither blocks nor grows: one line
+        with pytest.raises(InputError, match="cannot read the Prometheus auth file: .*not a file"):
+            promapi.read_auth(endless, {})
     api = promapi.PrometheusAPI("http://127.0.0.1:9", auth="Bearer s3cret")
     assert "s3cret" not in repr(api)
 
