@@ -339,6 +339,41 @@ def test_secrets_in_command_lines_are_redacted(raw):
     assert "vllm serve" in text
 
 
+def test_everything_read_from_a_legacy_graph_is_redacted(raw):
+    """details, unknown types' fields, unknown edges' fields, names and error messages pass through the
+    same redaction as a live process's command line and environment."""
+    doc = copy.deepcopy(raw)
+    [process] = [n for n in doc["nodes"] if n["entity_type"] == "ProcessEntity" and n["pid"] == 1894499]
+    process["details"] = {"password": "legS3cret1", "auth": {"type": "basic", "value": "legS3cret2", "port": 9},
+                          "env": {"HF_TOKEN": "legS3cret3", "RANK": "0"}, "argv": ["serve", "--token", "legS3cret4"],
+                          "note": "mirror https://bob:legS3cret5@example.org/x", "environ": ["API_KEY=legS3cret6"]}
+    process["name"] = "eyJhbGciOiJIUzI1NiJ9.eyJsZWdTM2NyZXQ3Ijo3fQ.sig"
+    unknown = {"entity_type": "VaultEntity", "entity_namespace": "local", "api_key": "legS3cret8",
+               "url": "redis://:legS3cret9@cache:6379/0", "details": {"secret": 42}}
+    doc["nodes"].append(unknown)
+    doc["edges"].append({"edge_type": "VaultEdge", "source_node": process, "target_node": unknown,
+                         "weight": "token=legS3cret10", "session": {"cookie": "legS3cret11"}})
+    graph = loads_graph(json.dumps(doc))
+    text = dumps_graph(graph)
+    assert "legS3cret" not in text and "eyJsZWdTM2NyZXQ3Ijo3fQ" not in text
+    details = graph.entity("process:local:1894499").attrs["details"]
+    assert details["env"] == {"RANK": "0"} and details["environ"] == []
+    assert details["argv"] == ["serve", "--token", "<redacted>"] and details["auth"]["port"] == "<redacted>"
+    assert details["note"] == "mirror https://bob:<redacted>@example.org/x"
+    [vault] = graph.entities("opaque")
+    assert vault.attrs["fields"]["url"] == "redis://:<redacted>@cache:6379/0" and vault.attrs["details"] == {
+        "secret": "<redacted>"}
+
+
+def test_an_error_message_does_not_quote_a_secret(raw):
+    doc = copy.deepcopy(raw)
+    [process] = [n for n in doc["nodes"] if n["entity_type"] == "ProcessEntity" and n["pid"] == 1894499]
+    process["pid"] = "--password=legS3cret12"
+    with pytest.raises(GraphFormatError) as caught:
+        loads_graph(json.dumps(doc), "bad.json")
+    assert "legS3cret12" not in str(caught.value) and "--password=<redacted>" in str(caught.value)
+
+
 def test_malformed_envelope_content_is_one_clear_error(raw):
     with pytest.raises(GraphFormatError, match="content: not valid JSON"):
         loads_graph(json.dumps({"env": {}, "content": '{"nodes": ['}), "env.json")

@@ -24,6 +24,7 @@ from witty_profiler.topology.legacy.edges import read_edge
 from witty_profiler.topology.legacy.reader import Reader
 from witty_profiler.topology.legacy.values import LegacyValueError
 from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.privacy import redact_text
 from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.wording import counted
 
@@ -77,7 +78,8 @@ def _meta(r: Reader, env: dict) -> Meta:
     hosts = sorted(r.hosts)
     host_info: dict[str, dict[str, Any]] = {}
     if env and len(hosts) == 1:
-        host_info[hosts[0]] = {k: str(env[k]) for k in ("hostname", "local_ip") if env.get(k) not in (None, "None")}
+        host_info[hosts[0]] = {k: redact_text(str(env[k])) for k in ("hostname", "local_ip")
+                               if env.get(k) not in (None, "None")}
     host_info = {h: info for h, info in host_info.items() if info}
     for host in hosts:
         numa = [e for e in r.graph.entities(T.NUMA_NODE) if host_of(e.id) == host]

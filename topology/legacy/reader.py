@@ -18,7 +18,7 @@ from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import edge_id, entity_id
 from witty_profiler.topology.legacy.values import LegacyValueError
 from witty_profiler.topology.models import Edge, Entity
-from witty_profiler.topology.privacy import redact_cmdline
+from witty_profiler.topology.privacy import redact_record, redact_text
 
 DEFAULT_HOST = "local"
 
@@ -56,14 +56,15 @@ class Reader:
 
     def host_of(self, node: dict[str, Any]) -> str:
         host = node.get("entity_namespace")
-        host = str(host).strip().replace(":", "_") if host not in (None, "") else DEFAULT_HOST
+        host = redact_text(str(host).strip()).replace(":", "_") if host not in (None, "") else DEFAULT_HOST
         self.hosts.add(host)
         return host
 
     def add(self, kind: str, host: str, keys: list[object], attrs: dict[str, Any],
             metrics: dict[str, Any] | None = None, details: Any = None) -> str:
-        eid = entity_id(kind, host, *keys)
-        attrs = {k: v for k, v in attrs.items() if v is not None}
+        # everything kept from the file passes through the same redaction: key fields, attributes, details
+        eid = entity_id(kind, host, *(redact_text(k) if isinstance(k, str) else k for k in keys))
+        attrs = redact_values({k: v for k, v in attrs.items() if v is not None})
         if isinstance(details, dict) and details:
             attrs["details"] = redact_values(details)
         self.graph.add_entity(Entity(id=eid, type=kind, attrs=attrs, metrics=metrics or {}))
@@ -73,7 +74,7 @@ class Reader:
     def link(self, kind: str, source: str, target: str, attrs: dict[str, Any] | None = None,
              metrics: dict[str, Any] | None = None, qualifier: str | None = None) -> str:
         eid = edge_id(kind, source, target, qualifier)
-        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        attrs = redact_values({k: v for k, v in (attrs or {}).items() if v is not None})
         old = self.graph.edge(eid)
         if old is not None:
             # the same relation twice in one file is one observation: a flow's bytes must not double
@@ -99,11 +100,7 @@ def digest(data: Any) -> str:
 
 
 def redact_values(data: Any) -> Any:
-    """Redact every string inside a raw record kept as is (it may hold a command line)."""
-    if isinstance(data, str):
-        return redact_cmdline(data)
-    if isinstance(data, dict):
-        return {str(k): redact_values(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [redact_values(v) for v in data]
-    return data
+    """A raw record kept as is, redacted as the collectors redact what they keep (`privacy.redact_record`):
+    strings as command lines, lists of strings as argument vectors, every value under a secret key, an
+    environment down to its allowlisted keys."""
+    return redact_record(data)

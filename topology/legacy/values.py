@@ -12,13 +12,15 @@ import re
 from typing import Any
 
 from witty_profiler.topology.cpulist import parse_cpulist
+from witty_profiler.topology.privacy import redact_cmdline
 
 
 class LegacyValueError(ValueError):
     """An impossible value at a path in the legacy file (the reader adds the file name)."""
 
     def __init__(self, where: str, problem: str) -> None:
-        super().__init__(f"{where}: {problem}")
+        # the message quotes the wrong value and is shown and logged: redacted like the value would be
+        super().__init__(redact_cmdline(f"{where}: {problem}"))
 
 
 def integer(value: Any, where: str, minimum: int | None = 0, maximum: int | None = None) -> int:
