@@ -46,6 +46,9 @@ class HostRun:
 
     host: str
     argv: list[str]
+    # the launcher's stdin held open (never written) for as long as it runs: the remote side ends its
+    # command when it sees that stdin close (ssh's remote_watched), so a cancelled launcher ends it too
+    hold_stdin: bool = False
 
 
 @dataclass
@@ -216,7 +219,8 @@ def _run_one(run: HostRun, directory: Path, deadline: float, launched: Launched)
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            proc = launched.popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            proc = launched.popen(run.argv, stdin=subprocess.PIPE if run.hold_stdin else subprocess.DEVNULL,
+                                   stdout=out, stderr=err)
         except OSError as exc:
             return HostResult(run.host, "failed", f"cannot start {run.argv[0]}: {exc.strerror or exc}")
         if proc is None:
@@ -229,6 +233,8 @@ def _run_one(run: HostRun, directory: Path, deadline: float, launched: Launched)
                 return HostResult(run.host, "cancelled", CANCELLED, seconds=_since(start))
             return HostResult(run.host, "timeout", f"no graph after {deadline:g} s", seconds=_since(start))
         launched.release(proc)
+        if proc.stdin is not None:
+            proc.stdin.close()
         if code != 0 and launched.cancelled:  # ended by the cancellation
             return HostResult(run.host, "cancelled", CANCELLED, seconds=_since(start))
         out.seek(0)

@@ -91,7 +91,7 @@ def test_unreachable_host_and_missing_tool_are_reported(ssh_hosts, tmp_path):  #
 
 def test_ctrl_c_ends_every_ssh_client(ssh_hosts, tmp_path):  # noqa: F811
     """Ctrl-C while the hosts' commands run: the ssh clients (each leading its own process group) are ended,
-    the manifest names the hosts cancelled, exit 130."""
+    and with them the commands on the hosts; the manifest names the hosts cancelled, exit 130."""
     mark, out = new_mark(), tmp_path / "graphs"
     cmd = subprocess.Popen([PY, "-m", "witty_profiler", "cluster", "collect", "--hosts", "h1,h2", "--ssh-config",
                             str(ssh_hosts.config), "--remote-command", "sh -c 'sleep 600'", "--duration", "100", "-o",
@@ -103,12 +103,18 @@ def test_ctrl_c_ends_every_ssh_client(ssh_hosts, tmp_path):  # noqa: F811
         cmd.send_signal(signal.SIGINT)
         _, stderr = cmd.communicate(timeout=30)
         left = wait_gone(mark, 10)
+        # and on the hosts: the remote shell saw its stdin close with the ssh client and ended the command
+        deadline, remote = time.monotonic() + 15, ["?"]
+        while remote and time.monotonic() < deadline:
+            remote = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout.split()
+            time.sleep(0.3)
     finally:
         cmd.kill()
         kill_marked(mark)
         for host in ("h1", "h2"):
             ssh_hosts.ssh(host, "pkill -x sleep", check=False)
     assert left == [], f"still running after Ctrl-C: {left}"
+    assert remote == [], f"the hosts' commands still run after Ctrl-C: {remote}"
     assert cmd.returncode == 130, stderr
     hosts = json.loads((out / "cluster.json").read_text())["hosts"]
     assert {h: r["status"] for h, r in hosts.items()} == {"h1": "cancelled", "h2": "cancelled"}

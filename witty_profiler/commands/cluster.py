@@ -26,9 +26,9 @@ NO_HOST_GAVE_A_GRAPH = 4
 EXIT_CODES = (f"Exit codes: 0 every host gave a graph; {SOME_HOSTS_FAILED} some hosts gave none (failed, timed out, "
               f"skipped: DIR/cluster.json says why) but at least one graph was written; {NO_HOST_GAVE_A_GRAPH} no "
               "host gave a graph; 2 bad usage or input (nothing was run); 130 interrupted (Ctrl-C or SIGTERM): the "
-              "local srun, ssh and kubectl exec processes are ended (srun cancels its step on the nodes; a command "
-              "that ssh or kubectl exec started runs to the end of its window) and the manifest names the hosts "
-              "cancelled.")
+              "local srun, ssh and kubectl exec processes are ended (srun cancels its step on the nodes, an ssh host's "
+              "shell ends its command when ssh goes; a command that kubectl exec started runs to the end of its "
+              "window) and the manifest names the hosts cancelled.")
 
 
 def exit_code(ok: int, total: int) -> int:
