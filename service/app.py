@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from witty_profiler.service.config import TOKEN_ENV, ServiceConfig, read_token
+from witty_profiler.service.limits import (Acceptor, BodyLimit, LimitedH11, Limits, fit_to_open_files,
+                                           quiet_bad_requests)
 from witty_profiler.service.lock import InstanceLock
 from witty_profiler.service.monitor import Monitor
 from witty_profiler.service.ring import MIB, Ring
@@ -99,14 +102,63 @@ def build_app(service: Service, token: str | None) -> Any:
     app = mcp.app(transport_security=TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins), host=host)
     app.router.routes.extend(starlette_routes(service, service.api_routes))
+    app.add_middleware(BodyLimit, max_bytes=Limits.of(server).max_body_bytes)
+    add_json_errors(app)
     return HttpGuard(app, hosts, origins, token)
+
+
+def add_json_errors(app: Any) -> None:
+    """Starlette's own answers as JSON {"error": sentence}, like the routes': an unknown path (404), a method
+    a route does not take (405), and an error nobody expected (500; its traceback still goes to the log)."""
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse
+
+    async def http_error(request: Any, exc: Exception) -> Any:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            message = f"no route {request.url.path}; GET /openapi.json lists them"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"{request.method} is not allowed on {request.url.path}" + (f"; use {allowed}" if allowed else "")
+        else:
+            message = str(exc.detail)
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+    async def unexpected(request: Any, exc: Exception) -> Any:
+        return JSONResponse({"error": "internal error; the service's log has the details"}, status_code=500)
+
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
 
 
 class QuietServer(uvicorn.Server):
     """uvicorn.Server, except that (1) after a graceful shutdown on SIGTERM/SIGINT it does not raise the
     signal again (which would kill the process before the window in progress is stored): SIGTERM is how
     a service is stopped, and it exits 0; (2) its housekeeping wakes once a second, not ten times: on an
-    idle service those wake-ups were most of its CPU time (BENCHMARKS.md)."""
+    idle service those wake-ups were most of its CPU time (BENCHMARKS.md); (3) it accepts connections in
+    its own loop and serves them with deadlines (`limits`: the connection cap, slow clients, EMFILE)."""
+
+    def __init__(self, config: uvicorn.Config, limits: Limits) -> None:
+        super().__init__(config)
+        self.limits = limits
+        quiet_bad_requests()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup for the sockets given, with `limits.Acceptor` on each in place of asyncio's
+        create_server, and `limits.LimitedH11` for each connection."""
+        from uvicorn.config import STARTUP_FAILURE
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(STARTUP_FAILURE)
+        config, state, limits = self.config, self.server_state, self.limits
+
+        def create_protocol() -> asyncio.Protocol:
+            return LimitedH11(config=config, server_state=state, app_state=self.lifespan.state, limits=limits)
+        self.servers = [Acceptor(sock, create_protocol, state.connections, limits, config.backlog)
+                        for sock in sockets or []]  # type: ignore[misc]
+        for acceptor in self.servers:
+            acceptor.start()  # type: ignore[attr-defined]
+        self.started = True
 
     async def main_loop(self) -> None:
         counter = 0  # a multiple of 10: uvicorn refreshes its Date header on those
@@ -153,8 +205,9 @@ def run(config: ServiceConfig, running: bool = True) -> int:
             log.warning("witty-profiler service on http://%s:%d (state %s)", f"[{host}]" if ":" in host else host,
                         port, state)
             # uvicorn handles SIGTERM/SIGINT: it stops serving; then the window in progress ends and is stored
-            QuietServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                       timeout_graceful_shutdown=5)).run(sockets=[sock])
+            QuietServer(uvicorn.Config(app, http="h11", ws="none", log_level="warning", access_log=False,
+                                       lifespan="on", timeout_graceful_shutdown=5),
+                        fit_to_open_files(Limits.of(config.server))).run(sockets=[sock])
         finally:
             service.monitor.close()
     finally:

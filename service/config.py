@@ -5,7 +5,8 @@ the key (`InputError`, exit 2):
 
     [collection]  collectors, window_s, interval_s, pids, job, host
     [diagnosis]   thresholds (a TOML file, or a table of overrides), trigger_priority, trigger_patterns
-    [server]      listen ("127.0.0.1:18090"), token_file, allowed_hosts, allowed_origins
+    [server]      listen ("127.0.0.1:18090"), token_file, allowed_hosts, allowed_origins, max_connections,
+                  header_timeout_s, body_timeout_s, max_body_mb (what one client may take: limits.py)
     [storage]     state_dir, ring_windows, ring_max_mb, kept_windows, kept_max_mb
 
 `witty-profiler serve --dump-config` prints the settings in force, as JSON, which this module reads back.
@@ -28,6 +29,8 @@ from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
 DEFAULT_PORT = 18090
 PRIORITIES = ("P0", "P1", "P2", "off")
 TOKEN_ENV = "WITTY_SERVICE_TOKEN"
+MAX_REQUEST_S = 3600  # the longest a request's head or body may take to arrive, whatever the config says
+MAX_BODY_MB = 1024
 
 
 @dataclass
@@ -56,6 +59,10 @@ class Server:
     token_file: str | None = None
     allowed_hosts: list[str] = field(default_factory=list)  # Host header values besides the listen address
     allowed_origins: list[str] = field(default_factory=list)
+    max_connections: int = 100  # open at once; one more is answered 503 (keep it well below ulimit -n)
+    header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
+    body_timeout_s: float = 30.0  # and its body within this after them
+    max_body_mb: float = 1.0  # a larger request body is answered 413
 
 
 @dataclass
@@ -186,6 +193,14 @@ def check(config: ServiceConfig, where: str = "config") -> ServiceConfig:
         raise fail("server.token_file", "a file name", s.token_file)
     _str_list(s.allowed_hosts, f"{where}: server.allowed_hosts")
     _str_list(s.allowed_origins, f"{where}: server.allowed_origins")
+    if isinstance(s.max_connections, bool) or not isinstance(s.max_connections, int) or s.max_connections < 1:
+        raise fail("server.max_connections", "a whole number of connections, at least 1", s.max_connections)
+    for key in ("header_timeout_s", "body_timeout_s"):
+        value = getattr(s, key)
+        if not _is_number(value) or not 0 < value <= MAX_REQUEST_S:
+            raise fail(f"server.{key}", f"a number of seconds above 0, at most {MAX_REQUEST_S}", value)
+    if not _is_number(s.max_body_mb) or not 0 < s.max_body_mb <= MAX_BODY_MB:
+        raise fail("server.max_body_mb", f"a size in MiB above 0, at most {MAX_BODY_MB}", s.max_body_mb)
     if st.state_dir is not None and not isinstance(st.state_dir, str):
         raise fail("storage.state_dir", "a directory name", st.state_dir)
     for key in ("ring_windows", "kept_windows"):

@@ -99,7 +99,8 @@ class Monitor:
             except Exception as exc:  # noqa: BLE001 - a failed window is reported; the service goes on
                 self.windows_failed += 1
                 self.last_error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InputError) else str(exc)
-                log.warning("window failed: %s", self.last_error, exc_info=not isinstance(exc, InputError))
+                # an OSError (a full disk, out of file descriptors) says all in its one line: no traceback
+                log.warning("window failed: %s", self.last_error, exc_info=not isinstance(exc, (InputError, OSError)))
                 self._closing.wait(RETRY_S)
             finally:
                 self.current_started = None
