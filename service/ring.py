@@ -230,14 +230,22 @@ class Ring:
         with self._lock:
             if window_id in self.kept.records:
                 return self.kept.records[window_id]
-            record = self.ring.records.pop(window_id, None)
-            if record is None:
+            if window_id not in self.ring.records:
                 raise self._unknown(window_id)
-            record.kept, record.kept_reason = True, reason
-            record.kept_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            # the kept record is made, serialized and written before the window moves: if any of that fails
+            # (a reason that is no UTF-8, a full disk), the window stays in the ring, listed and served
+            record = self.ring.records[window_id].model_copy(update={
+                "kept": True, "kept_reason": reason,
+                "kept_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+            sidecar = record.model_dump_json().encode()
             graph_name, record_name = self.ring.names(window_id)
-            self.ring.dir.move(graph_name, self.kept.dir)
-            self.kept.dir.write(record_name, record.model_dump_json().encode())
+            self.kept.dir.write(record_name, sidecar)  # alone (no graph beside it) it is skipped at start-up
+            try:
+                self.ring.dir.move(graph_name, self.kept.dir)
+            except BaseException:
+                self.kept.dir.unlink(record_name)
+                raise
+            del self.ring.records[window_id]
             self.ring.remove_files(window_id)
             self.kept.records[window_id] = record
             gone = self.kept.evict()

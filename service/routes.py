@@ -3,12 +3,15 @@ document are made, so the document cannot drift from what is served.
 
 Windows are named by id (GET /api/v1/graphs lists them) or `latest`. Graph work (loading, diagnosing,
 rendering) runs on a worker thread, never on the event loop. Errors are JSON `{"error": sentence}`:
-400 bad input, 404 unknown window, 409 nothing to act on yet.
+400 bad input (naming the parameter), 404 unknown window or route, 405 a method the route does not take,
+409 nothing to act on yet; the HTTP server adds 408 too slow, 413 body too large and 503 too many
+connections (limits.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,9 +23,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from witty_profiler.app.reports import REPORT_FORMATS
+from witty_profiler.converters.render import MIN_TOKENS
 from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
+from witty_profiler.topology.text import visible
 from witty_profiler.topology.version import VERSION as __version__
 
 
@@ -63,6 +68,33 @@ def _window_id(service: Any, request: Request) -> str:
     return service.ring.latest_id() if given == "latest" else given
 
 
+WHOLE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() takes "²" or "٣", which int() refuses
+
+
+def _whole_number(request: Request, name: str) -> int | None:
+    """A query parameter that is a whole number (None when absent), or a 400 naming it."""
+    given = request.query_params.get(name)
+    if given is None:
+        return None
+    if not WHOLE.fullmatch(given):
+        shown = given if len(given) <= 40 else given[:40] + "..."
+        raise InputError(f"{name} must be a whole number (digits 0-9, at most 9 of them), got {shown!r}")
+    return int(given)
+
+
+async def _json_body(request: Request, example: str) -> Any:
+    """The request's JSON body (None when it is empty), or a 400 saying what is wrong with it."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InputError("JSON nested too deeply") from None
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise InputError(f"the body must be JSON such as {example}") from None
+
+
 def _format(request: Request, allowed: list[str]) -> str:
     fmt = request.query_params.get("format", "md")
     if fmt not in allowed:
@@ -84,17 +116,17 @@ async def stop(service: Any, request: Request) -> Response:
 
 
 async def trigger(service: Any, request: Request) -> Response:
-    raw = await request.body()
+    body = await _json_body(request, '{"reason": "latency spike"}')
     reason = "on demand"
-    if raw.strip():
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise InputError("the body must be JSON such as {\"reason\": \"latency spike\"}") from None
+    if body is not None:
         if not isinstance(body, dict) or set(body) - {"reason"} or not isinstance(body.get("reason", ""), str):
             raise InputError("the body takes one key, reason (a string)")
         reason = body.get("reason") or reason
-    record = await _off_loop(lambda: service.monitor.trigger(reason[:200]))
+    # what cannot be stored or shown is replaced, as everywhere else (topology.text.visible): a lone surrogate
+    # (a JSON escape such as \ud800, or a client that cut a UTF-16 string in half) becomes U+FFFD, a control
+    # character its picture; the window is kept either way, which is what a trigger is for
+    reason = visible(reason[:200])
+    record = await _off_loop(lambda: service.monitor.trigger(reason))
     return JSONResponse(record.model_dump())
 
 
@@ -118,10 +150,8 @@ async def view(service: Any, request: Request) -> Response:
     window_id, layer = _window_id(service, request), request.path_params["layer"]
     if layer not in VIEWS:
         raise InputError(f"unknown layer {layer!r}: choose one of {', '.join(VIEWS)}")
-    given = request.query_params.get("max_tokens")
-    if given is not None and not given.isdigit():
-        raise InputError(f"max_tokens must be a whole number, got {given!r}")
-    text = await _off_loop(lambda: service.view(window_id, layer, int(given) if given else None))
+    max_tokens = _whole_number(request, "max_tokens")
+    text = await _off_loop(lambda: service.view(window_id, layer, max_tokens))
     return PlainTextResponse(text)
 
 
@@ -168,7 +198,8 @@ def table() -> list[Api]:
             [WINDOW, Param("envelope", "query", {"type": "boolean", "default": False}, "wrap as {env, content}")]),
         Api("GET", "/api/v1/graphs/{window_id}/views/{layer}", "The compact text view of one layer", view,
             [WINDOW, Param("layer", "path", {"type": "string", "enum": list(VIEWS)}, "a layer, summary or all", True),
-             Param("max_tokens", "query", {"type": "integer", "minimum": 1}, "token budget of the view")],
+             Param("max_tokens", "query", {"type": "integer", "minimum": MIN_TOKENS, "maximum": 999_999_999},
+                   "token budget of the view")],
             produces=("text/plain",)),
         Api("GET", "/api/v1/graphs/{window_id}/diagnosis", "The seven-layer diagnosis: findings and coverage",
             diagnosis, [WINDOW]),
@@ -216,6 +247,7 @@ def openapi_document(apis: list[Api]) -> dict[str, Any]:
                                  "description": p.description, "schema": p.schema} for p in api.params]
         if api.body:
             op["requestBody"] = {"required": False, "content": {"application/json": {"schema": api.body}}}
+            op["responses"]["413"] = ERROR  # over server.max_body_mb
         paths.setdefault(api.path, {})[api.method.lower()] = op
     mcp = {"summary": "The MCP server (streamable HTTP transport): the witty-profiler tools over this service's "
                       "windows", "responses": {"200": {"description": "MCP messages (JSON or an SSE stream)"},

@@ -1,8 +1,8 @@
-"""The REST service against abusive clients (SECURITY.md, "REST service: bad input and abusive clients"),
-each against a real `witty-profiler serve` as tests/test_service.py starts it: what reaches no route is a
-4xx with a JSON body and no traceback in the log; a body over the cap is refused without being read; slow
-clients are cut at their deadline, connections over the cap are refused, the service's file descriptors
-stay bounded, and it answers again after running out of them."""
+"""The REST service against bad input and abusive clients (SECURITY.md, "REST service: bad input and
+abusive clients"), each against a real `witty-profiler serve` as tests/test_service.py starts it: every bad
+input is a 4xx with a JSON body and no traceback in the log; a body over the cap is refused without being
+read; slow clients are cut at their deadline, connections over the cap are refused, the service's file
+descriptors stay bounded, and it answers again after running out of them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_service import Http, service
+from test_service import Http, service, wait_for
+
+from witty_profiler.service.routes import openapi_document, table
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -66,7 +68,78 @@ def answer_of(data: bytes) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(body)
 
 
-# -- answers the routes never see: unknown routes and methods, broken HTTP ---------------------------------
+# -- 1. numbers and other query values -------------------------------------------------------------------
+SUPERSCRIPT_TWO = "\u00b2"  # str.isdigit() says yes, int() says no
+
+
+def test_every_query_parameter_takes_a_bad_value_as_a_400_naming_it(tmp_path):
+    with service(tmp_path / "state") as c:
+        latest = wait_for(c, 1)["latest_window"]
+        for bad in (SUPERSCRIPT_TWO, "\u0663", "1e3", "-5", "+300", " 300", "300 ", "", "3.5", "0x10", "9" * 5000,
+                    "0"):
+            error = json_error(c.get(f"/api/v1/graphs/{latest}/views/summary", params={"max_tokens": bad}), 400)
+            assert "max_tokens" in error, (bad, error)
+        assert c.get(f"/api/v1/graphs/{latest}/views/summary", params={"max_tokens": "300"}).status_code == 200
+        # every query parameter of every route in the document, whatever its type, given a value it cannot take
+        probe = {"window_id": latest, "layer": "summary"}
+        for api in table():
+            query = [p for p in api.params if p.where == "query"]
+            for param in query:
+                if param.schema.get("type") == "string" and "enum" not in param.schema:
+                    continue  # a window id: a bad one is an unknown window (404)
+                params = {p.name: latest for p in query if p.required}
+                params[param.name] = SUPERSCRIPT_TWO
+                path = api.path.format(**{k: v for k, v in probe.items() if "{" + k + "}" in api.path})
+                error = json_error(c.request(api.method, path, params=params), 400)
+                assert param.name in error, (api.path, param.name, error)
+        assert {p.name for a in table() for p in a.params if p.schema.get("type") == "integer"} == {"max_tokens"}
+    assert "Traceback" not in log_of(c)
+
+
+def test_the_document_gives_max_tokens_the_bounds_the_route_applies():
+    doc = openapi_document(table())
+    (param,) = [p for p in doc["paths"]["/api/v1/graphs/{window_id}/views/{layer}"]["get"]["parameters"]
+                if p["name"] == "max_tokens"]
+    assert param["schema"] == {"type": "integer", "minimum": 200, "maximum": 999_999_999}
+    assert "413" in doc["paths"]["/api/v1/trigger"]["post"]["responses"]
+
+
+# -- 2. and 3. bodies: nesting, a lone surrogate, and the rest of what a client can send --------------------
+def test_a_deeply_nested_body_is_a_400(tmp_path):
+    with service(tmp_path / "state", "--stopped") as c:
+        for body in (b"[" * 100_000, b'{"reason": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"a":' * 100_000):
+            assert json_error(c.post("/api/v1/trigger", content=body), 400) == "JSON nested too deeply"
+        assert "must be JSON" in json_error(c.post("/api/v1/trigger", content=b'{"reason": "\xff"}'), 400)
+        assert "one key" in json_error(c.post("/api/v1/trigger", json={"reason": 3}), 400)
+        assert c.get("/api/v1/status").status_code == 200
+    assert "Traceback" not in log_of(c)
+
+
+def test_a_reason_with_a_lone_surrogate_is_kept_with_it_replaced_and_the_list_stays_whole(tmp_path):
+    state = tmp_path / "state"
+    with service(state) as c:
+        wait_for(c, 2)
+        c.post("/api/v1/stop")
+        deadline = time.monotonic() + 30
+        while c.get("/api/v1/status").json()["monitor"]["window_in_progress_since"]:  # the last one stored
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        before = [w["window_id"] for w in c.get("/api/v1/graphs").json()["windows"]]
+        answer = c.post("/api/v1/trigger", content=b'{"reason": "spike \\ud800 then \\udfff\\n"}')
+        assert answer.status_code == 200, answer.text
+        kept = answer.json()
+        assert kept["kept"] and kept["kept_reason"] == "spike \ufffd then \ufffd\u240a"
+        listed = c.get("/api/v1/graphs").json()["windows"]
+        assert [w["window_id"] for w in listed] == before  # none dropped
+        assert [w["kept_reason"] for w in listed if w["kept"]] == [kept["kept_reason"]]
+        assert c.get(f"/api/v1/graphs/{kept['window_id']}/diagnosis").status_code == 200
+        on_disk = json.loads((state / "kept" / f"{kept['window_id']}.window.json").read_text(encoding="utf-8"))
+        assert on_disk["kept_reason"] == kept["kept_reason"]
+    assert "Traceback" not in log_of(c)
+    with service(state, "--stopped") as again:  # read back after a restart
+        assert [w["window_id"] for w in again.get("/api/v1/graphs").json()["windows"]] == before
+
+
 def test_unknown_routes_methods_and_broken_http_are_json_4xx(tmp_path):
     with service(tmp_path / "state", "--stopped") as c:
         assert "/openapi.json" in json_error(c.get("/api/v1/nothing"), 404)
