@@ -106,7 +106,7 @@ def read_auth(path: str | None, environ: dict[str, str] | None = None) -> str | 
     return f"Bearer {secret}"
 
 
-def _server_name(url: str) -> str:
+def server_name(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or "?"
     return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
@@ -170,7 +170,7 @@ class _Answer(JsonStream):
         return InputError(f"{self.server} did not answer /api/v1/{self.path} with JSON: is it a Prometheus server?")
 
 
-class _SameOriginRedirect(urllib.request.HTTPRedirectHandler):
+class SameOriginRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects keep the credentials only within the origin (scheme, host and port) they were given for:
     a server that sends the client elsewhere does not receive the token there."""
 
@@ -179,12 +179,12 @@ class _SameOriginRedirect(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and self.auth and _origin(newurl) == _origin(req.full_url):
+        if new is not None and self.auth and origin(newurl) == origin(req.full_url):
             new.add_unredirected_header("Authorization", self.auth)
         return new
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
+def origin(url: str) -> tuple[str, str, int | None]:
     parts = urllib.parse.urlsplit(url)
     return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
 
@@ -192,17 +192,17 @@ class PrometheusAPI:
     def __init__(self, url: str, auth: str | None = None, timeout_s: float = 30.0) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(f"bad Prometheus URL {_server_name(url) if parts.scheme else url!r}: "
+            raise InputError(f"bad Prometheus URL {server_name(url) if parts.scheme else url!r}: "
                              "give http(s)://host:port")
         if parts.username or parts.password:
             raise InputError("credentials in the Prometheus URL are refused: put them in --prometheus-auth-file "
                              f"or {TOKEN_ENV}")
         self.base = url.rstrip("/")
-        self.name = _server_name(url)
+        self.name = server_name(url)
         self._auth = auth
         self.timeout_s = timeout_s
         self.stats = QueryStats()
-        self._opener = urllib.request.build_opener(_SameOriginRedirect(auth))
+        self._opener = urllib.request.build_opener(SameOriginRedirect(auth))
 
     def __repr__(self) -> str:  # never shows the credentials
         return f"PrometheusAPI({self.name})"
@@ -212,7 +212,7 @@ class PrometheusAPI:
         """GET /api/v1/<path>: its body as a JSON stream, else one InputError line."""
         url = f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if self._auth:  # unredirected: a redirect carries it only within the origin (_SameOriginRedirect)
+        if self._auth:  # unredirected: a redirect carries it only within the origin (SameOriginRedirect)
             request.add_unredirected_header("Authorization", self._auth)
         started = time.perf_counter()
         deadline = time.monotonic() + ANSWER_DEADLINE_S
