@@ -9,12 +9,13 @@ from typing import Any
 
 from witty_profiler.converters import View, render_view
 from witty_profiler.converters.hints import Hints
+from witty_profiler.converters.render import MIN_TOKENS
 from witty_profiler.converters.view import check_request
 from witty_profiler.diagnosis import Diagnosis, diagnose
 from witty_profiler.topology import Graph
 from witty_profiler.topology.layers import VIEWS
 
-__all__ = ["VIEWS", "convert"]
+__all__ = ["MIN_TOKENS", "VIEWS", "convert"]  # MIN_TOKENS: the least budget a view takes
 
 
 def convert(graph: Graph, layer: str = "summary", max_tokens: int | None = None, *,

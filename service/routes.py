@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from witty_profiler.app.reports import REPORT_FORMATS
-from witty_profiler.converters.render import MIN_TOKENS
+from witty_profiler.app.views import MIN_TOKENS
 from witty_profiler.service.ring import NoWindowYet, UnknownWindow
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.layers import VIEWS
