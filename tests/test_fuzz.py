@@ -1,7 +1,7 @@
 """Generated inputs against every reader and front door: graph files, Kineto traces, msprof-analyze
-outputs, token and auth files, Prometheus answers, MCP tool arguments. Each input must end in a result
-or in the reader's one-line error (InputError and its kinds; an MCP error answer that is not an
-internal error), never another exception, a hang or a traceback.
+outputs, token and auth files, Prometheus answers, MCP tool arguments, REST requests. Each input must end
+in a result or in the reader's one-line error (InputError and its kinds; an MCP error answer that is not
+an internal error; a 4xx with a JSON body), never another exception, a 500, a hang or a traceback.
 
 Hypothesis, not atheris: the readers are Python, so coverage-guided byte fuzzing buys little over
 structured generation; Hypothesis runs inside pytest on any Python without a compiled harness, builds
@@ -19,6 +19,7 @@ import http.server
 import json
 import os
 import threading
+from urllib.parse import quote
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,44 @@ def test_mcp_tool_arguments(mcp_home, data):
 
 def test_the_fuzzed_tools_are_every_tool_but_collect():
     assert set(FUZZED_TOOLS) | {"collect"} == set(TOOLS)
+
+
+# -- REST routes ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rest(tmp_path_factory):
+    from starlette.testclient import TestClient
+
+    from witty_profiler.service.app import Service, build_app
+    from witty_profiler.service.config import ServiceConfig
+    home = tmp_path_factory.mktemp("service")
+    config = ServiceConfig()
+    config.storage.state_dir = str(home / "state")
+    service = Service(config, home / "state")
+    window = service.ring.add(loads_graph(json.dumps(GRAPH_DOC)), []).window_id
+    return TestClient(build_app(service, None), base_url="http://127.0.0.1:18090"), window
+
+
+def _route_paths() -> list[tuple[str, str]]:
+    from witty_profiler.service.routes import table
+    return [(api.method, api.path) for api in table()]
+
+
+@FUZZ
+@given(st.data())
+def test_rest_routes(rest, data):
+    client, window = rest
+    method, path = data.draw(st.sampled_from(_route_paths()))
+    for name in ("window_id", "layer"):
+        if "{" + name + "}" in path:
+            value = data.draw(st.one_of(st.just(window), st.just("latest"), st.sampled_from(["all", "memory"]), TEXT))
+            path = path.replace("{" + name + "}", quote(valid_text(value), safe=""))  # as a client sends any text
+    params = data.draw(st.dictionaries(st.sampled_from(["max_tokens", "format", "envelope", "before", "after", "x"]),
+                                       TEXT, max_size=3))
+    body = _text(data.draw(st.one_of(JSON, st.fixed_dictionaries({"reason": TEXT}))), data)
+    if method == "POST" and path.endswith(("/start", "/stop")):
+        return  # they start and stop collection: not input handling
+    answer = client.request(method, path, params=valid_text(params), content=body.encode(
+        "utf-8", "surrogatepass"), headers={"Content-Type": "application/json"})
+    assert answer.status_code < 500, (method, path, params, body[:200], answer.text[:300])
+    if answer.status_code >= 400:
+        assert answer.headers["content-type"].startswith("application/json"), answer.text[:200]
