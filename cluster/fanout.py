@@ -58,6 +58,8 @@ class HostResult:
     reason: str = ""  # often a remote host's own words (its stderr): kept printable, on one line
     file: str | None = None
     seconds: float = 0.0
+    source: str | None = None  # pulled from a service: its URL
+    window: str | None = None  # and the id of its window
 
     def __post_init__(self) -> None:
         self.reason = printable(self.reason)

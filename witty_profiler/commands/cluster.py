@@ -1,5 +1,6 @@
 """`witty-profiler cluster collect|diagnose|hosts`: a job that spans hosts, one graph per host in a
-directory, collected through Slurm, OpenSSH or kubectl, and diagnosed host by host then across hosts."""
+directory, collected through Slurm, OpenSSH or kubectl (or pulled from the hosts' running services), and
+diagnosed host by host then across hosts."""
 
 from __future__ import annotations
 
@@ -43,28 +44,52 @@ def collect_directory(args: argparse.Namespace) -> tuple[Path, Manifest]:
     the launcher processes (srun cancels its step), writes the manifest, then interrupts (exit 130)."""
     from witty_profiler.cluster import fanout
     from witty_profiler.cluster.collect import Launch, Target, collect_cluster
+    from witty_profiler.cluster.services import Pick, read_token
     from witty_profiler.collectors.window import validate_window
-    validate_window(args.duration, args.interval)
     target = Target(hosts=[h for h in (args.hosts or "").split(",") if h.strip()], hostfile=args.hostfile,
                     slurm_job=args.slurm_job, slurm_nodes=args.slurm_nodes, kubectl_selector=args.kubectl_selector,
-                    namespace=args.namespace, container=args.container)
+                    namespace=args.namespace, container=args.container, services=args.services or [],
+                    services_file=args.services_file)
     try:
-        target.way()
+        way = target.way()
     except InputError:
-        raise InputError("name the hosts one way: --slurm-job J, --slurm-nodes LIST, --hosts/--hostfile, or "
-                         "--kubectl-selector SEL") from None
+        raise InputError("name the hosts one way: --slurm-job J, --slurm-nodes LIST, --hosts/--hostfile, "
+                         "--kubectl-selector SEL, or --services/--services-file") from None
+    token = None
+    if way == "services":
+        given = [o for o, v in (("--duration", args.duration), ("--interval", args.interval), ("--job", args.job),
+                                ("--collectors", args.collectors)) if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)}: a service collects its own windows (serve --window, --interval, "
+                             "--job, --collectors); pick one of them with --at or --past instead")
+        for option, value in (("--max-mb", args.max_mb), ("--timeout", args.timeout)):
+            if value is not None and not 0 < value < float("inf"):
+                raise InputError(f"{option} {value:g}: give a number above 0")
+        target.pick = Pick.parse(args.at, args.past)
+        token = read_token(args.token_file)
+    else:
+        given = [o for o, v in (("--at", args.at), ("--past", args.past), ("--token-file", args.token_file),
+                                ("--max-mb", args.max_mb)) if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)}: for windows pulled from services (--services or --services-file)")
+        args.duration = 10.0 if args.duration is None else args.duration
+        args.interval = 1.0 if args.interval is None else args.interval
+        validate_window(args.duration, args.interval)
     target.check()  # before the directory is made
     directory = fanout.prepare_directory(args.output, args.force)
     launch = Launch(remote_command=args.remote_command, ssh_options=args.ssh_option or [], ssh_config=args.ssh_config,
-                    kubectl=args.kubectl, parallel=args.parallel, timeout_s=args.timeout)
+                    kubectl=args.kubectl, parallel=args.parallel, timeout_s=args.timeout, service_token=token,
+                    max_window_bytes=int(args.max_mb * (1 << 20)) if args.max_mb else None)
     show = None if args.quiet else _progress
     stop = threading.Event()
     with _signals_set(stop):
-        manifest = collect_cluster(target, directory, args.duration, args.interval, args.job, args.collectors,
-                                   launch, progress=show, announce=None if args.quiet else _say, stop=stop)
+        manifest = collect_cluster(target, directory, args.duration or 0.0, args.interval or 1.0, args.job,
+                                   args.collectors, launch, progress=show, announce=None if args.quiet else _say,
+                                   stop=stop)
     ok = manifest.ok()
     if manifest.cancelled:
-        print(f"cancelled: srun, ssh and kubectl exec were ended; kept {ok} of {len(manifest.results)} host graphs "
+        ended = "the transfers were given up" if way == "services" else "srun, ssh and kubectl exec were ended"
+        print(f"cancelled: {ended}; kept {ok} of {len(manifest.results)} host graphs "
               f"in {directory}/ (manifest {fanout.MANIFEST})", file=sys.stderr)
         raise KeyboardInterrupt
     if not args.quiet:
@@ -153,12 +178,12 @@ def run_hosts(args: argparse.Namespace) -> int:
 
 
 def _add_window(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="window length on each host (default 10)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval (default 1)")
+    p.add_argument("--duration", type=float, metavar="S", help="window length on each host (default 10)")
+    p.add_argument("--interval", type=float, metavar="S", help="sampling interval (default 1)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cluster", help="collect and diagnose a job that spans hosts (Slurm, ssh, kubectl)",
+    p = sub.add_parser("cluster", help="collect and diagnose a job that spans hosts (Slurm, ssh, kubectl, services)",
                        description="One graph per host in a directory, then each host diagnosed on its own and the "
                                    "hosts compared (control.straggler_host, network.odd_host).")
     cmds = p.add_subparsers(dest="cluster_command", metavar="ACTION", parser_class=type(p))
@@ -167,7 +192,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "already has; a host that fails, times out or lacks the tool is named in "
                                     "DIR/cluster.json with the reason, and the others are kept. Slurm nodes are "
                                     "checked first: a name that is not a node of the cluster, or a node that is down "
-                                    "or drained, is skipped with what Slurm says of it.",
+                                    "or drained, is skipped with what Slurm says of it. Or, from hosts that run "
+                                    "`witty-profiler serve`, a window each service already has is pulled over its "
+                                    "REST API.",
                         epilog=EXIT_CODES)
     where = c.add_argument_group("hosts (one way)")
     where.add_argument("--slurm-job", metavar="JOBID", help="every node of this running Slurm job, through a step "
@@ -177,14 +204,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--hostfile", metavar="FILE", help="hosts through ssh, one per line")
     where.add_argument("--kubectl-selector", metavar="SEL", help="the pods of the witty-profiler DaemonSet "
                        "(deploy/kubernetes/) that this label selector picks, through kubectl exec")
+    where.add_argument("--services", nargs="+", metavar="URL", help="running services (witty-profiler serve), "
+                       "e.g. http://gpu01:18090: a window of each is pulled, not collected; each graph's host is "
+                       "the one it names (serve --host)")
+    where.add_argument("--services-file", metavar="FILE", help="services, one URL per line ('#' comments)")
+    pulled = c.add_argument_group("services: which window of each (default the latest)")
+    pulled.add_argument("--at", metavar="TIME", help="the window covering TIME (RFC 3339, Unix seconds, or "
+                        "--at=-10m); TIME between two windows: the nearest if within 10 s")
+    pulled.add_argument("--past", metavar="START..END", help="one window of the span, e.g. --past=-30m..now (END "
+                        "default now): the one "
+                        "most of which lies in it, the newest of equals. Not the span's windows merged: merged, a "
+                        "host's windows would sum its counters but keep only the last window's gauges, describing "
+                        "no real stretch of time; and hosts are compared over one window each")
+    pulled.add_argument("--token-file", metavar="FILE", help="the services' bearer token (default "
+                        "$WITTY_SERVICE_TOKEN); sent to the URLs given, never to another origin after a redirect")
+    pulled.add_argument("--max-mb", type=float, metavar="MIB", help="refuse a window larger than this (default 256, "
+                        "the service's default ring cap)")
     _add_window(c)
     c.add_argument("--job", metavar="ID", help="scope each host to this job's processes (Slurm job id or torchrun "
                    "run id; --slurm-job implies it)")
     c.add_argument("--collectors", metavar="A,B", help="collectors to run on each host (as collect --collectors)")
-    c.add_argument("--parallel", type=int, default=32, metavar="N", help="hosts collected at once over ssh/kubectl "
-                   "(default 32)")
+    c.add_argument("--parallel", type=int, default=32, metavar="N", help="hosts collected at once over "
+                   "ssh/kubectl, or services asked at once (default 32)")
     c.add_argument("--timeout", type=float, metavar="S", help="give up on a host after S seconds (default: the window "
-                   "plus 60)")
+                   "plus 60; a service: 120 for its whole transfer)")
     c.add_argument("--remote-command", default="witty-profiler", metavar="CMD",
                    help="how to run witty-profiler on the hosts (default witty-profiler; e.g. 'python3 -m "
                         "witty_profiler' or a venv path)")
