@@ -388,3 +388,11 @@ def test_traces_of_different_runs_are_not_one_job(tmp_path, second, fact):
 def test_the_ranks_of_one_run_join(tmp_path):
     paths = [_rank_trace(tmp_path / f"r{n}.json.gz", n, 2, start_us=1.7e15 + n * 60e6) for n in (0, 1)]
     assert sorted(r.attrs["rank"] for r in import_traces(paths).entities(T.RANK)) == [0, 1]
+
+
+@pytest.mark.parametrize("pg_config", [1, "x", None, [1, {"pg_name": "0", "ranks": "[0,"}], {"a": 1}])
+def test_a_process_group_configuration_of_any_shape_is_read(tmp_path, pg_config):
+    """A shape no PyTorch writes (found by tests/test_fuzz.py): the trace is read, its groups unknown."""
+    doc = {"distributedInfo": {"rank": 0, "world_size": 2, "pg_config": pg_config}, "traceEvents": _events()}
+    graph = read_kineto(_write(tmp_path / "rank0.json.gz", doc), JOB)
+    assert graph.entities(T.RANK)

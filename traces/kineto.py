@@ -287,7 +287,9 @@ def _process_groups(top: dict[str, Any]) -> dict[str, dict[str, Any]]:
     pgs = info.get("pg_config") if isinstance(info, dict) else None
     if isinstance(pgs, dict):  # some versions key the groups by name
         pgs = [{"pg_name": k, **v} for k, v in pgs.items() if isinstance(v, dict)]
-    return {str(pg.get("pg_name")): pg for pg in pgs or [] if isinstance(pg, dict) and "pg_name" in pg}
+    if not isinstance(pgs, list):  # absent, or of a shape no PyTorch writes
+        return {}
+    return {str(pg.get("pg_name")): pg for pg in pgs if isinstance(pg, dict) and "pg_name" in pg}
 
 
 def _collect(trace: _Trace, kernels) -> None:
