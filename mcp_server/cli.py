@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus-match", metavar="SELECTOR", help="its series to read, e.g. '{job=\"node\"}'")
     p.add_argument("--prometheus-auth-file", metavar="FILE", help="its bearer token or user:password (or set "
                    "WITTY_PROMETHEUS_TOKEN)")
+    p.add_argument("--services-file", metavar="FILE", help="running services (witty-profiler serve URLs, one per "
+                   "line) whose windows collect pulls (services=latest|TIME|START..END); clients name no URL")
+    p.add_argument("--services-token-file", metavar="FILE", help="their bearer token (or set WITTY_SERVICE_TOKEN)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -111,13 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     from witty_profiler.cluster.collect import Launch
     from witty_profiler.mcp_server.server import build_server
     from witty_profiler.mcp_server.tools import WittyTools
+    if args.services_file or args.services_token_file:
+        from witty_profiler.cluster.services import parse_services, read_token
+        try:  # read again at each call (the list may change); a list that cannot be read stops the start
+            if not args.services_file:
+                raise InputError("--services-token-file is the token of --services-file's services: give both")
+            parse_services([], args.services_file)
+            read_token(args.services_token_file, "--services-token-file")
+        except InputError as exc:
+            print(f"witty-mcp: error: {exc}", file=sys.stderr)
+            return 2
     tools = WittyTools(GraphStore(Path(args.state_dir) if args.state_dir else None),
                        thresholds_path=os.path.abspath(args.thresholds) if args.thresholds else None,
                        report_dir=Path(args.report_dir) if args.report_dir else None,
                        launch=Launch(remote_command=args.remote_command, ssh_options=args.ssh_option,
                                      ssh_config=args.ssh_config, kubectl=args.kubectl),
                        prometheus=args.prometheus, prometheus_auth_file=args.prometheus_auth_file,
-                       prometheus_match=args.prometheus_match)
+                       prometheus_match=args.prometheus_match,
+                       services_file=os.path.abspath(args.services_file) if args.services_file else None,
+                       services_token_file=os.path.abspath(args.services_token_file) if args.services_token_file
+                       else None)
     server = build_server(tools, tool_timeout=args.tool_timeout)
     logging.getLogger().setLevel(args.log_level)  # the SDK configures INFO; ours wins
     try:

@@ -78,9 +78,11 @@ class CollectInput(_In):
     diagnose: bool = Field(default=False, description="and its summary")
     # a past window of many hosts, read from the Prometheus this server was started with
     past: str | None = Field(default=None, description="START[..END] from Prometheus")
+    # a window of each service in the list this server was started with
+    services: str | None = Field(default=None, description="latest, TIME or START..END of the server's services")
 
     def cluster(self) -> bool:
-        return any((self.hosts, self.slurm_job, self.slurm_nodes, self.kubectl_selector))
+        return any((self.hosts, self.slurm_job, self.slurm_nodes, self.kubectl_selector, self.services is not None))
 
 
 class LoadGraphInput(_In):

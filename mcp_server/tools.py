@@ -15,7 +15,7 @@ import heapq
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -117,13 +117,14 @@ def fitted(text: str, max_tokens: int, whole: str) -> tuple[str, int, bool]:
 
 class WittyTools:
     """The server's state (the workspace: graphs, diagnoses, default thresholds, the folder relative paths
-    are read from; the report directory; how cluster hosts and Prometheus are reached) and one method per
-    tool."""
+    are read from; the report directory; how cluster hosts, services and Prometheus are reached) and one
+    method per tool."""
 
     def __init__(self, store: GraphStore | None = None, thresholds_path: str | None = None,
                  workdir: Path | None = None, report_dir: Path | None = None, launch: Any = None,
                  prometheus: str | None = None, prometheus_auth_file: str | None = None,
-                 prometheus_match: str | None = None, workspace: Workspace | None = None) -> None:
+                 prometheus_match: str | None = None, workspace: Workspace | None = None,
+                 services_file: str | None = None, services_token_file: str | None = None) -> None:
         self.ws = workspace or Workspace(store, thresholds_path, workdir)
         self.store = self.ws.store
         self.thresholds_path = thresholds_path
@@ -136,13 +137,16 @@ class WittyTools:
         # the Prometheus of past windows, its credentials and series: the operator's too
         self.prometheus, self.prometheus_auth_file, self.prometheus_match = prometheus, prometheus_auth_file, \
             prometheus_match
+        # the running services whose windows collect pulls, and their token: the operator's list, never URLs
+        # from the client (the server would fetch, and send its token, wherever it was told)
+        self.services_file, self.services_token_file = services_file, services_token_file
         self._queries: BoundedCache[Rows] = BoundedCache(QUERIES_IN_MEMORY, 64 << 20)  # rows for next pages
         self._lock = threading.Lock()
 
     # -- graphs in ------------------------------------------------------------------------
     @tool("collect", "Collect a live window", "This host's processes, scheduling, memory, NUMA, PCIe, GPUs/NPUs, "
           "network, storage and IPC over a window, with progress: a new graph_id and its summary. Or cluster hosts "
-          "into output_dir, or a past window.", s.CollectInput, s.CollectResult,
+          "or services into output_dir, or a past window.", s.CollectInput, s.CollectResult,
           read_only=False, idempotent=False, runs="window", budget=SUMMARY_BUDGET)
     def collect(self, inp: s.CollectInput, progress: Progress | None = None,
                 stop: threading.Event | None = None) -> Answer:
@@ -181,14 +185,23 @@ class WittyTools:
         from witty_profiler.cluster.collect import Target
         if not inp.cluster():
             raise InputError("output_dir, namespace and diagnose are for a cluster: also give hosts, slurm_job, "
-                             "slurm_nodes or kubectl_selector, or drop them to collect this host")
+                             "slurm_nodes, kubectl_selector or services, or drop them to collect this host")
+        if inp.services is not None and self.services_file is None:
+            raise InputError("services pulls windows from the services this server was given, and it has none: "
+                             "start witty-mcp with --services-file FILE (one URL per line)")
         target = Target(hosts=list(inp.hosts or []), slurm_job=inp.slurm_job, slurm_nodes=inp.slurm_nodes,
-                        kubectl_selector=inp.kubectl_selector, namespace=inp.namespace or "witty-profiler")
+                        kubectl_selector=inp.kubectl_selector, namespace=inp.namespace or "witty-profiler",
+                        services_file=self.services_file if inp.services is not None else None)
         try:
-            target.way()
+            way = target.way()
         except InputError:
-            raise InputError("name the hosts one way: hosts, slurm_job, slurm_nodes or kubectl_selector, not "
-                             "several") from None
+            raise InputError("name the hosts one way: hosts, slurm_job, slurm_nodes, kubectl_selector or services, "
+                             "not several") from None
+        if way == "services":
+            from witty_profiler.cluster.services import Pick
+            if inp.collectors:
+                raise InputError("collectors: a service collects its own windows; drop it for services")
+            target.pick = Pick.of(inp.services or "")
         target.check()
         if inp.namespace is not None and not inp.kubectl_selector:
             raise InputError("namespace is for kubectl_selector: drop it, or name the pods with kubectl_selector")
@@ -211,6 +224,10 @@ class WittyTools:
         from witty_profiler.cluster.collect import collect_cluster
         from witty_profiler.cluster.fanout import HostResult
         target = self.cluster_target(inp)
+        launch = self.launch
+        if target.services_file:
+            from witty_profiler.cluster.services import read_token
+            launch = replace(launch, service_token=read_token(self.services_token_file, "--services-token-file"))
         directory = self.reports.new_folder(inp.output_dir or "")
 
         def told(result: HostResult, done: int, total: int) -> None:
@@ -219,11 +236,11 @@ class WittyTools:
                 progress(done, total, f"{result.host} {result.status}{reason}"[:200])
 
         collectors = ",".join(inp.collectors) if inp.collectors else None
-        manifest = collect_cluster(target, directory, inp.duration_s, inp.interval_s, None, collectors, self.launch,
+        manifest = collect_cluster(target, directory, inp.duration_s, inp.interval_s, None, collectors, launch,
                                    progress=told, stop=stop)
         if manifest.cancelled:  # given up: nobody is waiting for this answer
-            raise InputError(f"collect was cancelled: srun, ssh and kubectl exec were ended; {manifest.ok()} "
-                             f"graphs are in {directory}")
+            ended = "the transfers were given up" if target.services_file else "srun, ssh and kubectl exec were ended"
+            raise InputError(f"collect was cancelled: {ended}; {manifest.ok()} graphs are in {directory}")
         results = sorted(manifest.results, key=lambda r: (r.status == "ok", r.host))  # failures first
         ok = manifest.ok()
         every = [s.HostStatus(host=r.host, status=r.status, reason=r.reason or None) for r in results]

@@ -172,6 +172,29 @@ def test_at_picks_the_window_covering_the_time_and_past_one_of_the_span(services
     assert reason.startswith("no window covers 2020-01-01T00:00:00Z; its ") and " windows run from " in reason
 
 
+@pytest.mark.live
+@pytest.mark.slow
+def test_mcp_collect_pulls_only_from_the_operators_list(services, tmp_path):
+    from witty_profiler.app.graphs import GraphStore
+    from witty_profiler.mcp_server import schemas as s
+    from witty_profiler.mcp_server.tools import WittyTools
+    listed = tmp_path / "services.txt"
+    listed.write_text("\n".join(services["urls"][h] for h in ("n1", "n2", "n3")) + "\n")
+    store = GraphStore(tmp_path / "state")
+    bare = WittyTools(store, workdir=tmp_path)
+    with pytest.raises(InputError, match="--services-file"):
+        bare.collect(s.CollectInput(services="latest", output_dir="c0"))
+    tools = WittyTools(store, workdir=tmp_path, services_file=str(listed),
+                       services_token_file=str(services["token"]))
+    with pytest.raises(InputError, match="one way"):
+        tools.collect(s.CollectInput(services="latest", hosts=["gpu01"], output_dir="c1"))
+    answer = tools.collect(s.CollectInput(services="latest", output_dir="c1"))
+    assert answer.data.ok == 2 and answer.data.failed == 1 and "2 of 3 hosts gave a graph" in answer.text
+    assert "cannot reach the service" in answer.text
+    folder = tools.report_dir / "c1"
+    assert sorted(p.name for p in folder.iterdir()) == ["cluster.json", "n1.json", "n2.json"]
+
+
 # -- what a real service never sends -------------------------------------------------------------
 WINDOW_ID = "w-20261205T100000Z"
 LISTING = {"windows": [{"window_id": WINDOW_ID, "started_at": "2026-12-05T10:00:00Z", "duration_s": 1.0,
@@ -375,3 +398,14 @@ def test_which_window_each_pick_takes():
         Pick().choose([])
     assert Pick.of("latest") == Pick() and Pick.of("100..200") == Pick(start=100.0, end=200.0)
     assert Pick.of("2026-12-05T10:00:00Z") == Pick(at=1796464800.0)
+
+
+def test_witty_mcp_does_not_start_with_a_services_list_it_cannot_read(tmp_path, capsys):
+    from witty_profiler.mcp_server.cli import main as witty_mcp
+    assert witty_mcp(["--services-file", str(tmp_path / "missing")]) == 2
+    assert "services file" in capsys.readouterr().err
+    (tmp_path / "s.txt").write_text("ftp://gpu01\n")
+    assert witty_mcp(["--services-file", str(tmp_path / "s.txt")]) == 2
+    assert "bad service URL" in capsys.readouterr().err
+    assert witty_mcp(["--services-token-file", str(tmp_path / "s.txt")]) == 2
+    assert "give both" in capsys.readouterr().err
