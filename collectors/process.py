@@ -58,7 +58,7 @@ from witty_profiler.collectors.numa import cpu_to_node
 from witty_profiler.topology import Edge, Entity, Graph
 from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.ids import edge_id, entity_id, numa_id, process_id, thread_id
-from witty_profiler.topology.privacy import filter_env, redact_cmdline
+from witty_profiler.topology.privacy import filter_env, redact_argv, redact_cmdline
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.wording import counted
 from witty_profiler.topology.workload import LIBRARY_MARKERS, RANK_MARKERS, classify_process, job_of, thread_role
@@ -78,10 +78,12 @@ CMDLINE_MAX_CHARS = 4096
 
 
 @lru_cache(maxsize=4096)  # forked workers share one command line
-def stored_cmdline(cmdline: str) -> str:
+def stored_cmdline(cmdline: str, argv: tuple[str, ...] | None = None) -> str:
     """The command line as a graph stores it: secrets redacted first (so a cut cannot keep half a
-    secret readable), then bounded with a marker that says how much was left out."""
-    text = redact_cmdline(cmdline)
+    secret readable), then bounded with a marker that says how much was left out. With `argv` (given
+    where an argument holds white space, so that the joined line cannot tell its words apart) the
+    arguments are redacted one by one: `--password 'a b'` loses all of `a b`."""
+    text = " ".join(redact_argv(list(argv))) if argv else redact_cmdline(cmdline)
     if len(text) <= CMDLINE_MAX_CHARS:
         return text
     return f"{text[:CMDLINE_MAX_CHARS]}… [{len(text) - CMDLINE_MAX_CHARS} more characters]"
@@ -246,7 +248,10 @@ class ProcessCollector(Collector):
             p.cmdline, p.cgroups = "", {}
             self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups
             return p
-        p.cmdline = parse_cmdline(read_text(f"{self.proc}/{pid}/cmdline") or "")
+        raw = read_text(f"{self.proc}/{pid}/cmdline") or ""
+        p.cmdline = parse_cmdline(raw)
+        if any(c in a for a in raw.split("\0") for c in " \t\n"):
+            p.extra["argv"] = tuple(a for a in raw.split("\0") if a)  # the words themselves, for redaction
         p.cgroups = parse_cgroup(read_text(f"{self.proc}/{pid}/cgroup") or "")
         self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups  # the cgroup collector reuses these
         return p
@@ -448,7 +453,7 @@ class ProcessCollector(Collector):
     def _process_attrs(self, p: ProcState) -> dict:
         status = p.status_last[1] if p.status_last else {}
         attrs: dict = {"pid": p.pid, "ppid": p.ppid, "name": p.name, "state": p.state,
-                       "cmdline": stored_cmdline(p.cmdline or ""), "in_scope": p.in_scope}
+                       "cmdline": stored_cmdline(p.cmdline or "", p.extra.get("argv")), "in_scope": p.in_scope}
         if self.btime is not None:
             attrs["started_at"] = _iso(self.btime + p.starttime / CLK_TCK)
         if p.started_in_window:
