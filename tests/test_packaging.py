@@ -168,7 +168,8 @@ ALLOWED_IMPORTS = {
     "collectors": {"topology"},
     "converters": {"topology"},
     "diagnosis": {"topology"},
-    "cluster": {"topology", "diagnosis"},
+    # sources: the services fan-out reads HTTP with the Prometheus source's rules (same-origin redirects, times)
+    "cluster": {"topology", "diagnosis", "sources"},
     "traces": {"topology"},
     "sources": {"topology"},
     "app": CORE,
