@@ -5,23 +5,21 @@ streamable-http`, `witty-profiler export --listen`): an address is given as HOST
 or `:PORT` for loopback); loopback is decided by `ipaddress` (127.0.0.0/8, ::1) or the name
 `localhost`, never by a prefix; an address beyond loopback needs a bearer token of at least 16
 characters (the exporter, which Prometheus scrapes without one, needs --listen-public instead). A
-token file is read as a small regular file: a FIFO, a device or /dev/zero is one sentence, never a
-hang. The HTTP middleware that applies the policy to each request is `mcp_server.httpguard`.
+token file is read as a small regular file (`topology.files.read_token_file`): a FIFO, a device or
+/dev/zero is one sentence, never a hang. The HTTP middleware that applies the policy to each request is `mcp_server.httpguard`.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from collections.abc import Iterable
 
 from witty_profiler.topology.errors import InputError
-from witty_profiler.topology.files import read_bytes
+from witty_profiler.topology.files import read_token_file, token_from  # noqa: F401 - the policy's token readers
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 MIN_TOKEN_CHARS = 16
-MAX_TOKEN_FILE_BYTES = 64 * 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -39,28 +37,6 @@ def parse_listen(text: str, key: str, default_port: int) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError(f"{key}: expected HOST:PORT such as 127.0.0.1:{default_port}, got {text!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def read_token_file(path: str, what: str) -> str:
-    """The bearer token held in a file (`what` names where the path was given); empty, unreadable or not a
-    small regular file: InputError."""
-    try:
-        raw = read_bytes(path, "token file", MAX_TOKEN_FILE_BYTES, error=InputError)
-        token = raw.decode("utf-8").strip()
-    except InputError as exc:
-        raise InputError(f"{what} {exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what} {path}: not UTF-8 text") from None
-    if not token:
-        raise InputError(f"{what} {path}: is empty")
-    return token
-
-
-def token_from(path: str | None, env: str, what: str) -> str | None:
-    """The token of the file at `path` (given as `what`), else of the environment variable `env`, else None."""
-    if path is not None:
-        return read_token_file(path, what)
-    return os.environ.get(env) or None
 
 
 def check_bind(host: str, token: str | None, how: str) -> None:

@@ -47,6 +47,7 @@ from typing import Any
 from witty_profiler.cluster.fanout import CANCELLED, HostResult
 from witty_profiler.sources.promapi import SameOriginRedirect, origin, server_name
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.windows import SERVICE_TOKEN_ENV, is_window_id
 
 SERVICE_DEADLINE_S = 120.0  # one service: its window list and its graph, however slowly they arrive
 CONNECT_TIMEOUT_S = 10.0  # a connection, and each wait for more of an answer
@@ -62,8 +63,7 @@ _validating = threading.BoundedSemaphore(VALIDATING_AT_ONCE)
 
 def token_env() -> str:
     """The environment variable of the service's bearer token (the service reads the same one)."""
-    from witty_profiler.service.config import TOKEN_ENV
-    return TOKEN_ENV
+    return SERVICE_TOKEN_ENV
 
 
 # -- which services ------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def label(url: str) -> str:
 def read_token(token_file: str | None, what: str = "--token-file") -> str | None:
     """The bearer token: `token_file`, else $WITTY_SERVICE_TOKEN; None when neither is set. One line of
     printable characters without spaces (it goes into a header)."""
-    from witty_profiler.app.access import token_from
+    from witty_profiler.topology.files import token_from
     token = token_from(token_file, token_env(), what)
     if token is not None and (not token.isprintable() or any(c.isspace() for c in token) or not token.isascii()):
         where = f"{what} {token_file}" if token_file else f"${token_env()}"
@@ -234,9 +234,8 @@ def _seconds(text: Any) -> float | None:
 
 def windows_of(doc: Any) -> list[Window]:
     """The windows of a GET /api/v1/graphs answer, newest first; InputError if it is not one."""
-    from witty_profiler.service.ring import is_id
     items = doc.get("windows") if isinstance(doc, dict) else None
-    if not isinstance(items, list) or not all(isinstance(w, dict) and is_id(w.get("window_id")) for w in items):
+    if not isinstance(items, list) or not all(isinstance(w, dict) and is_window_id(w.get("window_id")) for w in items):
         raise InputError("its answer to GET /api/v1/graphs is not a window list (is it a witty-profiler service?)")
     found = []
     for w in items:

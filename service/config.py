@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from witty_profiler.app.access import parse_listen, token_from
+from witty_profiler.topology.windows import SERVICE_TOKEN_ENV
 from witty_profiler.collectors.window import MAX_DURATION_S
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
 
 DEFAULT_PORT = 18090
 PRIORITIES = ("P0", "P1", "P2", "off")
-TOKEN_ENV = "WITTY_SERVICE_TOKEN"
+TOKEN_ENV = SERVICE_TOKEN_ENV
 MAX_REQUEST_S = 3600  # the longest a request's head or body may take to arrive, whatever the config says
 MAX_BODY_MB = 1024
 

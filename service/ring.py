@@ -32,13 +32,14 @@ from pydantic import BaseModel
 from witty_profiler.app.graphs import GraphRecord
 from witty_profiler.service.statedir import Folder, NotRegular, UnsafeState, check_owner, kind, read_fd
 from witty_profiler.topology import Graph, dumps_graph, loads_graph
+from witty_profiler.topology.windows import WINDOW_ID, is_window_id
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.files import MAX_GRAPH_BYTES, MAX_SMALL_BYTES
 from witty_profiler.topology.text import visible
 
 log = logging.getLogger("witty-profiler.service")
 MIB = 1024 * 1024
-ID = re.compile(r"w-[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,9})?")  # whole ids only: ID.fullmatch
+ID = WINDOW_ID  # whole ids only: ID.fullmatch
 RECORD = ".window.json"
 
 
@@ -75,7 +76,7 @@ class NoWindowYet(InputError):
 
 def is_id(text: object) -> bool:
     """A window id as the ring makes them: the only names from which a file name is built."""
-    return isinstance(text, str) and ID.fullmatch(text) is not None
+    return is_window_id(text)
 
 
 class Shelf:

@@ -18,6 +18,7 @@ from witty_profiler.topology.errors import GraphFormatError, InputError
 
 MAX_GRAPH_BYTES = 1 << 30  # 1 GiB of JSON: about 3 million entities, and 6-8 GiB of memory to parse
 MAX_SMALL_BYTES = 1 << 20  # a thresholds file: a few KiB in practice
+MAX_TOKEN_FILE_BYTES = 64 * 1024  # a bearer token: a line
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -74,3 +75,26 @@ def open_text(path: str | os.PathLike[str], what: str = "graph file", limit: int
     """A regular file of at most `limit` bytes, open for reading as UTF-8 text (for a stream)."""
     fd, _ = open_regular(path, what, limit, error)
     return io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "rb"), buffer_size=1 << 20), encoding="utf-8")
+
+
+# -- tokens ----------------------------------------------------------------------------------------------
+def read_token_file(path: str, what: str) -> str:
+    """The bearer token held in a file (`what` names where the path was given); empty, unreadable or not a
+    small regular file: InputError."""
+    try:
+        raw = read_bytes(path, "token file", MAX_TOKEN_FILE_BYTES, error=InputError)
+        token = raw.decode("utf-8").strip()
+    except InputError as exc:
+        raise InputError(f"{what} {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path}: not UTF-8 text") from None
+    if not token:
+        raise InputError(f"{what} {path}: is empty")
+    return token
+
+
+def token_from(path: str | None, env: str, what: str) -> str | None:
+    """The token of the file at `path` (given as `what`), else of the environment variable `env`, else None."""
+    if path is not None:
+        return read_token_file(path, what)
+    return os.environ.get(env) or None
