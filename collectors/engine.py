@@ -10,7 +10,6 @@ window early; the collectors still finish and the graph is valid, with the actua
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import pkgutil
@@ -148,7 +147,7 @@ def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int
     _report(progress, actual, duration_s, "finished early" if halt.is_set() else "finished")
     statuses = {}
     for c in instances:
-        status = dataclasses.replace(c.status, extra=dict(c.status.extra))
+        status = c.status.replace(extra=dict(c.status.extra))
         status.duration_s = round(spent[c.name], 4)
         status.extra["cpu_s"] = round(cpu[c.name], 4)  # the collector's own overhead on this host
         if status.privileges is None:

@@ -9,8 +9,6 @@ file written by a newer version of the tool, or annotated by hand, round-trips w
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 FORMAT_NAME = "witty-graph"
@@ -19,6 +17,20 @@ SCHEMA_VERSION = 1
 Number = float | int
 Status = Literal["ok", "partial", "unavailable", "error"]
 STATUSES = ("ok", "partial", "unavailable", "error")
+
+# The types of the attributes that readers of a graph rely on (any entity type; null is always
+# allowed: a value that is not known). A file whose attribute has another type is refused, naming it.
+CPU_LIST = (str, list, int)  # '0-3,8' as the kernel writes it, a list of numbers, or one number
+ATTR_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
+                     "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version", "job",
+                     "job_id", "scheduler", "master_addr", "op", "group", "link", "hostname"), (str,)),
+    **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
+    **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
+    **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),
+    **dict.fromkeys(("cpus", "cpus_allowed", "mems_allowed", "ran_on_cpus", "local_cpus", "cpu_affinity"), CPU_LIST),
+    **dict.fromkeys(("rank", "local_rank", "world_size"), (int, str)),  # a number, or what the environment said
+}
 
 
 def copy_value(value: Any) -> Any:
@@ -29,6 +41,7 @@ def copy_value(value: Any) -> Any:
         return [copy_value(v) for v in value]
     if isinstance(value, (str, int, float, bool, type(None), tuple, frozenset)):
         return value
+    import copy
     return copy.deepcopy(value)
 
 
@@ -98,33 +111,63 @@ class Edge(_Record):
         self.extra = extra
 
 
-@dataclass
-class CollectorStatus:
+class _Fields:
+    """What a dataclass would give a record (keyword or positional fields with defaults, ==, repr), written
+    out: importing dataclasses costs every command about 10 ms, a third of `witty-profiler info`'s own."""
+
+    _FIELDS: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self._FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self._FIELDS)})"
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with `changes` (dataclasses.replace)."""
+        return type(self)(**{name: changes.pop(name, getattr(self, name)) for name in self._FIELDS}, **changes)
+
+
+class CollectorStatus(_Fields):
     """What one collector managed to do in one round, and why not where it did not."""
 
-    status: Status
-    reason: str | None = None  # one line a person can act on
-    privileges: str | None = None  # privileges the collector had or lacked
-    duration_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    _FIELDS = ("status", "reason", "privileges", "duration_s", "extra")
+
+    def __init__(self, status: Status, reason: str | None = None, privileges: str | None = None,
+                 duration_s: float | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.status = status
+        self.reason = reason  # one line a person can act on
+        self.privileges = privileges  # privileges the collector had or lacked
+        self.duration_s = duration_s
+        self.extra = {} if extra is None else extra
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(self)
 
 
-@dataclass
-class Meta:
+class Meta(_Fields):
     """The round: hosts, the capture window, and every collector's status."""
 
-    hosts: list[str] = field(default_factory=list)
-    tool_version: str | None = None
-    started_at: str | None = None  # ISO 8601 UTC start of the window
-    duration_s: float | None = None
-    interval_s: float | None = None
-    host_info: dict[str, dict[str, Any]] = field(default_factory=dict)
-    collectors: dict[str, CollectorStatus] = field(default_factory=dict)
-    source: str | None = None  # live | legacy | merged | synthetic | ...
-    extra: dict[str, Any] = field(default_factory=dict)
+    _FIELDS = ("hosts", "tool_version", "started_at", "duration_s", "interval_s", "host_info", "collectors",
+               "source", "extra")
+
+    def __init__(self, hosts: list[str] | None = None, tool_version: str | None = None, started_at: str | None = None,
+                 duration_s: float | None = None, interval_s: float | None = None,
+                 host_info: dict[str, dict[str, Any]] | None = None, collectors: dict[str, CollectorStatus] | None = None,
+                 source: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.hosts = [] if hosts is None else hosts
+        self.tool_version = tool_version
+        self.started_at = started_at  # ISO 8601 UTC start of the window
+        self.duration_s = duration_s
+        self.interval_s = interval_s
+        self.host_info = {} if host_info is None else host_info
+        self.collectors = {} if collectors is None else collectors
+        self.source = source  # live | legacy | merged | synthetic | ...
+        self.extra = {} if extra is None else extra
 
     def to_dict(self) -> dict[str, Any]:
         data = _without_none(self)
@@ -132,14 +175,14 @@ class Meta:
         return data
 
     def copy(self) -> Meta:
-        return Meta(**{f.name: copy_value(getattr(self, f.name)) for f in fields(self) if f.name != "collectors"},
-                    collectors={k: CollectorStatus(**{f.name: copy_value(getattr(v, f.name)) for f in fields(v)})
+        return Meta(**{name: copy_value(getattr(self, name)) for name in self._FIELDS if name != "collectors"},
+                    collectors={k: CollectorStatus(**{name: copy_value(getattr(v, name)) for name in v._FIELDS})
                                 for k, v in self.collectors.items()})
 
 
 def _without_none(record: Any) -> dict[str, Any]:
-    """A dataclass record as the file holds it: fields that are None left out, extra fields merged in."""
-    data = {f.name: getattr(record, f.name) for f in fields(record) if f.name != "extra"}
+    """A record as the file holds it: fields that are None left out, extra fields merged in."""
+    data = {name: getattr(record, name) for name in record._FIELDS if name != "extra"}
     data = {k: v for k, v in data.items() if v is not None}
     data.update(record.extra)
     return data

@@ -8,7 +8,6 @@ topology.validate checks a whole document: its fields, ids given once, edges bet
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 from witty_profiler.topology.errors import GraphFormatError
@@ -17,12 +16,15 @@ from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION
 from witty_profiler.topology.validate import StreamCheck
 
 
-
-@dataclass
 class Scan:
-    meta: dict[str, Any] = field(default_factory=dict)
-    entities: Counter[str] = field(default_factory=Counter)
-    edges: Counter[str] = field(default_factory=Counter)
+    """The meta of a graph file and its counts of entities and edges by type."""
+
+    __slots__ = ("meta", "entities", "edges")
+
+    def __init__(self) -> None:
+        self.meta: dict[str, Any] = {}
+        self.entities: Counter[str] = Counter()
+        self.edges: Counter[str] = Counter()
 
 
 def scan_native(handle: IO[str], name: str = "<input>") -> Scan | None:

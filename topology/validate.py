@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from functools import partial
 from operator import is_not
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from witty_profiler.topology.errors import GraphFormatError
-from witty_profiler.topology.graph import Graph
-from witty_profiler.topology.models import STATUSES, CollectorStatus, Edge, Entity, Meta
-from witty_profiler.topology.vocabulary import ATTR_TYPES, CPU_LIST
+from witty_profiler.topology.models import ATTR_TYPES, CPU_LIST, STATUSES, CollectorStatus, Edge, Entity, Meta
+
+if TYPE_CHECKING:
+    from witty_profiler.topology.graph import Graph
 
 _ENTITY_FIELDS = frozenset(("id", "type", "attrs", "metrics"))
 _EDGE_FIELDS = frozenset(("id", "type", "source", "target", "attrs", "metrics"))
@@ -243,6 +244,7 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
         return None
     if not finite or not met.in_range():
         _check_each(items, links)  # raises where a number is not finite, or out of range
+    from witty_profiler.topology.graph import Graph  # here: `info` checks a file as a stream, builds no graph
     return Graph.of_records(Meta(), entities, edges)
 
 

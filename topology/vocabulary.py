@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the types of the attributes readers rely on live with the records (topology.models): checking a file needs
+# them, not this module
+from witty_profiler.topology.models import ATTR_TYPES, CPU_LIST  # noqa: F401
+
 
 class T:
     """Entity types: the names of ENTITY_TYPES."""
@@ -631,17 +635,3 @@ def metric_info(name: str) -> Metric | None:
             return Metric(name, base.unit, f"{suffix[1:]} over the window's samples of {base.name}")
     return None
 
-
-# The types of the attributes that readers of a graph rely on (any entity type; null is always
-# allowed: a value that is not known). A file whose attribute has another type is refused, naming it.
-CPU_LIST = (str, list, int)  # '0-3,8' as the kernel writes it, a list of numbers, or one number
-ATTR_TYPES: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(("name", "cmdline", "role", "framework", "state", "comm", "path", "pci_address", "uuid",
-                     "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version", "job",
-                     "job_id", "scheduler", "master_addr", "op", "group", "link", "hostname"), (str,)),
-    **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
-    **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
-    **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),
-    **dict.fromkeys(("cpus", "cpus_allowed", "mems_allowed", "ran_on_cpus", "local_cpus", "cpu_affinity"), CPU_LIST),
-    **dict.fromkeys(("rank", "local_rank", "world_size"), (int, str)),  # a number, or what the environment said
-}
