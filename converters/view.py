@@ -46,8 +46,8 @@ without it the view says that nothing was judged)."""
     ctx = context_for(graph, hints or CliHints(ref), diagnosis)
     if layer == "all":
         return module("all").render(ctx, max_tokens)
-    if layer == "summary":
-        return module("summary").render(ctx, max_tokens)
+    if layer in ("summary", "flow"):
+        return module(layer).render(ctx, max_tokens)
     return render_layer(ctx, layer, max_tokens)
 
 

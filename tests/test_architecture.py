@@ -29,4 +29,4 @@ def test_the_layer_list_is_spelled_once():
              for path in _code_files() if path.name != "layers.py" or path.parent.name != "topology"
              for text in [path.read_text(encoding="utf-8")] for m in spelt.finditer(text)]
     assert found == []
-    assert VIEWS == ("summary", *LAYER_NUMBERS, "all")
+    assert VIEWS == ("summary", *LAYER_NUMBERS, "flow", "all")

@@ -131,7 +131,7 @@ def test_numbers_carry_their_units():
 
 
 def test_layer_names_and_bad_requests(hand):
-    assert LAYER_VIEWS == ("summary", *LAYERS, "all")
+    assert LAYER_VIEWS == ("summary", *LAYERS, "flow", "all")
     with pytest.raises(InputError, match="unknown layer"):
         convert(hand, "gpu")
     for bad in (MIN_TOKENS - 1, 0, -5, 1.5, True):

@@ -16,8 +16,9 @@ LAYER_NAMES: dict[int, str] = {number: name for number, name, _ in LAYERS}
 LAYER_TITLES: dict[int, str] = {number: title for number, _, title in LAYERS}
 LAYER_NUMBERS: dict[str, int] = {name: number for number, name, _ in LAYERS}
 
-# the views: the summary, one per layer, and all of them in one text
-VIEWS: tuple[str, ...] = ("summary", *LAYER_NUMBERS, "all")
+# the views: the summary, one per layer, the flow (which process feeds which, and the stage that
+# limits it) and all the layers in one text
+VIEWS: tuple[str, ...] = ("summary", *LAYER_NUMBERS, "flow", "all")
 
 
 def view_title(layer: str) -> str:

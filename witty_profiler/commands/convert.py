@@ -6,6 +6,7 @@ import argparse
 
 from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.options import thresholds as read_thresholds
+from witty_profiler.topology.errors import InputError
 from witty_profiler.output import add_output_arguments, write_output
 
 
@@ -17,6 +18,17 @@ def run(args: argparse.Namespace) -> int:
     if args.host:
         from witty_profiler.topology.hosts import host_part
         graph = host_part(graph, args.host)
+    if args.format == "mermaid":
+        if args.layer != "flow":
+            raise InputError("--format mermaid draws the flow view: give --layer flow")
+        from witty_profiler.converters.context import context_for
+        from witty_profiler.converters.hints import CliHints
+        from witty_profiler.converters.views.flow import mermaid
+        from witty_profiler.diagnosis import diagnose
+        diagnosis = diagnose(graph, pids=args.pid or None, thresholds=thresholds)
+        write_output(mermaid(context_for(graph, CliHints(args.graph), diagnosis)), args.output, args.force,
+                     (args.graph,))
+        return 0
     view = convert(graph, args.layer, args.max_tokens, pids=args.pid or None, thresholds=thresholds,
                    ref=args.graph)
     write_output(view.text, args.output, args.force, (args.graph,))
@@ -36,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pid", type=int, nargs="+", action="extend", metavar="PID",
                    help="the workload, as for diagnose: these processes and their descendants "
                         "(default: recognised AI processes)")
+    p.add_argument("--format", choices=("text", "mermaid"), default="text",
+                   help="text (default), or mermaid: the flow view as a Mermaid flowchart for a report "
+                        "(with --layer flow)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding pattern thresholds, as for diagnose")
     p.add_argument("--host", metavar="NAME", help="only this host of a merged graph (witty-profiler merge)")
     add_output_arguments(p, "the view")
