@@ -2,7 +2,7 @@
 
 The CLI discovers the modules of this package, so adding a command is adding a file, and its one-line
 help in `HELP` below: a run imports only the module of the command it runs, and `witty-profiler --help`
-lists every command from this table without importing any (tests/test_cli_graph.py checks that the
+lists every command from this table without importing any (tests/test_cli_startup.py checks that the
 table matches what each module registers). A handler takes the parsed arguments and returns an exit
 code; it raises `topology.errors.InputError` for bad input, which the CLI turns into one line on stderr
 and exit 2.
