@@ -180,3 +180,13 @@ def test_live_pipeline_flow_names_three_stages_in_order_and_the_slow_one(tmp_pat
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_both_skills_validate_and_install(tmp_path):
+    from witty_profiler.commands.skill import SKILLS, bundled_skill, install, validate
+    assert validate(REPO / "skills" / "dataflow-topology-restore") == []
+    for name in SKILLS:
+        assert validate(bundled_skill(name), name) == []
+        target, what = install(tmp_path, name=name)
+        assert what == "installed" and (target / "SKILL.md").is_file()
+    assert (tmp_path / "dataflow-topology-restore" / "evals" / "run_evals.py").is_file()

@@ -127,7 +127,7 @@ def test_validate_reports_a_pattern_missing_from_patterns_md(tmp_path):
 def test_install_copies_the_skill_and_refuses_to_overwrite_a_different_copy(tmp_path, capsys):
     assert main(["skill", "install", "--dest", str(tmp_path)]) == 0
     target = tmp_path / "bottleneck-identification"
-    assert capsys.readouterr().out.strip() == f"installed: {target}"
+    assert capsys.readouterr().out.splitlines()[0] == f"installed: {target}"
     assert skill.same_tree(SKILL, target)
     assert (target / "scripts" / "diagnose.sh").stat().st_mode & 0o111
     assert main(["skill", "install", "--dest", str(tmp_path)]) == 0
@@ -144,7 +144,7 @@ def test_install_defaults_to_the_claude_skills_folder(tmp_path, monkeypatch, cap
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["skill", "install"]) == 0
     target = tmp_path / ".claude" / "skills" / "bottleneck-identification"
-    assert capsys.readouterr().out.strip() == f"installed: {target}"
+    assert capsys.readouterr().out.splitlines()[0] == f"installed: {target}"
     assert (target / "SKILL.md").read_text() == (SKILL / "SKILL.md").read_text()
 
 

@@ -21,6 +21,8 @@ from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.wording import counted
 
 SKILL_NAME = "bottleneck-identification"
+# every skill the package ships: installed folder name -> package folder (a link to skills/<name>)
+SKILLS = {SKILL_NAME: "skill", "dataflow-topology-restore": "skill_dataflow"}
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
 # Agent Skills specification limits (agentskills.io/specification)
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -30,9 +32,9 @@ MIN_EVALS = 8
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-def bundled_skill() -> Path:
-    """The skill folder of the installed package (resolved, so a checkout's link is followed)."""
-    path = Path(str(importlib.resources.files("witty_profiler").joinpath("skill"))).resolve()
+def bundled_skill(name: str = SKILL_NAME) -> Path:
+    """A skill folder of the installed package (resolved, so a checkout's link is followed)."""
+    path = Path(str(importlib.resources.files("witty_profiler").joinpath(SKILLS[name]))).resolve()
     if not (path / "SKILL.md").is_file():
         raise InputError(f"{path}: the installed witty-profiler has no bundled skill; reinstall the package")
     return path
@@ -48,10 +50,11 @@ def same_tree(a: Path, b: Path) -> bool:
     return files == _skill_files(b) and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files)
 
 
-def install(dest: Path | None = None, force: bool = False, source: Path | None = None) -> tuple[Path, str]:
-    """Copy the skill into DEST/bottleneck-identification. Returns (target, what happened)."""
-    source = source or bundled_skill()
-    target = (dest or DEFAULT_SKILLS_DIR).expanduser() / SKILL_NAME
+def install(dest: Path | None = None, force: bool = False, source: Path | None = None,
+            name: str = SKILL_NAME) -> tuple[Path, str]:
+    """Copy a skill into DEST/<name>. Returns (target, what happened)."""
+    source = source or bundled_skill(name)
+    target = (dest or DEFAULT_SKILLS_DIR).expanduser() / name
     if target.exists() and not target.is_dir():
         raise InputError(f"{target}: exists and is not a directory")
     if target.exists():
@@ -124,8 +127,10 @@ def catalog_pattern_ids() -> list[str]:
     return list(catalog())
 
 
-def _pattern_problems(root: Path) -> list[str]:
+def _pattern_problems(root: Path, name: str) -> list[str]:
     patterns_md = root / "references" / "patterns.md"
+    if name != SKILL_NAME and not patterns_md.is_file():
+        return []  # only the diagnosis skill must describe every pattern
     if not patterns_md.is_file():
         return ["references/patterns.md is missing (generate it: witty-profiler patterns --markdown)"]
     text = patterns_md.read_text(encoding="utf-8")
@@ -155,7 +160,7 @@ def validate(root: Path, folder: str | None = None) -> list[str]:
         raise InputError(f"{root}: no SKILL.md; give the path of a skill folder")
     meta, body = read_frontmatter(skill_md)
     return (_frontmatter_problems(meta, body, folder or root.name) + _link_problems(root, skill_md.read_text("utf-8"))
-            + _pattern_problems(root) + _eval_problems(root))
+            + _pattern_problems(root, folder or root.name) + _eval_problems(root))
 
 
 def load_eval_runner(root: Path):
@@ -168,19 +173,21 @@ def load_eval_runner(root: Path):
 
 
 def _run_install(args: argparse.Namespace) -> int:
-    target, what = install(Path(args.dest) if args.dest else None, args.force)
-    print(f"{what}: {target}")
+    for name in SKILLS:  # every skill: dataflow-topology-restore's evals run with the other's harness
+        target, what = install(Path(args.dest) if args.dest else None, args.force, name=name)
+        print(f"{what}: {target}")
     return 0
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    root = Path(args.path) if args.path else bundled_skill()
-    problems = validate(root, None if args.path else SKILL_NAME)
+    roots = [(Path(args.path), None)] if args.path else [(bundled_skill(n), n) for n in SKILLS]
+    problems = [f"{root.name}: {p}" for root, name in roots for p in validate(root, name)]
     for problem in problems:
-        print(f"{root.name}: {problem}")
+        print(problem)
     if problems:
-        raise InputError(f"{root}: {counted(len(problems), 'problems')}, listed above")
-    print(f"ok: {root.resolve()}")
+        raise InputError(f"{counted(len(problems), 'problems')}, listed above")
+    for root, _ in roots:
+        print(f"ok: {root.resolve()}")
     return 0
 
 

@@ -280,7 +280,7 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
         report_json = json.loads(wp.report(diagnosis, graph, format="json"))
         report_md = wp.report(diagnosis, graph, format="md")
     if "view" in run:
-        view = wp.convert(graph, layer=run["view"]["layer"], max_tokens=run["view"].get("max_tokens"))
+        view = wp.convert(graph, layer=run["view"]["layer"], max_tokens=run["view"].get("max_tokens"), pids=pids)
         ctx["view"] = {"text": view.text, "tokens": view.tokens}
     if run.get("path") == "mcp":
         ctx["path"] = walk_mcp_path(graph, report_json, pids)
