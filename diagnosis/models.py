@@ -97,6 +97,12 @@ class Diagnosis(_Model):
     def finding(self, pattern: str) -> Finding | None:
         return next((f for f in self.findings if f.pattern == pattern), None)
 
+    @staticmethod
+    def flow_limit(flow: Any) -> Any:
+        """The stage that limits a flow (topology.flow) and why: the judgement the flow view shows."""
+        from witty_profiler.diagnosis.flow import limit_of  # flow's rules need the patterns' constants
+        return limit_of(flow)
+
     def status(self, pattern: str) -> str | None:
         return next((c.status for c in self.coverage if c.pattern == pattern), None)
 

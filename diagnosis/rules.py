@@ -24,6 +24,7 @@ from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of, process_of_thread
+from witty_profiler.topology.query import runnable_pct  # noqa: F401 - the rules' users take it from here
 from witty_profiler.topology.vocabulary import E, M, T
 
 Value = Callable[[Entity], float | None]
@@ -213,15 +214,6 @@ def busy_candidates(scope: Scope) -> list[Entity]:
             if p.attrs.get("role") not in ("loader", "launcher") or p.attrs.get("pid") in named:
                 found.append(p)
     return found
-
-
-def runnable_pct(e: Entity) -> float | None:
-    """Share of the window a task wanted a CPU: running (cpu_util_pct) plus waiting in the run
-    queue. A CPU-bound task on a contended host runs little but is runnable all the time."""
-    cpu = num(e, M.CPU_UTIL_PCT)
-    if cpu is None:
-        return None
-    return cpu + (num(e, M.RUNQUEUE_WAIT_MS_PER_S) or 0.0) / 10.0
 
 
 def cpu_wait_pct(e: Entity) -> float | None:

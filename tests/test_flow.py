@@ -15,7 +15,7 @@ from witty_profiler.converters.context import context_for
 from witty_profiler.converters.hints import CliHints
 from witty_profiler.converters.views.flow import mermaid, mermaid_text
 from witty_profiler.diagnosis import diagnose
-from witty_profiler.diagnosis.flow import flows
+from witty_profiler.diagnosis.flow import judged_flows as flows
 from witty_profiler.topology import Graph, load_graph
 from witty_profiler.topology.models import CollectorStatus, Meta
 from witty_profiler.topology.query import GraphQuery

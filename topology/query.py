@@ -21,7 +21,7 @@ from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.ids import host_of, process_of_thread
 from witty_profiler.topology.models import Edge, Entity
-from witty_profiler.topology.vocabulary import E, T
+from witty_profiler.topology.vocabulary import E, M, T
 
 if TYPE_CHECKING:
     from witty_profiler.topology.placement import Placement
@@ -35,6 +35,15 @@ def num(item: Entity | Edge | None, metric: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def runnable_pct(e: Entity) -> float | None:
+    """Share of the window a task wanted a CPU: running (cpu_util_pct) plus waiting in the run
+    queue. A CPU-bound task on a contended host runs little but is runnable all the time."""
+    cpu = num(e, M.CPU_UTIL_PCT)
+    if cpu is None:
+        return None
+    return cpu + (num(e, M.RUNQUEUE_WAIT_MS_PER_S) or 0.0) / 10.0
 
 
 def node_number(node: Entity) -> int | None:

@@ -1,7 +1,7 @@
 """`flow`: the data and control flow of the workload, compactly: which process feeds which (pipes,
 unix and TCP sockets, shared memory, message queues), the shared memory, RDMA ports and devices the
 stages use, each edge with its rate and backlog where measured, and the stage that limits the flow
-(`diagnosis.flow`: the one the others wait on, else the busiest, named only from measured values).
+(judged by `diagnosis.flow` through the diagnosis handed to the view: the one the others wait on, else the busiest, named only from measured values).
 
 `mermaid(ctx)` draws the same flows as a Mermaid flowchart to paste into a report.
 """
@@ -13,8 +13,8 @@ import re
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Lines, Table, fit, pct, size
 from witty_profiler.converters.views.folds import edge_query, fold_query
-from witty_profiler.diagnosis.flow import Flow, Link, flows, queued
-from witty_profiler.diagnosis.rules import runnable_pct
+from witty_profiler.topology.flow import Flow, Link, flows, queued
+from witty_profiler.topology.query import runnable_pct
 from witty_profiler.topology import Edge, Entity
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.wording import counted
@@ -116,8 +116,14 @@ def _findings(ctx: GraphContext, ids: set[str]) -> list[str]:
         [f"… +{len(found) - 4} more: {ctx.hints.diagnose('dataplane')}"] if len(found) > 4 else [])
 
 
+def _flows(ctx: GraphContext) -> list[Flow]:
+    """The flows, each with its limiting stage as the diagnosis handed to the view judges it (none without)."""
+    judge = getattr(ctx.diagnosis[0], "flow_limit", None)
+    return flows(ctx.query, ctx.workload, judge=judge)
+
+
 def blocks(ctx: GraphContext) -> list[Block]:
-    found = flows(ctx.query, ctx.workload)
+    found = _flows(ctx)
     scope = ctx.scope
     who = scope.describe() if scope.mode != "host" else \
         "no workload named or recognised: every process with IPC or a device (narrow with --pid)"
@@ -205,7 +211,7 @@ def mermaid(ctx: GraphContext) -> str:
     per resource it uses, an edge per IPC link labelled with its kind and what was measured on it;
     the limiting stage is drawn thick and red. Node ids are n1, n2, ... (a process name never
     becomes an id); every label is escaped by `mermaid_text`."""
-    found = flows(ctx.query, ctx.workload)
+    found = _flows(ctx)
     lines = ["flowchart LR"]
     ids: dict[str, str] = {}
 

@@ -35,6 +35,7 @@ from witty_profiler.diagnosis.rules import (
 from witty_profiler.diagnosis.patterns.traces import full_step_ms, rank_label, sources, sources_of, with_traces
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Edge, Entity
+from witty_profiler.topology.flow import QUEUED_KINDS
 from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 
 
@@ -465,7 +466,6 @@ PIPELINE_BUBBLE = Pattern(
 
 
 # -- dataplane.ipc_backlog ----------------------------------------------------------------
-QUEUED_KINDS = (E.PIPE, E.UNIX_SOCKET, E.TCP, E.MSG_QUEUE)  # the IPC kinds with a queue between writer and reader
 
 
 def _kinds(edges: list[Edge]) -> str:
