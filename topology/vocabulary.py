@@ -258,6 +258,9 @@ class M:
     FUTEX_WAIT_PCT = "futex_wait_pct"
     FUTEX_LOCK_WAIT_PCT = "futex_lock_wait_pct"
     FUTEX_WAKEUPS_PER_S = "futex_wakeups_per_s"
+    STACK_SAMPLES_TOTAL = "stack_samples_total"
+    HOT_FUNCTION_PCT = "hot_function_pct"
+    STACK_UNKNOWN_PCT = "stack_unknown_pct"
     # legacy time bases
     RUNTIME_NS_TOTAL = "runtime_ns_total"
     RUNTIME_SHARE_PCT = "runtime_share_pct"
@@ -308,7 +311,10 @@ ENTITY_TYPES: dict[str, str] = {
     T.THREAD: "a thread; id thread:<host>:<pid>:<tid>; attrs tid, pid, name, state, cpus_allowed, ran_on_cpus, "
               "numa_runtime_ns, exited_in_window, role (loader, compute or launcher, from the names PyTorch gives "
               "its threads), futex_addr and futex_mapping (the futex word it spent the most lock wait on, hex, and "
-              "the mapping it lies in: a file, [heap], [anon]; eBPF)",
+              "the mapping it lies in: a file, [heap], [anon]; eBPF), top_stacks (collect --stacks: the most sampled "
+              "on-CPU stacks, each {stack: 'root;...;leaf' folded like stackcollapse, kernel frames ending _[k], "
+              "samples, pct of the thread's samples}), hot_function ('leaf \u2190 caller', the leaf with most "
+              "samples) and stacks_from (bcc: native stacks; py-spy: Python frames)",
     T.CONTAINER: "a container or pod; id container:<host>:<id>; attrs runtime, name, pod",
     T.CGROUP: "a cgroup; id cgroup:<host>:<version>:<path> (version v1 or v2); attrs version, path, controllers",
     T.GPU: "an NVIDIA GPU; id gpu:<host>:<pci address>; attrs index, name, uuid, pci_address, numa_node, "
@@ -587,6 +593,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "that lasted under 10 ms (lock hand-overs, GIL waits), leaving out sleeps that ran to a longer timeout (eBPF)"),
     _M(M.FUTEX_WAKEUPS_PER_S, "1/s", "futex waits of a thread that another thread ended by a wake-up, per second: "
        "high for a thread contending for a lock, low for an idle one (eBPF)"),
+    # on-CPU stacks, per thread (collect --stacks)
+    _M(M.STACK_SAMPLES_TOTAL, "samples", "on-CPU stack samples of a thread in the window (49 Hz: a sample is ~20 ms on "
+       "a CPU)"),
+    _M(M.HOT_FUNCTION_PCT, "%", "share of a thread's stack samples whose leaf function (with its caller) is its "
+       "hot_function"),
+    _M(M.STACK_UNKNOWN_PCT, "%", "share of a thread's stack samples holding a frame no symbol named ([unknown]: "
+       "stripped code, no frame pointers, JIT code)"),
     # traces: per step of a rank (mean over the steps; _p95 and _max over them), per collective
     _M(M.STEPS, "steps", "profiler steps a trace holds for a rank"),
     _M(M.STEP_TIME_MS, "ms", "wall time of one step (ProfilerStep#N; msprof: Stage)"),
