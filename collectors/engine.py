@@ -73,14 +73,20 @@ def scope_with_descendants(pids: list[int] | set[int], proc: str = "/proc", must
 def run_window(duration_s: float = 10.0, interval_s: float = 1.0, pids: list[int] | None = None,
                collectors: list[str] | None = None, progress: Progress | None = None,
                stop: threading.Event | None = None, ctx: Context | None = None, host: str | None = None,
-               job: str | None = None) -> Graph:
+               job: str | None = None, stacks: bool = False, stacks_out: str | None = None) -> Graph:
     """Collect one window on this host and return the merged graph (meta.source = 'live'). `host` names
     the host in the graph's ids (default: Slurm's node name, else the hostname); `job` narrows the scope
-    to the processes of that Slurm job or torchrun run (with `pids`, to both)."""
+    to the processes of that Slurm job or torchrun run (with `pids`, to both). `stacks` adds the on-CPU stack
+    sampler (collectors.stacks, off by default) to the collectors; `stacks_out` (implies it) is where it
+    writes every sampled stack, folded for a flame-graph tool."""
     validate_window(duration_s, interval_s)
     broken = discover()
     names = _select(collectors)
+    if (stacks or stacks_out) and "stacks" not in names:
+        names.append("stacks")
     ctx = ctx or Context()
+    if stacks_out:
+        ctx.cache["stacks_out"] = stacks_out
     if host is not None:
         ctx.host = check_host_name(host)
     ctx.duration_s, ctx.interval_s = duration_s, interval_s

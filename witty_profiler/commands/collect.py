@@ -27,9 +27,9 @@ def run_prometheus(args: argparse.Namespace) -> int:
     from witty_profiler.topology import dumps_graph
     if args.start is None:
         raise InputError("--prometheus needs --start (RFC 3339, Unix seconds or relative such as -1h)")
-    if args.pid or args.job or args.collectors or args.host:
-        raise InputError("--pid, --job, --collectors and --host are for a live window; with --prometheus the hosts "
-                         "come from the series (--host-label, --match)")
+    if args.pid or args.job or args.collectors or args.host or args.stacks or args.stacks_out:
+        raise InputError("--pid, --job, --collectors, --stacks and --host are for a live window; with --prometheus "
+                         "the hosts come from the series (--host-label, --match)")
     start, end = parse_time(args.start), parse_time(args.end)
     target = args.output or DEFAULT_FILE
     check_output(target, args.force)
@@ -76,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
     validate_window(args.duration, args.interval)
     target = args.output or DEFAULT_FILE
     check_output(target, args.force)  # before the window is spent
+    if args.stacks_out and args.stacks_out != "-":
+        check_output(args.stacks_out, args.force)
+    elif args.stacks_out == "-":
+        raise InputError("--stacks-out needs a file (stdout carries the graph with -o -)")
     graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=collector_names(args.collectors),
-                       progress=None if args.quiet else window_progress(sys.stderr), host=args.host, job=args.job)
+                       progress=None if args.quiet else window_progress(sys.stderr), host=args.host, job=args.job,
+                       stacks=args.stacks, stacks_out=args.stacks_out)
     write_output(dumps_graph(graph), target, force=True)  # checked before the window started
     _summary(graph, target, args.quiet)
     scope = graph.meta.extra.get("scope")
@@ -105,6 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "host (SLURM_JOB_ID or TORCHELASTIC_RUN_ID in their environment) and their descendants")
     p.add_argument("--collectors", metavar="A,B", help="run only these collectors (comma-separated), or all but "
                    "those given as -NAME (--collectors=-ebpf,-ipc)")
+    p.add_argument("--stacks", action="store_true", help="also sample on-CPU stacks of the workload's threads "
+                   "(49 Hz; bcc on the CPU-clock perf event, py-spy for Python processes; root): each thread's top "
+                   "stacks and hot function. Not implied by --pid: it costs a compile and ptrace of the processes")
+    p.add_argument("--stacks-out", metavar="FILE", help="write every sampled stack folded (comm-pid/tid;a;b;c N), "
+                   "for flamegraph.pl, inferno or speedscope; implies --stacks")
     p.add_argument("-o", "--output", metavar="FILE", help=f"output file (default {DEFAULT_FILE}; '-' = stdout)")
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--offline", action="store_true",
