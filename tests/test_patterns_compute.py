@@ -107,6 +107,17 @@ def test_hot_thread_needs_idle_siblings():
     assert diagnose(g).status("compute.hot_thread") == "clear"
 
 
+def test_hot_thread_names_the_code_it_runs_where_stacks_were_sampled():
+    g = hot_thread(99.0)
+    hot = g.entity("thread:h1:10:10")
+    hot.attrs["hot_function"] = "PIL.JpegImagePlugin.load \u2190 dataset.__getitem__"
+    hot.metrics["hot_function_pct"] = 61.0
+    f = diagnose(g).finding("compute.hot_thread")
+    assert "61 % of its samples in PIL.JpegImagePlugin.load \u2190 dataset.__getitem__" in f.description
+    assert any(e.metric == "hot_function_pct" and e.value == 61.0 for e in f.evidence)
+    assert "of its samples" not in diagnose(hot_thread(99.0)).finding("compute.hot_thread").description
+
+
 def test_throttle_flag_without_clocks_is_a_warning():
     g = new_graph()
     process(g, 10, "train")

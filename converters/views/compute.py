@@ -63,10 +63,11 @@ def blocks(ctx: GraphContext) -> list[Block]:
     ], procs, "processes", fold_query(ctx, T.PROCESS, procs, top=M.CPU_UTIL_PCT), pinned, weight=1.5))
     threads, pinned = rank(ctx.graph.entities(T.THREAD), lambda t: (neg(t.metrics.get(M.CPU_UTIL_PCT)),
                                                               neg(_runtime_ns(t))), cited, ctx)
-    out.append(Table("threads, workload first, then by cpu", [
-        ID, NAME, CPU, Column("runtime", lambda t: duration_ns(_runtime_ns(t))), ALLOWED,
-        Column("ran_on_cpus", lambda t: t.attrs.get("ran_on_cpus"), left=True),
-    ], threads, "threads", fold_query(ctx, T.THREAD, threads, top=M.CPU_UTIL_PCT), pinned, weight=1.5))
+    columns = [ID, NAME, CPU, Column("runtime", lambda t: duration_ns(_runtime_ns(t))), ALLOWED,
+               Column("ran_on_cpus", lambda t: t.attrs.get("ran_on_cpus"), left=True)]
+    if any(t.attrs.get("hot_function") for t in threads):  # collect --stacks: the code each thread runs
+        columns.append(Column("hot function (% of samples)", _hot_function, left=True))
+    out.append(Table("threads, workload first, then by cpu", columns, threads, "threads", fold_query(ctx, T.THREAD, threads, top=M.CPU_UTIL_PCT), pinned, weight=1.5))
     devices, pinned = rank(ctx.query.accelerators(), lambda d: neg(d.metrics.get(M.UTIL_PCT)), cited, ctx,
                            workload=lambda d: any(e.source in ctx.workload_ids for e in
                                                   ctx.query.in_edges(d.id, E.USES_DEVICE)))
@@ -84,6 +85,13 @@ def blocks(ctx: GraphContext) -> list[Block]:
         Column("users", lambda d: ",".join(e.source for e in ctx.query.in_edges(d.id, E.USES_DEVICE)), left=True),
     ], devices, "accelerators", per_type_query(ctx, devices, M.UTIL_PCT), pinned))
     return out
+
+
+def _hot_function(t) -> str:
+    where, share = t.attrs.get("hot_function"), t.metrics.get(M.HOT_FUNCTION_PCT)
+    if not where:
+        return ""
+    return f"{where} ({pct(share)})" if share is not None else str(where)
 
 
 def _clock(m: dict) -> str:

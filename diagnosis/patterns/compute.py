@@ -491,11 +491,25 @@ def _hot_thread(scope: Scope, t: dict[str, Any]) -> Verdict:
         items.append(ev.statistic([th.id for th in scope.query.threads_of(process) if th.id != hot.id], M.CPU_UTIL_PCT,
                                   siblings, unit="%", note=f"mean of its {n} sibling threads",
                                   bound=("<", t["siblings_cpu_util_pct"])))
+        code = hot_code(hot)
+        if code is not None:
+            items.append(ev.entity(hot.id, M.HOT_FUNCTION_PCT, code[1], unit="%", note=code[0]))
     process, hot, value, siblings, n, _ = hits[0]
+    code = hot_code(hot)
+    runs = f"; {ev.fmt(code[1], '%')} of its samples in {code[0]}" if code is not None else ""
     return finding(worst(*(h[5] for h in hits)) or "warning",
                    f"A serial bottleneck: {ev.name_of(hot)} of {ev.name_of(process)} keeps one core "
-                   f"{ev.fmt(value, '%')} busy while its {n} siblings average {ev.fmt(siblings, '%')}.",
+                   f"{ev.fmt(value, '%')} busy while its {n} siblings average {ev.fmt(siblings, '%')}{runs}.",
                    items, subjects=[h[1].id for h in hits])
+
+
+def hot_code(thread: Any) -> tuple[str, float] | None:
+    """(the function a thread ran most, 'leaf ← caller', and its share of the thread's samples) where its
+    stacks were sampled (collect --stacks), else None."""
+    where, share = thread.attrs.get("hot_function"), num(thread, M.HOT_FUNCTION_PCT)
+    if not isinstance(where, str) or not where or share is None:
+        return None
+    return where, share
 
 
 HOT_THREAD = Pattern(
@@ -508,7 +522,8 @@ HOT_THREAD = Pattern(
     params=(Param("siblings_cpu_util_pct", 30, "%", "the other threads' mean CPU use must be below this"),),
     evidence="The busiest thread of each multi-threaded workload process and the mean of its siblings.",
     recommendations=(
-        "Find what the thread does (py-spy dump / perf top -t TID) and split or parallelise it.",
+        "Find what the thread does (collect --stacks names its hot function; py-spy dump / perf top -t TID) and "
+        "split or parallelise it.",
         "In PyTorch, look for Python-side work in the training loop (logging, metrics, .item() syncs).",
         "Make sure the hot thread is not sharing its core with other busy work (pin it).",
     ),
