@@ -130,11 +130,12 @@ class Workspace:
         return self.store.load_file(self.path(path))
 
     def collect(self, duration_s: float, interval_s: float = 1.0, *, pids: Iterable[int] | None = None,
-                collectors: list[str] | None = None, progress: Any = None, stop: Any = None) -> tuple[Any, Graph]:
-        """A live window of this host, kept as a new graph: (record, graph)."""
+                collectors: list[str] | None = None, progress: Any = None, stop: Any = None,
+                stacks: bool = False) -> tuple[Any, Graph]:
+        """A live window of this host, kept as a new graph: (record, graph); `stacks` adds on-CPU stack sampling."""
         from witty_profiler.collectors.engine import run_window
         graph = run_window(duration_s, interval_s, pids=list(pids) if pids else None, collectors=collectors,
-                           progress=progress, stop=stop)
+                           progress=progress, stop=stop, stacks=stacks)
         if stop is not None and stop.is_set():  # given up: nobody is waiting for this graph
             raise InputError("collect was cancelled; the window was not saved")
         return self.store.add_live(graph), graph

@@ -63,19 +63,19 @@ class _Out(BaseModel):
 # -- inputs ---------------------------------------------------------------------------------
 class CollectInput(_In):
     duration_s: float = Field(default=10.0, gt=0, json_schema_extra={"maximum": MAX_DURATION_S},
-                              description="capture window, seconds")
-    interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="seconds between samples")
-    pids: list[int] | None = Field(default=None, description="these and descendants; default: AI "
-                                   "workloads")
-    collectors: list[str] | None = Field(default=None, description="to run, '-name' skips one; default: all")
+                              description="window, seconds")
+    interval_s: float = Field(default=1.0, ge=0.1, le=60.0, description="sampling period")
+    pids: list[int] | None = Field(default=None, description="and descendants; default: AI workloads")
+    collectors: list[str] | None = Field(default=None, description="'-name' skips one; default: all")
     # a cluster: the hosts named one way, each collected into output_dir/<host>.json
     hosts: list[str] | None = Field(default=None, max_length=4096, description="ssh targets")
     slurm_job: str | None = Field(default=None, description="its nodes")
     slurm_nodes: str | None = Field(default=None, description="e.g. n[1-8]")
     kubectl_selector: str | None = Field(default=None, description="pods' labels")
     namespace: str | None = Field(default=None, description="default witty-profiler")
-    output_dir: str | None = Field(default=None, description="new folder in the reports")
+    output_dir: str | None = Field(default=None, description="new folder in reports")
     diagnose: bool = Field(default=False, description="and its summary")
+    stacks: bool = Field(default=False, description="on-CPU")  # collect --stacks: the workload's on-CPU stacks
     # a past window of many hosts, read from the Prometheus this server was started with
     past: str | None = Field(default=None, description="START[..END] from Prometheus")
     # a window of each service in the list this server was started with

@@ -161,9 +161,11 @@ class WittyTools:
         if inp.past is not None:
             return self._collect_past(inp)
         if inp.cluster() or inp.output_dir is not None or inp.namespace is not None or inp.diagnose:
+            if inp.stacks:
+                raise InputError("stacks samples this host's workload: drop it for a cluster")
             return self._collect_cluster(inp, progress, stop)
         record, graph = self.ws.collect(inp.duration_s, inp.interval_s, pids=inp.pids, collectors=inp.collectors,
-                                        progress=progress, stop=stop)
+                                        progress=progress, stop=stop, stacks=inp.stacks)
         return self._graph_answer(record, graph, s.CollectResult)
 
     def _collect_past(self, inp: s.CollectInput) -> Answer:
@@ -173,8 +175,8 @@ class WittyTools:
         if self.prometheus is None:
             raise InputError("past reads a window from Prometheus, and this server has none: start witty-mcp with "
                              "--prometheus URL (credentials in --prometheus-auth-file or WITTY_PROMETHEUS_TOKEN)")
-        if inp.cluster() or inp.pids or inp.collectors or inp.output_dir or inp.diagnose:
-            raise InputError("past reads Prometheus: drop pids, collectors and the cluster arguments")
+        if inp.cluster() or inp.pids or inp.collectors or inp.output_dir or inp.diagnose or inp.stacks:
+            raise InputError("past reads Prometheus: drop pids, collectors, stacks and the cluster arguments")
         since, _, until = (inp.past or "").partition("..")
         record, graph = self.ws.collect_past(self.prometheus, since.strip(), until.strip() or "now",
                                              match=self.prometheus_match, auth_file=self.prometheus_auth_file)

@@ -229,3 +229,15 @@ def test_a_python_busy_loop_is_named_to_its_function(sampled):
         t.attrs["top_stacks"][0]["stack"].split(";")[-1].endswith("spin_in_python"), t.attrs["top_stacks"]
     assert t.attrs["hot_function"].startswith(tuple(f"{m}spin_in_python \u2190 " for m in ("", "__main__.", "<string>.")))
     assert t.metrics["hot_function_pct"] >= 80
+
+
+def test_stacks_is_asked_for_by_the_cli_the_engine_and_mcp(tmp_path, capsys):
+    from witty_profiler.collectors.engine import run_window
+    from witty_profiler.mcp_server.schemas import CollectInput
+    assert CollectInput(stacks=True).stacks and not CollectInput().stacks
+    graph = run_window(0.5, 0.5, collectors=["cpu"], stacks=True)
+    assert set(graph.meta.collectors) == {"cpu", "stacks"}  # off by default, on when asked for
+    assert "stacks" not in run_window(0.5, 0.5, collectors=["cpu"]).meta.collectors
+    from witty_profiler.cli import main
+    assert main(["collect", "--stacks-out", "-", "-o", str(tmp_path / "g.json"), "-q", "--duration", "1"]) != 0
+    assert "--stacks-out needs a file" in capsys.readouterr().err
