@@ -109,6 +109,9 @@ def test_the_graph_gets_the_stacks_of_each_thread_and_the_view_shows_them(tmp_pa
     g.entity_of("host", "host:h1", {"name": "h1"}, {})
     text = render_view(g, "compute", diagnosis=diagnose(g)).text
     assert "hot function" in text and "spin_in_c \u2190 main (90.0%)" in text
+    from witty_profiler.topology import dumps_graph, loads_graph
+    back = loads_graph(dumps_graph(g))  # a graph file with stacks reads back as it was written
+    assert back.entity("thread:h1:10:11").attrs["top_stacks"] == t11.attrs["top_stacks"]
 
 
 def test_without_root_or_bcc_the_reason_is_in_the_status(tmp_path, monkeypatch):

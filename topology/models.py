@@ -26,7 +26,6 @@ ATTR_TYPES: dict[str, tuple[type, ...]] = {
                      "version", "futex_addr", "futex_mapping", "link_type", "class", "driver_version", "job",
                      "job_id", "scheduler", "master_addr", "op", "group", "link", "hostname", "hot_function",
                      "stacks_from"), (str,)),
-    "top_stacks": (list,),
     **dict.fromkeys(("pid", "ppid", "tid", "node", "index", "numa_node"), (int,)),
     **dict.fromkeys(("ai", "in_scope", "started_in_window", "exited_in_window"), (bool,)),
     **dict.fromkeys(("env", "numa_pages", "numa_runtime_ns", "distances"), (dict,)),
