@@ -91,15 +91,8 @@ def parse_services(urls: list[str] | None = None, services_file: str | None = No
     """--services URL... and/or --services-file F (one URL per line, '#' comments), each once, in order."""
     found = [u for u in urls or [] if u.strip()]
     if services_file:
-        from witty_profiler.topology.files import read_bytes
-        try:
-            raw = read_bytes(services_file, "services file", MAX_SERVICES_FILE_BYTES, InputError)
-        except InputError as exc:
-            raise InputError(f"services file {exc}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError(f"{services_file}: not UTF-8 text; one service URL per line") from None
+        from witty_profiler.topology.files import read_utf8
+        text = read_utf8(services_file, "services file", MAX_SERVICES_FILE_BYTES, "services file")
         for line in text.splitlines():
             words = line.split("#", 1)[0].split()
             if len(words) > 1:

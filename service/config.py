@@ -25,7 +25,7 @@ from witty_profiler.app.access import parse_listen, token_from
 from witty_profiler.topology.windows import SERVICE_TOKEN_ENV
 from witty_profiler.collectors.window import MAX_DURATION_S
 from witty_profiler.topology.errors import InputError
-from witty_profiler.topology.files import MAX_SMALL_BYTES, read_bytes
+from witty_profiler.topology.files import MAX_SMALL_BYTES, read_utf8
 
 DEFAULT_PORT = 18090
 PRIORITIES = ("P0", "P1", "P2", "off")
@@ -101,14 +101,8 @@ TABLES = {f.name: f.type for f in fields(ServiceConfig)}
 def read_file(path: str) -> dict[str, Any]:
     """A config file as a mapping: TOML by default, JSON when it ends in .json."""
     p = Path(path)
-    try:  # a regular file of a sane size: not a FIFO that never ends or a device
-        raw = read_bytes(p, "config file", MAX_SMALL_BYTES, error=InputError)
-    except InputError as exc:
-        raise InputError(f"--config {exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"--config {path}: not UTF-8 text") from None
+    # a regular file of a sane size: not a FIFO that never ends or a device
+    text = read_utf8(p, "config file", MAX_SMALL_BYTES, "--config")
     if p.suffix.lower() == ".json":
         try:
             data = json.loads(text)

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from ebpf_support import ebpf_ready
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.ebpf import (
@@ -306,20 +307,7 @@ time.sleep(60)
 
 
 def _ebpf_ready() -> None:
-    """Skip (or fail where WITTY_REQUIRE_EBPF=1) when this host cannot run the collector."""
-    problem = None
-    if os.geteuid() != 0:
-        problem = "eBPF needs root"
-    else:
-        try:
-            load_bcc()
-            kernel_headers(os.uname().release)
-        except NotReady as exc:
-            problem = str(exc)
-    if problem and os.environ.get("WITTY_REQUIRE_EBPF") == "1":
-        pytest.fail(f"WITTY_REQUIRE_EBPF=1 but {problem}")
-    if problem:
-        pytest.skip(problem)
+    ebpf_ready()
 
 
 THREADS = {"contended": 5, "gil": 7, "poller": 5, "blocked": 3}  # main + workers of each program above

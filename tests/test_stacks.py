@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from ebpf_support import ebpf_ready
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc
@@ -139,19 +140,7 @@ def test_a_ptrace_refusal_is_said_as_such(tmp_path):
 
 # -- live ---------------------------------------------------------------------------------
 def _bcc_ready() -> None:
-    problem = None
-    if os.geteuid() != 0:
-        problem = "stack sampling needs root"
-    else:
-        try:
-            load_bcc()
-            kernel_headers(os.uname().release)
-        except NotReady as exc:
-            problem = str(exc)
-    if problem and os.environ.get("WITTY_REQUIRE_EBPF") == "1":
-        pytest.fail(f"WITTY_REQUIRE_EBPF=1 but {problem}")
-    if problem:
-        pytest.skip(problem)
+    ebpf_ready("stack sampling needs root")
 
 
 C_SPIN = """

@@ -77,17 +77,24 @@ def open_text(path: str | os.PathLike[str], what: str = "graph file", limit: int
     return io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "rb"), buffer_size=1 << 20), encoding="utf-8")
 
 
+def read_utf8(path: str | os.PathLike[str], what: str, limit: int, given_as: str) -> str:
+    """The text of a small regular UTF-8 file the user named with `given_as` (an option: `--config`), or an
+    InputError that starts with it: unreadable, not a regular file, over `limit` bytes, not UTF-8."""
+    try:
+        raw = read_bytes(path, what, limit, error=InputError)
+    except InputError as exc:
+        raise InputError(f"{given_as} {exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{given_as} {path}: not UTF-8 text") from None
+
+
 # -- tokens ----------------------------------------------------------------------------------------------
 def read_token_file(path: str, what: str) -> str:
     """The bearer token held in a file (`what` names where the path was given); empty, unreadable or not a
     small regular file: InputError."""
-    try:
-        raw = read_bytes(path, "token file", MAX_TOKEN_FILE_BYTES, error=InputError)
-        token = raw.decode("utf-8").strip()
-    except InputError as exc:
-        raise InputError(f"{what} {exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what} {path}: not UTF-8 text") from None
+    token = read_utf8(path, "token file", MAX_TOKEN_FILE_BYTES, what).strip()
     if not token:
         raise InputError(f"{what} {path}: is empty")
     return token
