@@ -7,7 +7,6 @@ makes the bcc part a failure (as .ci/run sets)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import pytest
 from ebpf_support import ebpf_ready
 
 from witty_profiler.collectors.base import Context
-from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc
 from witty_profiler.collectors.stacks import (
     StacksCollector,
     find_pyspy,
