@@ -258,6 +258,8 @@ def produce(case: dict[str, Any], inputs: str | None, keep: Path | None) -> tupl
             ctx["roles"] = roles
             scope = [pid for role in source.get("scope", roles) for pid in roles[role]]
             window = {"duration_s": source.get("duration_s", 4.0), "interval_s": source.get("interval_s", 0.5)}
+            if source.get("stacks"):  # on-CPU stack sampling (collect --stacks)
+                window["stacks"] = True
             if "hosts" in source:  # {host: role}: each role collected as the host it stands for, then merged
                 from witty_profiler.topology.hosts import merge_hosts
                 graph = merge_hosts((host, wp.collect(pids=roles[role], host=host, **window))
