@@ -91,10 +91,12 @@ def test_an_install_from_the_wheel_works_without_the_checkout(built, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     graph = tmp_path / "g.json"
     for argv, expected in ((["skill", "validate"], f"ok: {site / 'witty_profiler' / 'skill'}\n"
-                                                   f"ok: {site / 'witty_profiler' / 'skill_dataflow'}"),
+                                                   f"ok: {site / 'witty_profiler' / 'skill_dataflow'}\n"
+                                                   f"ok: {site / 'witty_profiler' / 'skill_hotspot'}"),
                            (["skill", "install", "--dest", str(tmp_path / "skills")],
                             f"installed: {tmp_path / 'skills' / 'bottleneck-identification'}\n"
-                            f"installed: {tmp_path / 'skills' / 'dataflow-topology-restore'}"),
+                            f"installed: {tmp_path / 'skills' / 'dataflow-topology-restore'}\n"
+                            f"installed: {tmp_path / 'skills' / 'hotspot-thread-discovery'}"),
                            (["collect", "--duration", "0.3", "--interval", "0.1", "--collectors", "cpu,memory",
                              "-o", str(graph)], "")):
         run = subprocess.run([sys.executable, "-m", "witty_profiler", *argv], capture_output=True, text=True,
@@ -144,7 +146,7 @@ def test_a_checkout_runs_without_installing(tmp_path):
 def test_every_part_is_linked_from_the_package():
     """Each top-level part has its link in witty_profiler/, and each skill its own; nothing else is linked there."""
     links = sorted(p.name for p in (REPO / "witty_profiler").iterdir() if p.is_symlink())
-    assert links == sorted([*PARTS, "skill", "skill_dataflow"])
+    assert links == sorted([*PARTS, "skill", "skill_dataflow", "skill_hotspot"])
 
 
 def test_no_code_imports_a_part_by_its_folder_name():

@@ -124,11 +124,26 @@ def test_validate_reports_a_pattern_missing_from_patterns_md(tmp_path):
 
 
 # -- install -----------------------------------------------------------------------------------
+# `skill install` installs every skill the package ships, in this order
+INSTALLED = ("bottleneck-identification", "dataflow-topology-restore", "hotspot-thread-discovery")
+
+
+def test_the_hotspot_skill_validates_and_its_evals_collect_stacks():
+    """hotspot-thread-discovery passes validation from the checkout and through its package link, and
+    every one of its cases asks the harness for stack sampling of a live scenario."""
+    root = REPO / "skills" / "hotspot-thread-discovery"
+    assert skill.validate(root) == []
+    assert skill.validate(skill.bundled_skill("hotspot-thread-discovery"), "hotspot-thread-discovery") == []
+    cases = json.loads((root / "evals" / "evals.json").read_text())["evals"]
+    assert all(c["input"]["stacks"] and "scenario" in c["input"] for c in cases)
+
+
 def test_install_copies_the_skill_and_refuses_to_overwrite_a_different_copy(tmp_path, capsys):
     assert main(["skill", "install", "--dest", str(tmp_path)]) == 0
     target = tmp_path / "bottleneck-identification"
-    assert capsys.readouterr().out.splitlines()[0] == f"installed: {target}"
+    assert capsys.readouterr().out.splitlines() == [f"installed: {tmp_path / name}" for name in INSTALLED]
     assert skill.same_tree(SKILL, target)
+    assert (tmp_path / "hotspot-thread-discovery" / "evals" / "run_evals.py").stat().st_mode & 0o111
     assert (target / "scripts" / "diagnose.sh").stat().st_mode & 0o111
     assert main(["skill", "install", "--dest", str(tmp_path)]) == 0
     assert "already installed, identical" in capsys.readouterr().out
@@ -144,7 +159,7 @@ def test_install_defaults_to_the_claude_skills_folder(tmp_path, monkeypatch, cap
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["skill", "install"]) == 0
     target = tmp_path / ".claude" / "skills" / "bottleneck-identification"
-    assert capsys.readouterr().out.splitlines()[0] == f"installed: {target}"
+    assert capsys.readouterr().out.splitlines() == [f"installed: {target.parent / name}" for name in INSTALLED]
     assert (target / "SKILL.md").read_text() == (SKILL / "SKILL.md").read_text()
 
 

@@ -22,7 +22,8 @@ from witty_profiler.topology.wording import counted
 
 SKILL_NAME = "bottleneck-identification"
 # every skill the package ships: installed folder name -> package folder (a link to skills/<name>)
-SKILLS = {SKILL_NAME: "skill", "dataflow-topology-restore": "skill_dataflow"}
+SKILLS = {SKILL_NAME: "skill", "dataflow-topology-restore": "skill_dataflow",
+          "hotspot-thread-discovery": "skill_hotspot"}
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
 # Agent Skills specification limits (agentskills.io/specification)
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -173,7 +174,7 @@ def load_eval_runner(root: Path):
 
 
 def _run_install(args: argparse.Namespace) -> int:
-    for name in SKILLS:  # every skill: dataflow-topology-restore's evals run with the other's harness
+    for name in SKILLS:  # every skill: the other two run their evals with bottleneck-identification's harness
         target, what = install(Path(args.dest) if args.dest else None, args.force, name=name)
         print(f"{what}: {target}")
     return 0
