@@ -100,8 +100,8 @@ class JsonStream:
             return
         failed = -1  # the end of a run that did not decode: one value at a time until past it
         while True:
-            end = self.buf.rfind("},", self.pos) if self.base + self.pos > failed else -1
-            if end > self.pos and _NEXT_ITEM.match(self.buf, end + 2):
+            end = self._last_boundary() if self.base + self.pos > failed else -1
+            if end > self.pos:
                 self.spelt = False
                 try:
                     batch = self._loads("[" + self.buf[self.pos:end + 1] + "]")
@@ -117,6 +117,16 @@ class JsonStream:
                 continue
             self.expect("]")
             return
+
+    def _last_boundary(self) -> int:
+        """Where the last '},' before a '{' of the buffer is (-1: none): the end of the last whole item an
+        array of objects holds, found from the back past the '},' of objects nested in an item (an
+        item's metrics: taking the first '},' from the back would give up the batch at almost every read)."""
+        buf, start = self.buf, self.pos
+        end = buf.rfind("},", start)
+        while end > start and not _NEXT_ITEM.match(buf, end + 2):
+            end = buf.rfind("},", start, end)
+        return end
 
     def members(self) -> Iterator[str]:
         """The keys of the object at the front; the caller reads (or skips) each value."""
