@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import gzip
-import os
+import io
 import re
 import time
 import zlib
@@ -32,6 +32,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from heapq import merge as heap_merge
@@ -189,13 +190,15 @@ class _Trace:
     skipped: int = 0  # complete events without a numeric ts or dur
 
 
-def _open(path: Path) -> IO[str]:
+@contextmanager
+def _open(path: Path) -> Iterator[IO[str]]:
+    """The trace as text, plain or gzip, read through the one descriptor that was checked to be a regular
+    file (opening the path again could open something else)."""
     fd, _ = open_regular(path, "Kineto trace", MAX_TRACE_BYTES, InputError)  # not a FIFO or a device
-    with os.fdopen(fd, "rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+    with io.BufferedReader(io.FileIO(fd, "rb")) as raw:
+        body = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
+        with io.TextIOWrapper(body, encoding="utf-8") as text:
+            yield text
 
 
 def _ranks(value: Any) -> list[int] | None:
