@@ -250,8 +250,8 @@ class ProcessCollector(Collector):
             return p
         raw = read_text(f"{self.proc}/{pid}/cmdline") or ""
         p.cmdline = parse_cmdline(raw)
-        if any(c in a for a in raw.split("\0") for c in " \t\n"):
-            p.extra["argv"] = tuple(a for a in raw.split("\0") if a)  # the words themselves, for redaction
+        if any(c in raw for c in " \t\n"):  # an argument holds white space: keep the words, for redaction
+            p.extra["argv"] = tuple(a for a in raw.split("\0") if a)
         p.cgroups = parse_cgroup(read_text(f"{self.proc}/{pid}/cgroup") or "")
         self.ctx.cache.setdefault("proc_cgroups", {})[pid] = p.cgroups  # the cgroup collector reuses these
         return p

@@ -687,9 +687,9 @@ def collect_window(url: str, start: float, end: float, *, step: float | None = N
     try:
         graph = NodeSource(api, start, end, step=step, match=match, host_label=host_label,
                            batch_hosts=batch_hosts).build()
+    except InputError:
+        raise
     except (KeyError, IndexError, ValueError, TypeError, AttributeError, ArithmeticError) as exc:
-        if isinstance(exc, InputError):
-            raise
         # a well-formed answer this tool cannot read (a series of another name than asked, a label missing)
         last = api.stats.queries[-1] if api.stats.queries else "?"
         what = f"no label {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"

@@ -41,8 +41,6 @@ def import_traces(paths: list[str | Path], job: str | None = None, into: Graph |
     kineto: list[Path] = []
     for given in paths:
         path = Path(given)
-        if "\0" in str(given):
-            raise InputError(f"{str(given)[:200]!r}: holds a NUL character; give the path of a trace")
         kind = detect(path)
         if kind == "msprof-dir":
             for name in (STEP_CSV, COMM_JSON):
@@ -136,6 +134,8 @@ def job_key_for(job: str | None, into: Graph | None) -> str:
 
 def detect(path: Path) -> str:
     """'msprof-dir', 'msprof' or 'kineto', or an InputError saying what the file is not."""
+    if "\0" in str(path):  # before any look at the path: Path.exists() takes it for absent
+        raise InputError(f"{str(path)[:200]!r}: holds a NUL character; give the path of a trace")
     try:
         return _detect(path)
     except OSError as exc:  # a name too long, a loop of links
