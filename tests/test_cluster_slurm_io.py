@@ -35,8 +35,10 @@ while True:
                 f.write(block)
             f.flush()
             os.fsync(f.fileno())
-    with open(os.path.join(folder, f"step-{rank}"), "w") as f:
+    mine = os.path.join(folder, f"step-{rank}")
+    with open(mine + ".part", "w") as f:  # written aside, then renamed: a reader never sees it empty
         f.write(str(step))
+    os.replace(mine + ".part", mine)
     while True:
         done = []
         for r in range(world):
