@@ -6,16 +6,19 @@ the entities; each thread has run-time and allowed-on edges, about 3 edges per e
 and TCP connections, with metrics set so that most patterns are evaluated (and several fire). Two runs are timed: the AI workload in scope (ai=true processes),
 and a named pid. Target: under 2 s at 100k entities, linear in size.
 
-    python3 benchmarks/diagnose_scale.py [--sizes 10000,100000,300000] [--repeat 3]
+Each is timed in CPU time (the machine may be shared) against a baseline measured in the same rounds,
+interleaved with it: `dumps_graph` of the same graph, the JSON every window writes, linear in the
+graph's size. A figure is the median of the per-round ratios with their range, beside the baseline's own
+CPU time (median and range); a ratio that stays flat from 10k to 300k entities says the diagnosis is
+linear in size, whatever the machine's speed.
+
+    python3 benchmarks/diagnose_scale.py [--sizes 10000,100000,300000] [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.diagnosis import diagnose  # noqa: E402
 from witty_profiler.diagnosis.report import report  # noqa: E402
-from witty_profiler.topology import Graph  # noqa: E402
+from witty_profiler.topology import Graph, dumps_graph  # noqa: E402
+
+from benchmarks.timing import load, machine, ratios  # noqa: E402
 from witty_profiler.topology.ids import cpu_id, numa_id, process_id, thread_id  # noqa: E402
 from witty_profiler.topology.models import CollectorStatus, Meta  # noqa: E402
 
@@ -106,38 +111,26 @@ def build(entities: int, seed: int = 11) -> Graph:
     return g
 
 
-def timed(fn, repeat: int) -> tuple[float, float]:
-    """(median CPU time, median wall time): the machine may be shared, CPU time is the fair figure."""
-    cpu, wall = [], []
-    for _ in range(repeat):
-        start_cpu, start_wall = time.process_time(), time.perf_counter()
-        fn()
-        cpu.append(time.process_time() - start_cpu)
-        wall.append(time.perf_counter() - start_wall)
-    return statistics.median(cpu), statistics.median(wall)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000,300000")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds")
     args = ap.parse_args()
-    print(f"# {time.strftime('%Y-%m-%d')} {platform.machine()} {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, median of {args.repeat}")
-    print("| entities | edges | diagnose, ai scope: CPU (wall) | diagnose --pid: CPU (wall) | Markdown report | "
-          "CPU per 1k entities | findings |")
+    print(f"{machine()}; {args.repeat} interleaved rounds, CPU time")
+    print("| entities | edges | dumps_graph (baseline) | diagnose, AI scope / baseline | diagnose --pid / baseline | "
+          "Markdown report / baseline | findings |")
     print("|---|---|---|---|---|---|---|")
     for size in (int(s) for s in args.sizes.split(",")):
         g = build(size)
         d = diagnose(g)
-        ai_cpu, ai_wall = timed(lambda: diagnose(g), args.repeat)
-        pid_cpu, pid_wall = timed(lambda: diagnose(g, pids=[1000]), args.repeat)
-        md_cpu, _ = timed(lambda: report(d, g), args.repeat)
+        r = ratios({"ai": lambda: diagnose(g), "pid": lambda: diagnose(g, pids=[1000]), "md": lambda: report(d, g)},
+                   lambda: dumps_graph(g), args.repeat, clock=time.process_time)
         counts = d.counts()
-        print(f"| {g.entity_count():,} | {g.edge_count():,} | {ai_cpu:.2f} s ({ai_wall:.2f} s) | {pid_cpu:.2f} s "
-              f"({pid_wall:.2f} s) | {md_cpu * 1000:.1f} ms | {ai_cpu / g.entity_count() * 1e6:.1f} ms | "
+        print(f"| {g.entity_count():,} | {g.edge_count():,} | {r['ai'].base_text(digits=0)} | {r['ai'].text()} | "
+              f"{r['pid'].text()} | {r['md'].text()} | "
               f"{len(d.findings)} (P0 {counts['P0']}, P1 {counts['P1']}, P2 {counts['P2']}); "
               f"{d.summary['not_evaluated']} not evaluated |", flush=True)
+    print(f"load average at the end: {load()}")
     return 0
 
 

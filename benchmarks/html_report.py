@@ -3,10 +3,12 @@
 For each size, a synthetic GPU training host (benchmarks/synthetic.py: 8 NUMA nodes x 32 CPUs,
 8 GPUs, a torchrun job with loaders, a crowd of other processes with threads) is diagnosed, then
 written as the Markdown report and as the HTML page (`witty_profiler.app.htmlreport.render_html`).
-Each figure is the median wall clock of `--repeat` runs, each on a graph built afresh (a graph keeps
-its diagnosis and query indexes), with the page's size in KiB and the page's time as a multiple of
-the diagnosis's (the baseline, measured in the same run). The diagnosis runs first, as it does in
-`diagnose --format html`, so the page finds the graph's query indexes built.
+Each round builds a graph afresh (a graph keeps its diagnosis and query indexes) and times the
+diagnosis (the baseline), the Markdown report and the page on it, one after the other; the report's and
+the page's times are given as the median of their per-round ratios to that round's diagnosis, with the
+range over the rounds, and the diagnosis's own wall clock (median and range) beside them. The
+diagnosis runs first, as it does in `diagnose --format html`, so the page finds the graph's query
+indexes built.
 
     python3 benchmarks/html_report.py [--sizes 10000,100000,300000] [--repeat 5]
 """
@@ -14,8 +16,6 @@ the diagnosis's (the baseline, measured in the same run). The diagnosis runs fir
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synthetic import synthetic_graph  # noqa: E402
+from benchmarks.timing import Ratio, load, machine  # noqa: E402
 from witty_profiler.diagnosis import diagnose  # noqa: E402
 from witty_profiler.diagnosis.report import report  # noqa: E402
 from witty_profiler.app.htmlreport import render_html  # noqa: E402
@@ -39,8 +40,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,300000")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    print(f"{platform.machine()}, Python {platform.python_version()}, {args.repeat} runs each")
-    print("| entities | processes | diagnose (baseline) | Markdown report | HTML page | page size |")
+    print(f"{machine()}; {args.repeat} rounds each, wall clock")
+    print("| entities | processes | diagnose (baseline) | Markdown report / diagnose | HTML page / diagnose | page size |")
     print("|---:|---:|---:|---:|---:|---:|")
     for size in (int(s) for s in args.sizes.split(",")):
         runs = []
@@ -50,10 +51,12 @@ def main() -> None:
             markdown_s, _ = _timed(lambda: report(diagnosis, graph, "md"))
             html_s, page = _timed(lambda: render_html(graph, diagnosis))
             runs.append((diagnosis_s, markdown_s, html_s))
-        diagnosis_s, markdown_s, html_s = (statistics.median(r[i] for r in runs) for i in range(3))
-        print(f"| {graph.entity_count():,} | {len(graph.entities('process')):,} | {diagnosis_s * 1000:,.0f} ms "
-              f"| {markdown_s * 1000:,.1f} ms, {markdown_s / diagnosis_s:.3f}x | {html_s * 1000:,.0f} ms, "
-              f"{html_s / diagnosis_s:.2f}x | {len(page.encode()) / 1024:,.0f} KiB |")
+        base = [r[0] for r in runs]
+        markdown, html = Ratio([r[1] for r in runs], base), Ratio([r[2] for r in runs], base)
+        print(f"| {graph.entity_count():,} | {len(graph.entities('process')):,} | {markdown.base_text(digits=0)} "
+              f"| {markdown.text()} | {html.text()} | {len(page.encode()) / 1024:,.0f} KiB |")
+    print(f"load average at the end: {load()}")
+
 
 if __name__ == "__main__":
     main()

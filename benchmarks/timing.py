@@ -76,10 +76,12 @@ class Ratio:
         self.times, self.base = times, base
         self.ratios = [t / b for t, b in zip(times, base)] if all(base) else [float("nan")] * len(times)
 
-    def text(self) -> str:
-        """'1.37x (1.30-1.45, 7 rounds)': the median of the per-round ratios and their range."""
+    def text(self, rounds: bool = True) -> str:
+        """'1.37x (1.30-1.45, 7 rounds)': the median of the per-round ratios and their range (a decimal
+        more below 0.1, two more below 0.01); without the count of rounds where a table's header says it."""
         med, lo, hi = spread(self.ratios)
-        return f"{med:.2f}x ({lo:.2f}-{hi:.2f}, {len(self.ratios)} rounds)"
+        d = 2 + (med < 0.1) + (med < 0.01)
+        return f"{med:.{d}f}x ({lo:.{d}f}-{hi:.{d}f}" + (f", {len(self.ratios)} rounds)" if rounds else ")")
 
     def base_text(self, scale: float = 1000, unit: str = "ms", digits: int = 1) -> str:
         """The baseline's own time, median and range: '35.1 ms (33.0-37.2)'."""
