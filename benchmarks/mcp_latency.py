@@ -1,16 +1,19 @@
-"""witty-mcp tool latency on a 100k-entity graph, next to the direct library call doing the same work.
+"""witty-mcp tool latency on a 100k-entity graph, against the direct library call doing the same work.
 
-    python3 benchmarks/mcp_latency.py [--entities 100000] [--repeat 5]
+    python3 benchmarks/mcp_latency.py [--entities 100000] [--rounds 5] [--repeat 3]
 
 The graph is benchmarks/synthetic.py's training host. Each tool is called through `mcp.Client`
 in memory (the server's own cost: argument validation, the token budget, JSON of the answer) and
 over real stdio to the installed `witty-mcp` (what an assistant sees, pipes and framing included);
-the direct column runs the library call the tool wraps. Figures are medians of --repeat calls, in
-milliseconds: wall clock, and in brackets the CPU time of this process (all threads), which a busy
-shared host disturbs much less. The server keeps the rows of its last queries for their next pages,
-so the first page of a query is one call, and "next page" the median of the following ones. match_patterns is timed on its first call (the diagnosis is then cached
-per graph and thresholds: "match_patterns (cached)" is the next call). load_graph is one call each (a
-native file is parsed, validated and saved under the state directory as it is).
+the direct column, the baseline, runs the library call the tool wraps. The three are measured in the
+same rounds, their order reversed every other round, each round on a freshly loaded graph and a new
+server with its own state directory; a figure is the median over the rounds of the per-round ratio to
+the direct call (wall clock: the stdio server is another process), with its range, beside the direct
+call's own median and range. Within a round a call that can repeat is made --repeat times and its
+median kept; the first page of a query, load_graph and the first match_patterns are one call each (the
+server keeps a query's rows for its next pages and a graph's diagnosis for the next match). A next page
+and a cached match_patterns have no library call of their own: they are set against what they spare,
+the first page's query and the diagnosis.
 """
 
 from __future__ import annotations
@@ -18,13 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,58 +44,43 @@ from witty_profiler.mcp_server.tools import WittyTools  # noqa: E402
 from witty_profiler.topology import dump_graph, load_graph  # noqa: E402
 
 from synthetic import synthetic_graph  # noqa: E402
+from timing import Ratio, load, machine  # noqa: E402
 
 
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 1)
-
-
-Timing = tuple[float, float]  # median wall clock, median CPU time of this process (all its threads)
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> Timing:
-    walls, cpus = [], []
+async def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Median wall clock of `repeat` calls (awaited where fn returns an awaitable), and the last result."""
+    walls, last = [], None
     for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
+        t = time.perf_counter()
+        last = fn()
+        if asyncio.iscoroutine(last):
+            last = await last
         walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return statistics.median(walls), statistics.median(cpus)
+    return statistics.median(walls), last
 
 
-async def timed_async(fn: Callable[[], Awaitable[Any]], repeat: int) -> tuple[Timing, Any]:
-    walls, cpus, last = [], [], None
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        last = await fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return (statistics.median(walls), statistics.median(cpus)), last
-
-
-def direct_calls(path: Path, repeat: int) -> dict[str, Timing]:
-    graph = load_graph(path)
-    out = {"load_graph": timed(lambda: load_graph(path), 1)}
-    if hasattr(witty_profiler, "convert"):
-        out["graph_summary"] = timed(lambda: (graph.counts_by_type(), witty_profiler.convert(graph, "summary")),
-                                     repeat)
-        out["convert_layer compute"] = timed(lambda: witty_profiler.convert(graph, "compute", max_tokens=8000),
-                                             repeat)
-    out["query_graph page"] = timed(lambda: graph.find("thread", ["cpu_util_pct>5"])[:20], repeat)
-    out["query_graph top"] = timed(lambda: graph.top("cpu_util_pct", 20, "thread"), repeat)
-    if hasattr(witty_profiler, "diagnose"):
-        witty_profiler.diagnose(synthetic_graph(2000))  # import the pattern modules before timing
-        fresh = load_graph(path)  # the first diagnosis of a graph also builds its lazy indexes, as in the server
-        out["match_patterns"] = timed(lambda: witty_profiler.diagnose(fresh), 1)
+async def direct_calls(path: Path, repeat: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    out["load_graph"], graph = await timed(lambda: load_graph(path), 1)
+    # the first diagnosis of a freshly loaded graph also builds its lazy indexes, as in the server
+    out["match_patterns"], _ = await timed(lambda: witty_profiler.diagnose(graph), 1)
+    witty_profiler.convert(graph, "summary")  # the views' per-graph context, which load_graph's answer builds
+    out["graph_summary"], _ = await timed(lambda: (graph.counts_by_type(), witty_profiler.convert(graph, "summary")),
+                                          repeat)
+    out["query_graph page"], _ = await timed(lambda: graph.find("thread", ["cpu_util_pct>5"])[:20], repeat)
+    out["query_graph top"], _ = await timed(lambda: graph.top("cpu_util_pct", 20, "thread"), repeat)
+    out["convert_layer compute"], _ = await timed(lambda: witty_profiler.convert(graph, "compute", max_tokens=8000),
+                                                  repeat)
+    # what a kept page and a cached diagnosis spare
+    out["query_graph next page"], out["match_patterns (cached)"] = out["query_graph page"], out["match_patterns"]
     return out
 
 
-async def tool_calls(client: mcp.Client, path: Path, repeat: int) -> tuple[dict[str, Timing], dict[str, int]]:
-    times: dict[str, Timing] = {}
-    tokens: dict[str, int] = {}
+async def tool_calls(client: mcp.Client, path: Path, repeat: int, tokens: dict[str, int]) -> dict[str, float]:
+    times: dict[str, float] = {}
 
     async def tool(label: str, name: str, n: int = repeat, **args: Any) -> dict[str, Any]:
-        elapsed, result = await timed_async(lambda: client.call_tool(name, args), n)
+        elapsed, result = await timed(lambda: client.call_tool(name, args), n)
         assert not result.is_error, f"{name}: {result.content[0].text}"
         times[label] = elapsed
         tokens[label] = count_tokens(result.content[0].text)
@@ -106,47 +93,60 @@ async def tool_calls(client: mcp.Client, path: Path, repeat: int) -> tuple[dict[
     await tool("query_graph next page", "query_graph", graph_id=gid, type="thread", where=["cpu_util_pct>5"],
                cursor=page["next_cursor"])
     await tool("query_graph top", "query_graph", 1, graph_id=gid, type="thread", top_by_metric="cpu_util_pct")
-    if hasattr(witty_profiler, "convert"):
-        await tool("convert_layer compute", "convert_layer", graph_id=gid, layer="compute")
-    if hasattr(witty_profiler, "diagnose"):
-        await tool("match_patterns", "match_patterns", 1, graph_id=gid)
-        await tool("match_patterns (cached)", "match_patterns", graph_id=gid)
-    return times, tokens
+    await tool("convert_layer compute", "convert_layer", graph_id=gid, layer="compute")
+    await tool("match_patterns", "match_patterns", 1, graph_id=gid)
+    await tool("match_patterns (cached)", "match_patterns", graph_id=gid)
+    return times
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entities", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of direct, in-memory and stdio")
+    parser.add_argument("--repeat", type=int, default=3, help="calls per round of a call that can repeat")
     args = parser.parse_args()
+    exe = shutil.which("witty-mcp")
+    print(machine(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic-100k.json"
         graph = synthetic_graph(args.entities)
         dump_graph(graph, path)
         print(f"graph: {graph.entity_count()} entities, {graph.edge_count()} edges, "
-              f"{path.stat().st_size / 2**20:.1f} MiB; python {platform.python_version()}, {platform.machine()}, "
-              f"{os.cpu_count()} CPUs", flush=True)
+              f"{path.stat().st_size / 2**20:.1f} MiB; {args.rounds} rounds, {args.repeat} calls per round of a "
+              f"call that repeats; stdio server: {exe or 'witty-mcp not installed'}", flush=True)
         del graph
-        direct = direct_calls(path, args.repeat)
-        async with mcp.Client(build_server(WittyTools(GraphStore(Path(tmp) / "mem"), workdir=Path(tmp)))) as c:
-            memory, tokens = await tool_calls(c, path, args.repeat)
-        stdio: dict[str, Timing] = {}
-        exe = shutil.which("witty-mcp")
-        if exe:
-            params = StdioServerParameters(command=exe, env={**os.environ, "WITTY_STATE_DIR": str(Path(tmp) / "io")})
+        witty_profiler.diagnose(synthetic_graph(2000))  # import the pattern modules before timing
+        tokens: dict[str, int] = {}
+        times: dict[str, list[dict[str, float]]] = {"direct": [], "memory": [], "stdio": []}
+
+        async def in_memory(r: int) -> dict[str, float]:
+            tools = WittyTools(GraphStore(Path(tmp) / f"mem{r}"), workdir=Path(tmp))
+            async with mcp.Client(build_server(tools)) as c:
+                return await tool_calls(c, path, args.repeat, tokens)
+
+        async def over_stdio(r: int) -> dict[str, float]:
+            params = StdioServerParameters(command=exe, env={**os.environ, "WITTY_STATE_DIR": str(Path(tmp) / f"io{r}")})
             async with mcp.Client(params, read_timeout_seconds=600) as c:
-                stdio, _ = await tool_calls(c, path, args.repeat)
-    print("\nwall clock ms (CPU ms of this process); stdio: wall clock only, the server is another process")
-    print("\n| call | direct library | MCP in memory | MCP over stdio | answer tokens |")
+                return await tool_calls(c, path, args.repeat, {})
+
+        forms = {"direct": lambda r: direct_calls(path, args.repeat), "memory": in_memory}
+        if exe:
+            forms["stdio"] = over_stdio
+        for r in range(args.rounds):
+            for form in list(forms) if r % 2 == 0 else list(reversed(forms)):
+                times[form].append(await forms[form](r))
+    print("\nwall clock; ratio to the direct library call of the same round, median (min-max) over the rounds")
+    print("\n| call | direct library (baseline) | MCP in memory / direct | MCP over stdio / direct | answer tokens |")
     print("|---|---|---|---|---|")
-    for label in memory:
-        d = direct.get(label)
-        print(f"| {label} | {cell(d)} | {cell(memory[label])} | {ms(stdio[label][0]) if label in stdio else '-'} "
-              f"| {tokens[label]} |")
-
-
-def cell(t: Timing | None) -> str:
-    return "-" if t is None else f"{ms(t[0])} ({ms(t[1])})"
+    base_of = {label: [t[label] for t in times["direct"]] for label in times["direct"][0]}
+    for label in times["memory"][0]:
+        base = base_of[label]
+        memory = Ratio([t[label] for t in times["memory"]], base)
+        stdio = Ratio([t[label] for t in times["stdio"]], base).text(rounds=False) if times["stdio"] else "-"
+        direct = "(the first page's query)" if label.endswith("next page") else (
+            "(the diagnosis)" if label.endswith("(cached)") else memory.base_text())
+        print(f"| {label} | {direct} | {memory.text(rounds=False)} | {stdio} | {tokens[label]} |")
+    print(f"load average at the end: {load()}")
 
 
 if __name__ == "__main__":
