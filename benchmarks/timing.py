@@ -45,12 +45,13 @@ def load() -> str:
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, clock: Callable[[], float] = time.perf_counter,
-                warmup: int = 1) -> dict[str, list[float]]:
+                warmup: int = 1, setup: Callable[[], Any] | None = None) -> dict[str, list[float]]:
     """Each callable timed once per round, in turn, for `rounds` rounds: {name: seconds per round}.
 
     The order is reversed every other round, so that a drift of the machine's speed (other work starting
     or stopping) falls on every callable alike; `warmup` untimed rounds come first. `clock` is
-    time.perf_counter for wall time, time.process_time for the process's CPU time."""
+    time.perf_counter for wall time, time.process_time for the process's CPU time. `setup`, where given,
+    runs untimed before each timed call (to drop what the last call left cached, for instance)."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
@@ -58,6 +59,8 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, clock: Callable[
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else reversed(names):
+            if setup is not None:
+                setup()
             start = clock()
             fns[name]()
             times[name].append(clock() - start)
@@ -95,15 +98,17 @@ class Ratio:
 
 
 def ratio(fn: Callable[[], Any], baseline: Callable[[], Any], rounds: int,
-          clock: Callable[[], float] = time.perf_counter, warmup: int = 1) -> Ratio:
+          clock: Callable[[], float] = time.perf_counter, warmup: int = 1,
+          setup: Callable[[], Any] | None = None) -> Ratio:
     """fn's time against baseline's over `rounds` interleaved rounds (see interleaved)."""
-    times = interleaved({"fn": fn, "baseline": baseline}, rounds, clock, warmup)
+    times = interleaved({"fn": fn, "baseline": baseline}, rounds, clock, warmup, setup)
     return Ratio(times["fn"], times["baseline"])
 
 
 def ratios(fns: dict[str, Callable[[], Any]], baseline: Callable[[], Any], rounds: int,
-           clock: Callable[[], float] = time.perf_counter, warmup: int = 1) -> dict[str, Ratio]:
+           clock: Callable[[], float] = time.perf_counter, warmup: int = 1,
+           setup: Callable[[], Any] | None = None) -> dict[str, Ratio]:
     """Several calls against one baseline, all interleaved in the same rounds: {name: Ratio}."""
-    times = interleaved({"\0baseline": baseline, **fns}, rounds, clock, warmup)
+    times = interleaved({"\0baseline": baseline, **fns}, rounds, clock, warmup, setup)
     base = times.pop("\0baseline")
     return {name: Ratio(t, base) for name, t in times.items()}
