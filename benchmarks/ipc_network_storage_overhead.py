@@ -6,17 +6,22 @@ SOCKETPAIRS unix socket pairs and TCP_PAIRS loopback TCP connections in this pro
   of the same files in the same run (readlink of every fd, lstat of the fds of pipes shared by two
   processes or more, every /proc/PID/maps at the end only, the two /proc/sysvipc files, one unix
   and one TCP sock_diag dump);
-- the per-interval `sample()` of the network and storage collectors (CPU time per call);
-- the network collector's end-of-window connection table (`finish()`).
-Usage: python benchmarks/ipc_network_storage_overhead.py [PIPELINES]
+- the per-interval `sample()` of the network and storage collectors, against reading the same files
+  (/proc/net/dev and /proc/net/snmp; /proc/diskstats) and nothing else;
+- the network collector's end-of-window connection table (`finish()`), against one TCP sock_diag dump
+  with tcp_info and a readlink of every fd (what finding the connections' owners takes at all).
+Each collector call and its raw reader are timed in CPU time in the same rounds, interleaved (the order
+reversed every other round); a figure is the median of the per-round ratios with their range, beside
+the raw reader's own CPU time. ROUNDS rounds (default 7; 50 calls a round for the samples).
+Usage: python benchmarks/ipc_network_storage_overhead.py [PIPELINES] [ROUNDS]
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -24,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timing import cpu_ms  # noqa: E402
+from timing import load, machine, ratio  # noqa: E402
 
 from witty_profiler.collectors import ipc  # noqa: E402
 from witty_profiler.collectors.base import Context  # noqa: E402
@@ -33,7 +38,8 @@ from witty_profiler.collectors.network import NetworkCollector  # noqa: E402
 from witty_profiler.collectors.storage import StorageCollector  # noqa: E402
 
 PIPELINES = int(sys.argv[1]) if len(sys.argv) > 1 else 150
-SOCKETPAIRS, TCP_PAIRS, RUNS = 200, 100, 7
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+SOCKETPAIRS, TCP_PAIRS, SAMPLES = 200, 100, 50
 
 
 def raw_reader(maps: bool) -> None:
@@ -77,6 +83,35 @@ def raw_reader(maps: bool) -> None:
     sockdiag.tcp_sockets()
 
 
+def read(*paths: str) -> None:
+    for path in paths:
+        with open(path, "rb") as f:
+            f.read()
+
+
+def raw_connections() -> None:
+    """One TCP sock_diag dump with tcp_info, and a readlink of every fd (to find the sockets' owners)."""
+    sockdiag.tcp_sockets()
+    for pid in fdscan.pids(Path("/proc")):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                os.readlink(f"{fd_dir}/{name}")
+            except OSError:
+                pass
+
+
+def repeated(fn, n: int):
+    def run() -> None:
+        for _ in range(n):
+            fn()
+    return run
+
+
 def main() -> None:
     shells = [subprocess.Popen(["sh", "-c", "sleep 300 | sleep 300"], start_new_session=True) for _ in range(PIPELINES)]
     pairs = [socket.socketpair() for _ in range(SOCKETPAIRS)]
@@ -91,35 +126,41 @@ def main() -> None:
         time.sleep(1.0)  # let the pipelines start
         procs = len(fdscan.pids(Path("/proc")))
         fds = sum(len(v) for v in fdscan.scan().links.values())
-        snap_start = cpu_ms(lambda: ipc.snapshot(Path("/proc"), {}, "start", maps=False), RUNS)
-        raw_start = cpu_ms(lambda: raw_reader(maps=False), RUNS)
-        snap = cpu_ms(lambda: ipc.snapshot(Path("/proc"), {}, "end"), RUNS)
-        raw = cpu_ms(lambda: raw_reader(maps=True), RUNS)
+        cpu = time.process_time
+        print(machine())
+        print(f"processes {procs}, open fds {fds}, pipelines {PIPELINES}, unix pairs {SOCKETPAIRS}, "
+              f"loopback TCP {TCP_PAIRS}; {ROUNDS} interleaved rounds, CPU time")
+        print("| what | collector / raw reader, median (min-max) | raw reader's CPU time |")
+        print("|---|---|---|")
+        snap_start = ratio(lambda: ipc.snapshot(Path("/proc"), {}, "start", maps=False),
+                           lambda: raw_reader(maps=False), ROUNDS, cpu)
+        print(f"| IPC snapshot, start (no maps) | {snap_start.text()} | {snap_start.base_text()} |", flush=True)
+        snap = ratio(lambda: ipc.snapshot(Path("/proc"), {}, "end"), lambda: raw_reader(maps=True), ROUNDS, cpu)
+        print(f"| IPC snapshot, end (with maps) | {snap.text()} | {snap.base_text()} |", flush=True)
         net = NetworkCollector(Context(duration_s=1, interval_s=1))
         net.start()
-        net_sample = cpu_ms(net.sample, 50)
+        net_sample = ratio(repeated(net.sample, SAMPLES), repeated(lambda: read("/proc/net/dev", "/proc/net/snmp"),
+                                                                   SAMPLES), ROUNDS, cpu)
+        print(f"| network `sample()` (/proc/net/dev + /proc/net/snmp) | {net_sample.text()} | "
+              f"{net_sample.base_text(1000 / SAMPLES, digits=3)} |", flush=True)
         disk = StorageCollector(Context(duration_s=1, interval_s=1))
         disk.start()
-        disk_sample = cpu_ms(disk.sample, 50)
+        disk_sample = ratio(repeated(disk.sample, SAMPLES), repeated(lambda: read("/proc/diskstats"), SAMPLES),
+                            ROUNDS, cpu)
+        print(f"| storage `sample()` (/proc/diskstats) | {disk_sample.text()} | "
+              f"{disk_sample.base_text(1000 / SAMPLES, digits=3)} |", flush=True)
 
         def net_finish() -> None:
             net.ctx.cache.clear()
             net.finish()
-        net_end = cpu_ms(net_finish, RUNS)
-        print(f"{time.strftime('%Y-%m-%d')} {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-              f"kernel {platform.release()}, Python {platform.python_version()}")
-        print(f"processes {procs}, open fds {fds}, pipelines {PIPELINES}, unix pairs {SOCKETPAIRS}, "
-              f"loopback TCP {TCP_PAIRS}")
-        print(f"ipc snapshot, start (no maps)    {snap_start:8.2f} ms CPU")
-        print(f"raw reader of the same files     {raw_start:8.2f} ms CPU   ratio {snap_start / raw_start:.2f}x")
-        print(f"ipc snapshot, end                {snap:8.2f} ms CPU")
-        print(f"raw reader of the same files     {raw:8.2f} ms CPU   ratio {snap / raw:.2f}x")
-        print(f"network sample (per interval)    {net_sample:8.3f} ms CPU")
-        print(f"storage sample (per interval)    {disk_sample:8.3f} ms CPU")
-        print(f"network finish (connections)     {net_end:8.2f} ms CPU")
-        window_s = 30.0
-        per_window = snap_start + snap + 2 * net_end + 31 * (net_sample + disk_sample)
-        print(f"30 s window at 1 s interval: {per_window:.1f} ms CPU = {per_window / (window_s * 10):.3f} % of one core")
+        net_end = ratio(net_finish, raw_connections, ROUNDS, cpu)
+        print(f"| network `finish()` (TCP dump with tcp_info, owners from the fds) | {net_end.text()} | "
+              f"{net_end.base_text()} |", flush=True)
+        med = statistics.median
+        per_window = (med(snap_start.times) + med(snap.times) + 2 * med(net_end.times)
+                      + 31 * (med(net_sample.times) + med(disk_sample.times)) / SAMPLES)
+        print(f"30 s window at 1 s interval: {per_window * 1000:.1f} ms CPU = {per_window / 30 * 100:.2f} % of one "
+              f"core on this machine at this load; load average at the end: {load()}")
     finally:
         for s in shells:
             os.killpg(s.pid, signal.SIGKILL)  # each pipeline is its own process group
