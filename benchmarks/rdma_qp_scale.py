@@ -7,9 +7,11 @@ stand-in `rdma` prints a recorded output as the real tool would; each row compar
   baseline   two runs of the stand-in and `json.loads` of their output (what any reader pays)
   collector  RdmaQpCollector start + finish on the same two outputs (parse, diff, count, graph)
 
-The real tool's netlink dump is not included (no RDMA here): it is the same for both columns.
+The real tool's netlink dump is not included (no RDMA here): it is the same for both columns. The two
+are timed (wall clock) in the same rounds, interleaved; the ratio is the median of the per-round ratios
+with their range, beside the baseline's own time.
 
-    python3 benchmarks/rdma_qp_scale.py [--qps 1000 10000 50000] [--runs 5]
+    python3 benchmarks/rdma_qp_scale.py [--qps 1000 10000 50000] [--runs 7]
 
 Prints a Markdown table (paste it into BENCHMARKS.md with the date and the machine).
 """
@@ -18,18 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.rdma_qp import RdmaQpCollector  # noqa: E402
+
+from benchmarks.timing import Ratio, load, machine, ratio  # noqa: E402
 
 STAND_IN = """#!/bin/sh
 n=$(( $(cat "$DIR/calls" 2>/dev/null || echo 0) + 1 ))
@@ -54,16 +55,7 @@ def qps_json(n: int, churn: int) -> str:
     return json.dumps(out, separators=(",", ":")) + "\n"
 
 
-def median_s(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def measure(n: int, runs: int) -> tuple[float, float, int]:
+def measure(n: int, runs: int) -> tuple[Ratio, int]:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         (d / "qp.1.json").write_text(qps_json(n, 0))
@@ -84,21 +76,22 @@ def measure(n: int, runs: int) -> tuple[float, float, int]:
             assert c.status.status == "ok" and graph.entities("rdma_port")
 
         size = (d / "qp.2.json").stat().st_size
-        return median_s(baseline, runs), median_s(collector, runs), size
+        return ratio(collector, baseline, runs), size
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qps", type=int, nargs="+", default=[1000, 10000, 50000])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=7, help="interleaved rounds")
     args = ap.parse_args(argv)
-    print(f"{platform.machine()}, Python {platform.python_version()}, {args.runs} runs, median wall clock")
+    print(f"{machine()}; {args.runs} interleaved rounds, wall clock")
     print()
-    print("| QPs | output | baseline (2 runs + json.loads) | collector (start + finish) | ratio |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| QPs | output | baseline (2 runs + json.loads) | collector (start + finish) / baseline |")
+    print("|---:|---:|---:|---:|")
     for n in args.qps:
-        base, coll, size = measure(n, args.runs)
-        print(f"| {n:,} | {size / 2**20:.1f} MiB | {base * 1000:,.0f} ms | {coll * 1000:,.0f} ms | {coll / base:.2f}x |")
+        r, size = measure(n, args.runs)
+        print(f"| {n:,} | {size / 2**20:.1f} MiB | {r.base_text(digits=0)} | {r.text()} |", flush=True)
+    print(f"load average at the end: {load()}")
     return 0
 
 
