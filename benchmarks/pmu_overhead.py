@@ -11,11 +11,14 @@ figures; the per-syscall and per-group costs are.
 Measured in one run:
 
 1. the collector's `start()` (one perf_event_open per event, 7 per thread) and `finish()` (one read
-   per group, then close) for N processes of T threads each: CPU time, and per group;
+   per group, then close) for N processes of T threads each, against its baseline: the same
+   perf_event_open, read and close syscalls replayed bare (as the collector made them, recorded), in
+   --rounds interleaved rounds of CPU time; the ratio's median and range, the baseline's own time;
 2. the workload's cost: two processes ping-ponging a byte over pipes (every round trip is two
    context switches, the worst case for per-task counters), round trips per second of their own CPU
    time with and without the collector's groups on them, alternating --rounds times so that both
-   see the same load; and a compute loop the same way.
+   see the same load; and a compute loop the same way. The ratio (with / without) is taken per round,
+   its median and range given, with the uncounted rate (the baseline) beside it.
 
 Usage: python3 benchmarks/pmu_overhead.py [--processes 1,16,64] [--threads 4] [--rounds 5] [--seconds 1]
 Prints one JSON object; BENCHMARKS.md records the figures.
@@ -26,13 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.lib.perf_event import SoftwareStandIn  # noqa: E402
 from witty_profiler.collectors.pmu import PmuCollector  # noqa: E402
+
+from benchmarks.timing import interleaved, load, machine, spread  # noqa: E402
 
 SLEEPER = """
 import sys, threading
@@ -76,16 +79,50 @@ print(n / (time.process_time() - cpu))
 """
 
 
-def collector_for(pids: list[int], stalls: bool = True) -> PmuCollector:
+class Recorder(SoftwareStandIn):
+    """The stand-in's syscalls, each call noted, so that the same calls can be replayed bare."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def open(self, event, pid, cpu, group_fd, flags):  # noqa: ANN001, ANN201 - the protocol's signature
+        fd = super().open(event, pid, cpu, group_fd, flags)
+        self.calls.append(("open", fd, event, pid, cpu, group_fd, flags))
+        return fd
+
+    def read(self, fd, size):  # noqa: ANN001, ANN201
+        self.calls.append(("read", fd, size))
+        return super().read(fd, size)
+
+    def close(self, fd):  # noqa: ANN001, ANN201
+        self.calls.append(("close", fd))
+        super().close(fd)
+
+
+def replay(perf: SoftwareStandIn, calls: list[tuple]) -> None:
+    """The recorded syscalls again, through the same stand-in, with nothing around them."""
+    fds: dict[int, int] = {-1: -1}
+    for call in calls:
+        if call[0] == "open":
+            _, old, event, pid, cpu, group_fd, flags = call
+            fds[old] = perf.open(event, pid, cpu, fds[group_fd], flags)
+        elif call[0] == "read":
+            perf.read(fds[call[1]], call[2])
+        else:
+            perf.close(fds.pop(call[1]))
+
+
+def collector_for(pids: list[int], stalls: bool = True, perf: SoftwareStandIn | None = None) -> PmuCollector:
     ctx = Context(host="bench")
     ctx.cache["scope_pids"] = pids
-    c = PmuCollector(ctx, perf=SoftwareStandIn())
+    c = PmuCollector(ctx, perf=perf or SoftwareStandIn())
     if not stalls:  # a CPU without stall events (most Intel cores): the core group alone
         c.stalls = False
     return c
 
 
-def open_read_close(processes: int, threads: int) -> dict:
+def open_read_close(processes: int, threads: int, rounds: int) -> dict:
     children = [subprocess.Popen([sys.executable, "-c", SLEEPER, str(threads)], stdin=subprocess.PIPE)
                 for _ in range(processes)]
     try:
@@ -93,23 +130,36 @@ def open_read_close(processes: int, threads: int) -> dict:
         while any(len(os.listdir(f"/proc/{p.pid}/task")) < threads for p in children):  # every thread started
             assert time.monotonic() < deadline, "the sleepers did not start their threads"
             time.sleep(0.05)
-        c = collector_for([p.pid for p in children])
-        t = time.thread_time()
+        recorder = Recorder()
+        c = collector_for([p.pid for p in children], perf=recorder)
         c.start()
-        opened = time.thread_time() - t
         groups = sum(len(g) for g in c.groups.values())
         fds = sum(len(grp.fds) for g in c.groups.values() for _, grp in g)
-        t = time.thread_time()
         c.finish()
-        finished = time.thread_time() - t
         assert c.status.status == "ok", c.status
+        bare, calls = SoftwareStandIn(), recorder.calls
+        opened: list[float] = []
+
+        def collector() -> None:
+            c = collector_for([p.pid for p in children])
+            t = time.thread_time()
+            c.start()
+            opened.append(time.thread_time() - t)
+            c.finish()
+        times = interleaved({"collector": collector, "bare": lambda: replay(bare, calls)}, rounds,
+                            clock=time.thread_time)
     finally:
         for p in children:
             p.kill()
             p.wait()
+    ratios = [t / b for t, b in zip(times["collector"], times["bare"])]
+    med, lo, hi = spread(ratios)
+    base = spread(times["bare"])
+    start_share = statistics.median(o / t for o, t in zip(opened[-rounds:], times["collector"]))
     return {"processes": processes, "threads": processes * threads, "groups": groups, "fds": fds,
-            "start_ms": round(opened * 1e3, 2), "finish_ms": round(finished * 1e3, 2),
-            "us_per_group": round((opened + finished) * 1e6 / groups, 1)}
+            "syscalls": len(calls), "bare_syscalls_ms": [round(x * 1e3, 2) for x in base],
+            "collector_over_bare": [round(med, 2), round(lo, 2), round(hi, 2)],
+            "start_share_of_collector": round(start_share, 2)}
 
 
 def ping_pong(seconds: float, counted: bool, stalls: bool = True) -> float:
@@ -147,7 +197,8 @@ def alternate(fn, rounds: int, seconds: float) -> dict:
         without.append(fn(seconds, False))
         with_.append(fn(seconds, True))
     base, counted = statistics.median(without), statistics.median(with_)
-    return {"without_per_cpu_s": round(base), "with_per_cpu_s": round(counted), "ratio": round(counted / base, 3),
+    med, lo, hi = spread([w / b for w, b in zip(with_, without)])
+    return {"without_per_cpu_s": [round(x) for x in spread(without)], "ratio": [round(med, 3), round(lo, 3), round(hi, 3)],
             "extra_cpu_us_per_op": round((1 / counted - 1 / base) * 1e6, 3)}
 
 
@@ -161,14 +212,13 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 64 processes x 4 threads x 7 events
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
-        "machine": f"{os.cpu_count()}-CPU {platform.machine()}, kernel {platform.release()}, "
-                   f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}",
-        "open_read_close": [open_read_close(int(n), args.threads) for n in args.processes.split(",")],
+        "machine": machine(),
+        "open_read_close": [open_read_close(int(n), args.threads, args.rounds) for n in args.processes.split(",")],
         "pipe_ping_pong": alternate(ping_pong, args.rounds, args.seconds),
         "pipe_ping_pong_core_group_only": alternate(lambda s, c: ping_pong(s, c, stalls=False), args.rounds,
                                                     args.seconds),
         "compute_loop": alternate(spin, args.rounds, args.seconds),
+        "load_at_the_end": load(),
     }
     print(json.dumps(result, indent=1))
 
