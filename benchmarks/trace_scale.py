@@ -3,9 +3,11 @@
 Builds a trace of about --mb MB (uncompressed JSON, written gzipped into a temporary folder) by
 repeating the events of a real trace (default: ../shared/fixtures/traces/kineto/nccl_2rank_rank0.json.gz)
 with their timestamps shifted past the previous copy and their ProfilerStep#N renumbered, then reads it
-in a fresh process each way and reports wall time and peak RSS (ru_maxrss):
+in a fresh process each way, --rounds times, the order reversed every other round, and reports each
+round's ratio of wall time and of peak RSS (ru_maxrss) to json.load's (the baseline), median and range,
+beside the baseline's own figures:
 
-    python3 benchmarks/trace_scale.py [--source TRACE] [--mb 500] [--keep DIR]
+    python3 benchmarks/trace_scale.py [--source TRACE] [--mb 500] [--rounds 3] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.timing import Ratio, load, machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO.parent / "shared" / "fixtures" / "traces" / "kineto" / "nccl_2rank_rank0.json.gz"
@@ -85,18 +91,27 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=DEFAULT)
     parser.add_argument("--mb", type=float, default=500.0, help="uncompressed size to build, MB (1e6 bytes)")
     parser.add_argument("--keep", type=Path, help="write the trace here (default: a temporary folder, removed)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the two readers")
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         path = folder / "big_rank0.json.gz"
         copies, events, size = build(args.source, path, args.mb)
         print(f"trace: {copies} copies of {args.source.name}: {events:,} events, {size / 1e6:,.0f} MB JSON, "
               f"{path.stat().st_size / 1e6:,.0f} MB gzipped")
-        ours, theirs = measure("kineto", path), measure("json", path)
-        print(f"read_kineto: {ours['s']:.1f} s, peak RSS {ours['rss_mib']:,.0f} MiB ({ours['what']})")
-        print(f"json.load:   {theirs['s']:.1f} s, peak RSS {theirs['rss_mib']:,.0f} MiB ({theirs['what']})")
-        print(f"ratio: time {ours['s'] / theirs['s']:.2f}x, memory {ours['rss_mib'] / theirs['rss_mib']:.3f}x")
-
+        runs: dict[str, list[dict]] = {"kineto": [], "json": []}
+        for r in range(args.rounds):
+            for how in ("kineto", "json") if r % 2 == 0 else ("json", "kineto"):
+                runs[how].append(measure(how, path))
+        ours, theirs = runs["kineto"], runs["json"]
+        took = Ratio([o["s"] for o in ours], [t["s"] for t in theirs])
+        rss = Ratio([o["rss_mib"] for o in ours], [t["rss_mib"] for t in theirs])
+        print(f"read_kineto: {ours[0]['what']}; json.load: {theirs[0]['what']}")
+        print(f"json.load (baseline): {took.base_text(1, 's', 2)}, peak RSS {rss.base_text(1, 'MiB', 0)}")
+        print(f"read_kineto / json.load: time {took.text()}, peak RSS {rss.text()} "
+              f"(read_kineto {took.time_text(1, 's', 2)}, {rss.time_text(1, 'MiB', 0)})")
+        print(f"load average at the end: {load()}")
 
 if __name__ == "__main__":
     main()
