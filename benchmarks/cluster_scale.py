@@ -18,7 +18,12 @@ Measured, each in a fresh process (so that each peak RSS is its own):
   merge     the RSS growth of merge_hosts over 50 host graphs, per host: x N is what a parent holding
             every graph would need.
 
-    python3 -m benchmarks.cluster_scale [--hosts N] [--entities E] [--keep DIR] [--workers W] [--json FILE]
+The time figures are ratios to the serial estimate measured in the same run: `one` and `cluster` run
+--rounds times (default 3), interleaved (the order reversed every other round), and each round's
+cluster wall (and CPU) time is set against that round's serial estimate; the table gives the median
+of the per-round ratios and their range, beside the baseline's own time.
+
+    python3 -m benchmarks.cluster_scale [--hosts N] [--entities E] [--keep DIR] [--workers W] [--rounds R] [--json FILE]
 
 Generation runs in worker processes (about 0.75 MB of JSON per 2,000-entity host); --keep DIR keeps
 the graphs there and reuses them when DIR already holds the same set.
@@ -301,6 +306,11 @@ def run_phase(name: str, files: list[Path], extra: list[str] = ()) -> dict[str, 
 
 
 # -- the run -----------------------------------------------------------------------------------------
+def machine_line() -> str:
+    from benchmarks.timing import machine
+    return machine()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=1000)
@@ -308,6 +318,7 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused when it holds the same set)")
     ap.add_argument("--workers", type=int, help="diagnose_cluster's workers (default: its own, one per CPU)")
     ap.add_argument("--json", metavar="FILE", default="cluster-scale.json", help="figures (default cluster-scale.json)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the one-host baseline and the cluster")
     ap.add_argument("--phase", choices=["cluster", "one", "merge"], help=argparse.SUPPRESS)
     ap.add_argument("--files", help=argparse.SUPPRESS)
     ap.add_argument("--straggler", default="", help=argparse.SUPPRESS)
@@ -329,6 +340,7 @@ def main() -> int:
     figures: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {cpus} CPUs, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2 ** 30:.0f} GiB, Python {platform.python_version()}",
+        "machine_line": machine_line(),
         "load_average_start": os.getloadavg(), "cpus": cpus, "hosts": args.hosts, "entities": args.entities,
         "straggler": host_name(straggler_i), "odd": host_name(odd_i)}
     try:
@@ -336,10 +348,18 @@ def main() -> int:
         figures["generate"] = generate(directory, args.hosts, args.entities, cpus)
         files = [directory / f"{host_name(i)}.json" for i in range(args.hosts)]
         print(f"  {figures['generate']}", flush=True)
-        figures["one"] = run_phase("one", files[:51])  # 50 timed: this VM's speed varies by +-30 % minute to minute
         figures["merge"] = run_phase("merge", files[:MERGED_HOSTS])
         figures["cluster_tenth"] = run_phase("cluster", files[::10], names + workers)
-        figures["cluster"] = run_phase("cluster", files, names + workers)
+        figures["rounds"] = []
+        for r in range(args.rounds):
+            done = {}
+            for phase in ("one", "cluster") if r % 2 == 0 else ("cluster", "one"):
+                print(f"  round {r + 1}: {phase}", flush=True)
+                # one: 50 hosts timed, each round (this VM's speed varies by +-30 % minute to minute)
+                done[phase] = run_phase("one", files[:51]) if phase == "one" else run_phase("cluster", files,
+                                                                                            names + workers)
+            figures["rounds"].append(done)
+        figures["one"], figures["cluster"] = figures["rounds"][0]["one"], figures["rounds"][0]["cluster"]
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
@@ -348,15 +368,23 @@ def main() -> int:
     n = args.hosts
     serial = one["host_s"] * n
     all_graphs = merge["per_host_mib"] * n
+    from benchmarks.timing import Ratio
+    rounds = figures["rounds"]
+    wall = Ratio([r["cluster"]["wall_s"] for r in rounds], [r["one"]["host_s"] * n for r in rounds])
+    cpu = Ratio([r["cluster"]["cpu_s"] for r in rounds], [r["one"]["host_cpu_s"] * n for r in rounds])
     figures["ratios"] = {
         "wall_vs_serial_estimate": c["wall_s"] / serial,
         "cpu_vs_serial_cpu_estimate": c["cpu_s"] / (one["host_cpu_s"] * n),
+        "wall_vs_serial_estimate_rounds": wall.text(), "serial_estimate_rounds": wall.base_text(1, "s"),
+        "cluster_wall_rounds": wall.time_text(1, "s"),
+        "cpu_vs_serial_cpu_estimate_rounds": cpu.text(), "serial_cpu_estimate_rounds": cpu.base_text(1, "s"),
         "parent_peak_vs_all_graphs_estimate": c["parent_peak_mib"] / all_graphs,
         "parent_peak_vs_one_host_in_process": c["parent_peak_mib"] / one["peak_mib"],
         "parent_growth_n_vs_tenth": (c["parent_peak_mib"] - c["parent_before_mib"])
         / max(figures["cluster_tenth"]["parent_peak_mib"] - figures["cluster_tenth"]["parent_before_mib"], 1e-9),
     }
     Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(figures["machine_line"], f"; load average at the end: {' '.join(f'{x:.2f}' for x in figures['load_average_end'])}")
     print(table(figures))
     print(f"\nsummary for {n} hosts ({c['summary_tokens']} tokens):\n{c['summary']}")
     print(f"figures in {args.json}")
@@ -374,10 +402,11 @@ def table(f: dict[str, Any]) -> str:
         ("one host in-process: load + diagnose + digest (baseline)",
          f"{one['host_s'] * 1000:.0f} ms (load {one['load_s'] * 1000:.0f}, diagnose {one['diagnose_s'] * 1000:.0f}); "
          f"peak RSS {one['peak_mib']:.0f} MiB"),
-        (f"serial estimate: {n} x one host", f"{one['host_s'] * n:.1f} s ({one['host_cpu_s'] * n:.1f} s of CPU)"),
-        (f"cluster diagnose, {c['hosts']} hosts, {c['workers']} workers", f"{c['wall_s']:.1f} s wall, "
-         f"{r['wall_vs_serial_estimate']:.2f}x the serial estimate; CPU {c['cpu_s']:.1f} s (parent "
-         f"{c['parent_cpu_s']:.1f} s), {r['cpu_vs_serial_cpu_estimate']:.2f}x"),
+        (f"serial estimate: {n} x one host, {len(f['rounds'])} rounds", f"{r['serial_estimate_rounds']} "
+         f"({r['serial_cpu_estimate_rounds']} of CPU)"),
+        (f"cluster diagnose, {c['hosts']} hosts, {c['workers']} workers", f"{r['cluster_wall_rounds']} wall: "
+         f"{r['wall_vs_serial_estimate_rounds']} the serial estimate; CPU "
+         f"{r['cpu_vs_serial_cpu_estimate_rounds']} (first round: parent {c['parent_cpu_s']:.1f} s)"),
         ("  CPU of the whole machine meanwhile (other work: the rest)",
          f"{c['machine_busy_cpu_s']:.1f} s of {c['wall_s'] * f['cpus']:.1f} s, other work "
          f"{c['machine_busy_cpu_s'] - c['cpu_s']:.1f} s; stolen {c['machine_steal_s']:.1f} s"),
