@@ -14,7 +14,10 @@ peak RSS (ru_maxrss) is the reading's own, Python included:
   raw        only the streamed run's queries, each fetched and json.loads'ed whole, nothing folded
 Everything lives under one temporary directory, removed at the end; or under --data DIR, kept, and a
 later run with the same --data, host count and --cpus reuses its TSDB (--backfill-only: stop there).
-Usage: python benchmarks/prometheus_scale.py [--hosts 50,100,500] [--cpus 64] [--budgets 10000] [--data DIR]
+The variants of a host count run --rounds times (default 1), interleaved, the order reversed every other
+round; after each host count one line gives every variant's wall time and peak RSS as the median of its
+per-round ratios to the raw variant's (the baseline; the first variant's otherwise), with their range.
+Usage: python benchmarks/prometheus_scale.py [--hosts 50,100,500] [--cpus 64] [--budgets 10000] [--rounds 1] [--data DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 PROMETHEUS, PROMTOOL = "/usr/bin/prometheus", "/usr/bin/promtool"
 STEP = 15
 
@@ -244,6 +247,23 @@ def measure(url: str, start: int, hosts: int, variant: str, budget: int, queries
     return {"hosts": hosts, "variant": variant, "budget": budget, **json.loads(done.stdout)}
 
 
+def ratios(rows: dict[tuple[str, int], list[dict]]) -> dict[str, str]:
+    """Each variant's wall time and peak RSS against the raw variant's (else the first's), round by round."""
+    from benchmarks.timing import Ratio
+    base = next((r for (v, _), r in rows.items() if v == "raw"), next(iter(rows.values())))
+    out = {}
+    if any("error" in r for r in base):
+        return {"ratios": "the baseline failed in a round"}
+    for (variant, budget), mine in rows.items():
+        if any("error" in r for r in mine):
+            continue
+        wall = Ratio([r["wall_s"] for r in mine], [r["wall_s"] for r in base])
+        rss = Ratio([r["peak_rss_mib"] for r in mine], [r["peak_rss_mib"] for r in base])
+        out[f"{variant}/{budget}"] = (f"wall {wall.time_text(1, 's', 1)}, {wall.text()}; peak RSS "
+                                      f"{rss.time_text(1, 'MiB', 0)}, {rss.text()}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="50,100,500")
@@ -253,6 +273,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=tempfile.gettempdir())
     parser.add_argument("--data", help="a directory that keeps the TSDB between runs")
     parser.add_argument("--backfill-only", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the variants")
     args = parser.parse_args()
     counts = [int(h) for h in args.hosts.split(",")]
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -262,8 +283,8 @@ def main() -> None:
     free = shutil.disk_usage(args.workdir).free
     if free < 1.5 * need:
         sys.exit(f"{args.workdir} has {free / 2**30:.1f} GiB free; the data file needs about {need / 2**30:.1f} GiB")
-    print(f"# {platform.node()} {platform.machine()} {os.cpu_count()} CPUs Python {platform.python_version()}; "
-          f"{shape.hosts} hosts x {args.cpus} CPUs, about {per_host:.0f} series a host", file=sys.stderr)
+    from benchmarks.timing import machine
+    print(f"# {machine()}; {shape.hosts} hosts x {args.cpus} CPUs, about {per_host:.0f} series a host", file=sys.stderr)
     work = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="prom-scale-", dir=args.workdir))
     kept = work / "data.json"
     proc = None
@@ -280,15 +301,23 @@ def main() -> None:
             return
         start = made["start"]
         proc, url = serve(work)
+        runs = [(v, b) for v in args.variants.split(",") for b in (budgets if v == "streamed" else budgets[:1])]
         for hosts in counts:
-            for variant in args.variants.split(","):
-                for budget in (budgets if variant == "streamed" else budgets[:1]):
+            rows: dict[tuple[str, int], list[dict]] = {run: [] for run in runs}
+            for r in range(args.rounds):
+                # the raw variant replays the queries the streamed one wrote: streamed comes first in round 0
+                order = runs if r % 2 == 0 else list(reversed(runs))
+                for variant, budget in order:
                     row = measure(url, start, hosts, variant, budget, work / f"queries-{hosts}.json")
-                    print(json.dumps(row), flush=True)
+                    rows[variant, budget].append(row)
+                    print(json.dumps({"round": r, **row}), flush=True)
+            print(json.dumps({"hosts": hosts, **ratios(rows)}), flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+        from benchmarks.timing import load
+        print(f"# load average at the end: {load()}", file=sys.stderr)
         if not args.data:
             shutil.rmtree(work, ignore_errors=True)
 
