@@ -10,11 +10,13 @@ is a JSON line in --out as it is taken, so a run cut short keeps what it measure
 the exit code, and a JSON summary on stdout:
 
     cpu_pct_of_one_core   CPU seconds / wall seconds while collecting, x100 (goal: < 1)
-    idle_cpu_pct          the same while stopped (the baseline), and the ratio
+    idle_cpu_pct          the same while stopped (the baseline), and the ratio; with --rounds N, the idle
+                          and collecting phases alternate N times (POST /api/v1/stop between rounds) and
+                          the ratio is the median of the per-round ratios with their range
     rss_max_mib, rss_drift_mib   the largest RSS; the mean of the last quarter minus the second quarter's
     disk_max_mib vs cap_mib      the state directory's largest size against ring_max_mb + kept_max_mb
 
-Usage: python3 benchmarks/service_soak.py [--minutes 60] [--idle-minutes 5] [--threads 2000] [--sample 60]
+Usage: python3 benchmarks/service_soak.py [--minutes 60] [--idle-minutes 5] [--rounds 1] [--threads 2000] [--sample 60]
        [--window S] [--interval S] [--scope-holder] [--out /tmp/soak.jsonl] [-- more serve options]
 """
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -119,6 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--idle-minutes", type=float, default=0.0)
+    ap.add_argument("--rounds", type=int, default=1, help="idle and collecting phases, alternated this many times")
     ap.add_argument("--threads", type=int, default=2000)
     ap.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
     ap.add_argument("--window", type=float)
@@ -142,18 +144,26 @@ def main() -> None:
     cmd += ["--pid", str(holder.pid)] if args.scope_holder else []
     cmd += args.serve_args
     service = subprocess.Popen(cmd, cwd=REPO)
-    summary: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine":
-                     f"{platform.machine()} {os.cpu_count()} CPUs, kernel {platform.release()}, Python "
-                     f"{platform.python_version()}", "host_threads": host_threads, "command": " ".join(cmd[1:])}
+    sys.path.insert(0, str(REPO))
+    from benchmarks.timing import machine
+    summary: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+                     "host_threads": host_threads, "command": " ".join(cmd[1:])}
     try:
         wait_up(port, service)
         config = api(port, "/api/v1/status")
+        idles, runs = [], []
         with open(args.out, "w") as out:
-            if args.idle_minutes:
-                idle = phase("idle", args.idle_minutes * 60, args.sample, service.pid, port, state, out)
-                summary["idle_cpu_pct"] = round(100 * idle[-1]["cpu_s"] / idle[-1]["t_s"], 3)
-                api(port, "/api/v1/start", "POST")
-            run = phase("collecting", args.minutes * 60, args.sample, service.pid, port, state, out)
+            for r in range(args.rounds):
+                if r:
+                    api(port, "/api/v1/stop", "POST")
+                if args.idle_minutes:
+                    idles.append(phase("idle", args.idle_minutes * 60, args.sample, service.pid, port, state, out))
+                    api(port, "/api/v1/start", "POST")
+                runs.append(phase("collecting", args.minutes * 60, args.sample, service.pid, port, state, out))
+        run = [s for r in runs for s in r]
+        if idles:
+            idle_s, idle_cpu = sum(i[-1]["t_s"] for i in idles), sum(i[-1]["cpu_s"] for i in idles)
+            summary["idle_cpu_pct"] = round(100 * idle_cpu / idle_s, 3)
         storage = config["storage"]
         cap = (storage["ring"]["max_bytes"] + storage["kept"]["max_bytes"]) / (1024 * 1024)
         n = len(run)
@@ -161,9 +171,9 @@ def main() -> None:
         last = [s["rss_mib"] for s in run[3 * n // 4:]] or [run[-1]["rss_mib"]]
         summary.update({
             "window_s": config["monitor"]["window_s"], "interval_s": config["monitor"]["interval_s"],
-            "collecting_s": run[-1]["t_s"], "windows_done": run[-1]["windows_done"],
+            "collecting_s": sum(r[-1]["t_s"] for r in runs), "windows_done": run[-1]["windows_done"],
             "windows_failed": run[-1]["windows_failed"], "evicted": run[-1]["evicted"],
-            "cpu_pct_of_one_core": round(100 * run[-1]["cpu_s"] / run[-1]["t_s"], 3),
+            "cpu_pct_of_one_core": round(100 * sum(r[-1]["cpu_s"] for r in runs) / sum(r[-1]["t_s"] for r in runs), 3),
             "interval_cpu_pct_max": max(s["interval_cpu_pct"] for s in run),
             "rss_max_mib": max(s["rss_mib"] for s in run),
             "rss_drift_mib": round(sum(last) / len(last) - sum(second) / len(second), 1),
@@ -171,6 +181,13 @@ def main() -> None:
             "loadavg_mean": round(sum(s["loadavg"] for s in run) / n, 2)})
         if "idle_cpu_pct" in summary and summary["idle_cpu_pct"] > 0:
             summary["collecting_vs_idle"] = round(summary["cpu_pct_of_one_core"] / summary["idle_cpu_pct"], 1)
+        if len(idles) > 1 and all(i[-1]["cpu_s"] > 0 for i in idles):
+            sys.path.insert(0, str(REPO))
+            from benchmarks.timing import Ratio
+            pct = Ratio([r[-1]["cpu_s"] / r[-1]["t_s"] for r in runs], [i[-1]["cpu_s"] / i[-1]["t_s"] for i in idles])
+            summary["collecting_vs_idle_rounds"] = pct.text()
+            summary["idle_cpu_pct_rounds"] = pct.base_text(100, "%", 3)
+            summary["cpu_pct_rounds"] = pct.time_text(100, "%", 3)
     finally:
         service.send_signal(signal.SIGTERM)
         try:
