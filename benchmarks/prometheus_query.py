@@ -35,6 +35,7 @@ CHILD = """
 import json, resource, sys, time, urllib.request
 url, start, end, step, match, how, urls = sys.argv[1:8]
 start, end, step = float(start), float(end), float(step)
+from witty_profiler.sources.prometheus import collect_window  # imported before the clock starts, in both
 out = {}
 began = time.perf_counter()
 if how == "raw":  # the recorded requests, each fetched and decoded whole
@@ -54,7 +55,6 @@ else:
             seen.append(request.full_url if hasattr(request, "full_url") else request)
             return plain(self, request, *args, **kwargs)
         urllib.request.OpenerDirector.open = opened
-    from witty_profiler.sources.prometheus import collect_window
     w = collect_window(url, start, end, step=step, match=match or None)
     if how == "record":
         json.dump(seen, open(urls, "w"))
