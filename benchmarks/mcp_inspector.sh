@@ -11,6 +11,10 @@
 # and one line per step is printed with its wall time. Needs node/npx; the first run downloads
 # @modelcontextprotocol/inspector from the npm registry. Graphs go to a throwaway state directory,
 # which is how the steps share them: the inspector starts a new server for every call.
+#
+# ROUNDS=N runs the session N times; at the end each step's wall time is given as the median of its
+# per-round ratios to the same round's tools/list (the baseline: starting node, the inspector and a new
+# server, and listing the tools, which every step pays), with their range, beside tools/list's own time.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 default_graph="$here/../shared/fixtures/witty-profiler-vllm-8npu.json"
@@ -43,7 +47,9 @@ step() {  # step NAME ARGS... : one inspector call; its answer in $out/NAME.json
     t0=$(date +%s%N)
     # in $out, where relative graph paths are read from
     (cd "$out" && "${inspector[@]}" "$@") > "$out/$name.json" 2> "$out/$name.err" || rc=$?
-    printf '%-19s rc=%d %6.2f s  %s\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000 ))e-3" \
+    local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    printf '%s\t%s\t%s\n' "$round" "$name" "$ms" >> "$out/times.tsv"
+    printf '%-19s rc=%d %6.2f s  %s\n' "$name" "$rc" "${ms}e-3" \
         "$(python3 -c "$brief" "$out/$name.json" 2>/dev/null || head -c 100 "$out/$name.json")"
     if [ "$rc" -ne 0 ] && ! grep -q '"isError": true' "$out/$name.json"; then
         grep -v '^npm warn' "$out/$name.err" >&2 || true
@@ -61,7 +67,11 @@ call() {  # call STEP TOOL KEY=VALUE... : tools/call with those arguments
     step "$name" --method tools/call --tool-name "$tool" "${args[@]}"
 }
 
+rounds="${ROUNDS:-1}"
+: > "$out/times.tsv"
+python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from timing import machine; print(machine())' "$here/benchmarks"
 echo "MCP Inspector $version, witty-mcp $(witty-mcp --version | cut -d' ' -f2), answers in $out"
+for round in $(seq 1 "$rounds"); do
 step tools_list --method tools/list
 call collect collect duration_s=2 interval_s=0.5
 live=$(field collect 'd["structuredContent"]["graph_id"]')
@@ -78,6 +88,7 @@ if [ -n "$graph" ]; then
     call view_interconnect convert_layer "graph_id=$sample" layer=interconnect max_tokens=2000
 fi
 call list_graphs list_graphs
+done
 
 echo "tools: $(field tools_list 'len(d["tools"])'); live graph: $live"
 echo "live findings: $(field match_patterns 'd["structuredContent"]["findings"]')"
@@ -85,3 +96,19 @@ echo "report: $WITTY_STATE_DIR/reports/report.md"
 if [ -n "$graph" ]; then
     echo "sample findings: $(field match_interconnect 'd["structuredContent"]["findings"]')"
 fi
+python3 - "$here/benchmarks" "$out/times.tsv" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from timing import Ratio, load
+rows = [line.split("\t") for line in open(sys.argv[2]).read().splitlines()]
+by = {}
+for r, name, ms in rows:
+    by.setdefault(name, {})[r] = int(ms) / 1000
+base = by["tools_list"]
+print(f"wall / the same round's tools/list, median (min-max) over {len(base)} round(s); load average {load()}")
+for name, times in by.items():
+    rounds = sorted(times)
+    ratio = Ratio([times[r] for r in rounds], [base[r] for r in rounds])
+    what = f"{ratio.base_text(1, 's', 2)} (baseline)" if name == "tools_list" else ratio.text(rounds=False)
+    print(f"  {name}: {what}")
+PY
