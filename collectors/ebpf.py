@@ -16,9 +16,9 @@ window counts from its start for the threads of the processes in scope when it o
 /proc/PID/task/TID/syscall says which are inside a futex wait then); other threads' waits count
 from their first wait inside the window.
 
-Cost (BENCHMARKS.md): compiling and loading the program takes about 0.6 s of CPU before the window
-opens (`prepare`) and ~130 MiB of memory for clang while it compiles, once per process: the loaded
-program is kept, detached, for the next window (collectors.bpfcache). While it is attached, each
+Cost (BENCHMARKS.md): compiling the program takes 0.25-0.6 s of CPU and ~130 MiB of memory for clang,
+once per kernel: what clang made is kept on disk and loaded by later runs in a few milliseconds
+(collectors.lib.bpfcache). The program is attached from `prepare` to the window's end. While it is attached, each
 futex call pays about 1 µs inside the two probes plus the kernel's syscall-tracepoint path, and
 every other syscall of the host ~0.2 µs for that path; it is detached when the window ends. Needs
 root; collectors.bpfhost has the rest of what the host must have. Kprobes are never used: many
@@ -34,19 +34,16 @@ woken at least once a second, each linked to its process when the process collec
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import platform
 import re
-import tempfile
 import time
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from witty_profiler.collectors.base import Collector, register
-from witty_profiler.collectors.lib.bpfcache import PROGRAMS
 from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
+from witty_profiler.collectors.lib.bpfload import load_program
 from witty_profiler.collectors.lib.procfs import mapping_of, read_text
 from witty_profiler.collectors.lib.tasks import list_tids
 from witty_profiler.topology import Graph
@@ -273,26 +270,15 @@ class EbpfCollector(Collector):
             self.problem = str(exc)
             return
         self.bcc, self.syscalls = bcc, present
-        text = program(present, self.pidns)
-        self.key = (text, str(tree))
-        self.bpf = PROGRAMS.take(self.key)  # a long-lived process loaded it for an earlier window
-        if self.bpf is not None:
-            self.status.extra["program"] = "kept loaded from an earlier window"
-            return
-        self.status.extra["program"] = "compiled"
-        said: list[str] = []
         try:
-            with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
-                self.bpf = bcc.BPF(text=text.encode(), cflags=["-w"])  # no warnings: see below
-        except Exception as exc:  # bcc raises bare Exceptions; clang's reason went to its stderr
-            errors = [line for line in "\n".join(said).splitlines() if "error" in line]
-            raise RuntimeError(f"bcc could not load the futex program: {exc}"
-                               + (f" ({errors[0].strip()})" if errors else "")) from None
-        # clang wrote nothing (warnings are off): what was caught came from the process's other
-        # threads (an MCP server's log), so it goes where they meant it to, a moment late
-        if "".join(said):
-            os.write(2, "".join(said).encode())
-        _return_freed_memory()
+            self.bpf, said = load_program(bcc, program(present, self.pidns), str(tree) if tree else None, events.parent.parent)
+            self.bpf.attach_tracepoints()
+        except (RuntimeError, OSError) as exc:  # clang's or the kernel's reason
+            if self.bpf is not None:
+                self.bpf.cleanup()
+                self.bpf = None
+            raise RuntimeError(f"bcc could not load the futex program: {exc}") from None
+        self.status.extra.update(said)
 
     def start(self) -> None:
         if self.bpf is None:
@@ -317,7 +303,7 @@ class EbpfCollector(Collector):
             going = started_rows(self.bpf[b"started"])
             now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         finally:
-            PROGRAMS.keep(self.key, self.bpf)  # detached and emptied until the next window
+            self.bpf.cleanup()  # detached: between windows the host pays nothing
         return self._graph(waited, locks, going, now_ns)
 
     def _mapping(self, pid: int, address: int) -> str | None:
@@ -382,44 +368,3 @@ class EbpfCollector(Collector):
             traced_on = f"futex waits traced on {', '.join(self.syscalls)}"
             self.status.reason = "; ".join([traced_on] + [n for n in notes if n])
         return g
-
-
-def _return_freed_memory() -> None:
-    """clang frees what it allocated to compile, but glibc keeps the pages (about 40 MiB): give them
-    back, so that a long-lived process (witty-mcp) does not keep them after its first round."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (AttributeError, OSError):  # not glibc (musl): nothing to trim
-        pass
-
-
-@contextlib.contextmanager
-def _environ(key: str, value: str | None) -> Iterator[None]:
-    """`key` set to `value` (when not None) while bcc compiles, as it was afterwards: a long-lived
-    process (witty-mcp) must not carry one round's choice into the next."""
-    before = os.environ.get(key)
-    if value is not None:
-        os.environ[key] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
-
-
-@contextlib.contextmanager
-def _stderr_to(said: list[str]) -> Iterator[None]:
-    """clang inside libbcc writes its errors to file descriptor 2: keep them out of the user's
-    terminal (and of an MCP server's log); what was written meanwhile is appended to `said`."""
-    with tempfile.TemporaryFile() as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            said.append(sink.read().decode("utf-8", "replace"))

@@ -50,6 +50,8 @@ from pathlib import Path
 
 from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc
+from witty_profiler.collectors.lib.bpfimage import PROG_PERF_EVENT
+from witty_profiler.collectors.lib.bpfload import load_program
 from witty_profiler.collectors.lib.procfs import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_id, thread_id
@@ -218,16 +220,13 @@ class StacksCollector(Collector):
             return
         self.bcc = bcc
         self.notes.append(note)
-        from witty_profiler.collectors.ebpf import _environ, _return_freed_memory, _stderr_to
-        said: list[str] = []
         try:
-            with _stderr_to(said), _environ("BCC_KERNEL_SOURCE", str(tree) if tree else None):
-                self.bpf = bcc.BPF(text=program(self.ctx.pids is not None).encode(), cflags=["-w"])
-        except Exception as exc:  # noqa: BLE001 - bcc raises bare Exceptions
-            errors = [line for line in "\n".join(said).splitlines() if "error" in line]
-            self.problem = f"bcc could not load the stack program: {exc}" + (f" ({errors[0].strip()})" if errors else "")
+            self.bpf, said = load_program(bcc, program(self.ctx.pids is not None), str(tree) if tree else None,
+                                          prog_types={"on_sample": PROG_PERF_EVENT})
+        except (RuntimeError, OSError) as exc:  # clang's or the kernel's reason
+            self.problem = f"bcc could not load the stack program: {exc}"
             return
-        _return_freed_memory()
+        self.status.extra.update(said)
 
     def start(self) -> None:
         # py-spy samples the workload: the processes asked for, else those the process collector found
@@ -238,9 +237,8 @@ class StacksCollector(Collector):
                 for pid in scope:
                     table[table.Key(pid)] = table.Leaf(1)
             try:
-                self.bpf.attach_perf_event(ev_type=self.bcc.PerfType.SOFTWARE,
-                                           ev_config=self.bcc.PerfSWConfig.CPU_CLOCK,
-                                           fn_name=b"on_sample", sample_freq=SAMPLE_HZ, cpu=-1)
+                self.bpf.attach_perf_event(self.bcc.PerfType.SOFTWARE, self.bcc.PerfSWConfig.CPU_CLOCK,
+                                           "on_sample", sample_freq=SAMPLE_HZ)
             except Exception as exc:  # noqa: BLE001
                 self.problem = f"the CPU-clock perf event could not be attached: {exc}"
                 self.bpf.cleanup()
@@ -313,7 +311,7 @@ class StacksCollector(Collector):
 
     def _native_stacks(self) -> dict[tuple[int, int], tuple[str, Counter]]:
         bpf = self.bpf
-        self.bpf.detach_perf_event(ev_type=self.bcc.PerfType.SOFTWARE, ev_config=self.bcc.PerfSWConfig.CPU_CLOCK)
+        self.bpf.detach_perf_event(self.bcc.PerfType.SOFTWARE, self.bcc.PerfSWConfig.CPU_CLOCK)
         traces = bpf[b"stack_traces"]
         out: dict[tuple[int, int], tuple[str, Counter]] = {}
         lost = 0

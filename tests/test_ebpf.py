@@ -37,7 +37,7 @@ from witty_profiler.collectors.ebpf import (
 )
 from witty_profiler.collectors.engine import run_window
 from witty_profiler.collectors.lib import bpfhost
-from witty_profiler.collectors.lib.bpfcache import PROGRAMS
+from witty_profiler.collectors.lib.bpfcache import IMAGES
 from witty_profiler.collectors.lib.bpfhost import (
     NotReady,
     debian_header_pairs,
@@ -443,11 +443,12 @@ def test_waits_that_span_the_window_edges_count_inside_it(traced):
 
 
 @pytest.mark.live
-def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
+def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd, monkeypatch):
     """clang's output is kept off file descriptor 2 during the compile; an MCP server's log lines
     written meanwhile by its other threads still reach it, every one."""
     _ebpf_ready()
-    PROGRAMS.release()  # an earlier test's window left its program loaded: this one must compile
+    IMAGES.forget()  # an earlier test compiled it: this one must compile again
+    monkeypatch.setenv("WITTY_BPF_CACHE", "off")
     collector, stop = EbpfCollector(Context()), threading.Event()
 
     def log():
@@ -465,6 +466,7 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
         stop.set()
         talker.join()
     assert collector.bpf is not None, collector.problem
+    assert collector.status.extra["program"] == "compiled"
     collector.start()
     collector.finish()
     lines = capfd.readouterr().err.splitlines()
@@ -474,33 +476,43 @@ def test_what_other_threads_write_to_stderr_while_it_compiles_is_kept(capfd):
 
 
 @pytest.mark.live
-def test_a_second_window_attaches_the_program_the_first_one_compiled(tmp_path):
-    """A long-lived process (witty-mcp) compiles once: the program stays loaded between windows,
-    detached (the host pays nothing) and emptied, and the next window attaches it again."""
+def test_a_later_window_loads_what_the_first_one_compiled_and_none_stays_attached(tmp_path, monkeypatch):
+    """The program is compiled once: a later window of this process takes it from memory, another
+    process from the disk; between windows nothing is attached (the host pays nothing)."""
     _ebpf_ready()
-    PROGRAMS.release()
+    IMAGES.forget()
+    monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path / "images"))
     contended = subprocess.Popen([PY, "-c", CONTENDED])
     try:
         _settled(contended.pid, THREADS["contended"])
         windows = [run_window(2.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]) for _ in range(2)]
-        assert len(PROGRAMS) == 1
-        (bpf, tracepoints), = PROGRAMS._idle.values()
-        assert bpf.tracepoint_fds == {} and b"syscalls:sys_enter_futex" in tracepoints
-        time.sleep(0.3)  # the contended threads go on waiting on futexes: nothing is traced now
-        assert not list(bpf[b"waits"].items()) and not list(bpf[b"started"].items())
+        assert not _bpf_links(os.getpid())  # no program or perf event of this process left open
+        IMAGES.forget()  # as a new process finds it: on disk
+        windows.append(run_window(2.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]))
     finally:
         contended.kill()
         contended.wait()
     statuses = [g.meta.collectors["ebpf"] for g in windows]
-    assert [s.extra["program"] for s in statuses] == ["compiled", "kept loaded from an earlier window"], statuses
-    assert statuses[1].duration_s < statuses[0].duration_s  # no clang the second time
-    for graph in windows:  # both windows saw the lock's waiters (on a loaded VM one thread may keep the lock
+    assert [s.extra["program"] for s in statuses] == ["compiled", "cached in memory", "cached on disk"], statuses
+    assert statuses[2].extra["program_cache"] == str(next((tmp_path / "images").glob("*.json")))
+    assert max(s.extra["cpu_s"] for s in statuses[1:]) < statuses[0].extra["cpu_s"]  # no clang after the first
+    for graph in windows:  # every window saw the lock's waiters (on a loaded VM one thread may keep the lock
         # for a whole window and never wait: three of four)
         workers = [t for t in _threads(graph, contended.pid).values() if t.attrs["tid"] != contended.pid]
         assert len(workers) == 4 and sum(t.metrics["futex_wakeups_per_s"] > 25 for t in workers) >= 3, \
             [t.metrics for t in workers]
-    PROGRAMS.release()
-    assert len(PROGRAMS) == 0 and bpf.tracepoint_fds == {}
+
+
+def _bpf_links(pid: int) -> list[str]:
+    """The bpf programs and maps a process holds open, by the names /proc gives their descriptors."""
+    fds = Path(f"/proc/{pid}/fd")
+    links = []
+    for fd in fds.iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except OSError:
+            continue
+    return [link for link in links if link.startswith("anon_inode:bpf")]
 
 
 IN_A_CONTAINER = """

@@ -1,86 +1,164 @@
-"""bcc programs kept loaded between the windows of one long-lived process (witty-mcp, the exporter).
+"""Compiled bcc programs kept once per kernel: in this process, and on disk for the processes after it.
 
-Compiling a program with clang costs 0.35-0.6 s of CPU and about 110 MiB of memory at its peak,
-every window. What clang produced does not change from one window to the next as long as the
-program text and the kernel headers are the same, so the loaded program is kept instead: when a
-window ends its tracepoints are detached (between windows the host pays nothing, not even the
-syscall-tracepoint path) and its maps are emptied; the next window with the same key attaches
-it again, which takes a few milliseconds.
+Compiling costs 0.25-0.6 s of CPU and 110-140 MiB at clang's peak, every run of a one-shot
+`collect`; loading a kept image takes a few milliseconds (collectors.lib.bpfimage). An image is
+kept under a key of everything clang's output depends on: the program's text and flags, bcc's
+version, the running kernel (release and build), the kernel headers compiled against, and the
+format of every tracepoint the program reads (bcc builds the argument structs from those files).
+Any change of one of them is another key, so a kernel upgrade compiles once again.
 
-What stays while it is kept: the program's maps in kernel memory (`memlock` in the map's fdinfo,
-about 20 MiB for the futex program's three 65,536-entry hashes) and libbcc's module in this
-process. A one-shot CLI run exits after its window, and bcc's own exit handler closes everything.
+On disk: /var/cache/witty-profiler/bpf, or the folder WITTY_BPF_CACHE names ("off": none). What is
+kept there is loaded into the kernel by root, so a file is used only when it and its folder belong
+to this user and nobody else may write them; anything else is a miss (compile) with the reason in
+the collector's status, never an error.
 
-Two windows at once in one process (two MCP clients) do not share a program: the second one
-compiles its own, and when both end only one is kept.
+Why not a precompiled CO-RE object where the kernel has BTF: it would be a second text of every
+program in libbpf's dialect (bcc's TRACEPOINT_PROBE, BPF_HASH and lookup_or_try_init do not exist
+there), a clang at build time and a binary in the package; these programs read no kernel structure,
+so CO-RE's relocations bring nothing, and a cache serves kernels without BTF too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
+import stat
+import tempfile
 import threading
-from typing import Any
+from pathlib import Path
+from types import ModuleType
 
-TRACEPOINT_FN_PREFIX = b"tracepoint__"
+from witty_profiler.collectors.lib.bpfimage import FORMAT, Image, ImageError, compile_image, tracepoints_of
+
+DEFAULT_DIR = Path("/var/cache/witty-profiler/bpf")
+ENV = "WITTY_BPF_CACHE"
+MAX_FILE = 4 << 20  # an image is a few KiB
+MEMORY_MAX = 8  # images kept in this process (one per program variant)
 
 
-class LoadedPrograms:
-    """Idle loaded programs by key (the program text and the kernel headers it was compiled with)."""
+def cache_dir() -> Path | None:
+    """Where images are kept on disk; None when WITTY_BPF_CACHE=off."""
+    given = os.environ.get(ENV)
+    if given is None:
+        return DEFAULT_DIR
+    return None if given.strip().lower() in ("", "off", "0", "no") else Path(given)
+
+
+def image_key(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None) -> str:
+    """The key of everything clang's output depends on (see the module's text)."""
+    uname = platform.uname()
+    tree = Path(kernel_source) if kernel_source else Path("/lib/modules") / uname.release / "build"
+    parts = [FORMAT, getattr(bcc, "__version__", "?"), text, "-w", uname.release, uname.version, str(tree),
+             _read(tree / "include" / "generated" / "utsrelease.h"), _stamp(tree / "include" / "generated" / "autoconf.h")]
+    for category, event in tracepoints_of(text):
+        parts.append(_read(tracefs / "events" / category / event / "format") if tracefs else "")
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+class ImageCache:
+    """Images by key, in memory and on disk."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, str], tuple[Any, list[bytes]]] = {}  # key -> (program, its tracepoints)
+        self._memory: dict[str, Image] = {}
         self._lock = threading.Lock()
 
-    def take(self, key: tuple[str, str]) -> Any | None:
-        """The idle program of `key`, attached again, or None when there is none (compile one)."""
+    def image(self, bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None,
+              fresh: bool = False) -> tuple[Image, dict[str, str]]:
+        """The image of `text` and where it came from ({"program": "compiled" | "cached in memory" |
+        "cached on disk", "program_cache": the file, or why the disk was not used}); `fresh`: compile
+        even when one is kept (a kept one the kernel refused)."""
+        key = image_key(bcc, text, kernel_source, tracefs)
+        folder = cache_dir()
+        path = folder / f"{key}.json" if folder else None
+        said = {"program_cache": str(path) if path else f"{ENV}=off"}
         with self._lock:
-            bpf, tracepoints = self._idle.pop(key, (None, []))
-        if bpf is None:
-            return None
-        try:
-            for tp in tracepoints:  # bcc names a TRACEPOINT_PROBE's function after its tracepoint
-                bpf.attach_tracepoint(tp=tp, fn_name=TRACEPOINT_FN_PREFIX + tp.replace(b":", b"__"))
-        except Exception:  # noqa: BLE001 - bcc raises bare Exceptions; a fresh compile is the way out
-            bpf.cleanup()
-            return None
-        return bpf
+            image = None if fresh else self._memory.get(key)
+        if image is not None:
+            return image, {**said, "program": "cached in memory"}
+        if path is not None and not fresh:
+            try:
+                image = Image.from_json(read_private(path), key)
+                self._remember(key, image)
+                return image, {**said, "program": "cached on disk"}
+            except FileNotFoundError:
+                pass
+            except (OSError, ImageError) as exc:
+                said["program_cache"] = f"{path} not used: {exc}"
+        image = compile_image(bcc, text, kernel_source)
+        self._remember(key, image)
+        if path is not None:
+            try:
+                write_private(path, image.to_json(key))
+            except OSError as exc:
+                said["program_cache"] = f"not kept in {path.parent}: {exc.strerror or exc}"
+        return image, {**said, "program": "compiled"}
 
-    def keep(self, key: tuple[str, str], bpf: Any) -> bool:
-        """Detach `bpf`, empty its maps and keep it for the next window of `key`; False (and the
-        program closed) when it could not be made idle or one is kept for that key already."""
-        tracepoints = list(bpf.tracepoint_fds)
-        try:
-            for tp in tracepoints:
-                bpf.detach_tracepoint(tp)
-            for name in list(bpf.tables):
-                _empty(bpf[name])
-        except Exception:  # noqa: BLE001
-            bpf.cleanup()
-            return False
+    def forget(self) -> None:
         with self._lock:
-            if key not in self._idle:
-                self._idle[key] = (bpf, tracepoints)
-                return True
-        bpf.cleanup()
-        return False
+            self._memory.clear()
 
-    def release(self) -> None:
-        """Close every idle program (their maps are freed with their last file descriptor)."""
+    def _remember(self, key: str, image: Image) -> None:
         with self._lock:
-            idle, self._idle = list(self._idle.values()), {}
-        for bpf, _ in idle:
-            bpf.cleanup()
-
-    def __len__(self) -> int:
-        return len(self._idle)
+            if len(self._memory) >= MEMORY_MAX:
+                self._memory.pop(next(iter(self._memory)))
+            self._memory[key] = image
 
 
-def _empty(table: Any) -> None:
-    """Every entry of a map deleted: in batches where the kernel has them (5.6), else key by key."""
+def read_private(path: Path) -> str:
+    """The text of `path` when it and its folder belong to this user and nobody else may write
+    them (OSError saying why otherwise; FileNotFoundError when there is none)."""
+    _check_private(os.lstat(path.parent), f"{path.parent}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        _check_private(st, str(path))
+        data = f.read(MAX_FILE + 1)
+    if len(data) > MAX_FILE:
+        raise OSError(f"{path} is larger than {MAX_FILE} bytes")
+    return data.decode("utf-8", "replace")
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` to `path` (mode 0600, written aside and renamed: a reader never sees half a file), its
+    folder made 0700 when it is new and refused when another user may write it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_private(os.lstat(path.parent), str(path.parent))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".image-")
     try:
-        for _ in table.items_lookup_and_delete_batch():
-            pass
-    except Exception:  # noqa: BLE001 - no batch operations on this kernel
-        table.clear()
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
-PROGRAMS = LoadedPrograms()  # this process's idle programs
+def _check_private(st: os.stat_result, what: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(f"{what} is a symbolic link")
+    if st.st_uid != os.geteuid():
+        raise OSError(f"{what} belongs to uid {st.st_uid}")
+    if st.st_mode & 0o022:
+        raise OSError(f"{what} may be written by others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _stamp(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+IMAGES = ImageCache()  # this process's images

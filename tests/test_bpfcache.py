@@ -1,0 +1,188 @@
+"""Compiled eBPF programs kept once per kernel: the image's format and checks, the key, the private
+files on disk; live, a kept image the kernel refuses is compiled again."""
+
+from __future__ import annotations
+
+import os
+import platform
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ebpf_support import ebpf_ready
+
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.ebpf import SYSCALLS, EbpfCollector, program
+from witty_profiler.collectors.lib import bpfcache
+from witty_profiler.collectors.lib.bpfcache import IMAGES, ImageCache, image_key, read_private, write_private
+from witty_profiler.collectors.lib.bpfhost import kernel_headers, load_bcc, tracefs
+from witty_profiler.collectors.lib.bpfimage import Image, ImageError, MapSpec, map_references, tracepoints_of
+
+BCC = SimpleNamespace(__version__="0.26.0")
+EXIT = struct.pack("<BBhi", 0x95, 0, 0, 0)
+
+
+def _map_load(fd: int) -> bytes:
+    """A 64-bit load of map `fd` into r1: two instructions."""
+    return struct.pack("<BBhi", 0x18, 1 | 1 << 4, 0, fd) + struct.pack("<BBhi", 0, 0, 0, 0)
+
+
+def _image(code: bytes = _map_load(4) + EXIT) -> Image:
+    spec = MapSpec("waits", 4, 1, 8, 40, 65536, 0, '"unsigned long long"', '["wait_t", [["ns", "unsigned long long"]]]')
+    return Image("GPL", 393664, {"tracepoint__syscalls__sys_enter_futex": code}, [spec])
+
+
+# -- the image ---------------------------------------------------------------------------------
+def test_an_image_reads_back_as_it_was_written_for_its_key_only():
+    image = _image()
+    assert Image.from_json(image.to_json("k1"), "k1") == image
+    with pytest.raises(ImageError, match="another program, kernel or format"):
+        Image.from_json(image.to_json("k1"), "k2")  # a file renamed to another key is not taken
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d.replace('"format": 1', '"format": 99'), "another program, kernel or format"),
+    (lambda d: d.replace('"maps": [', '"maps": [7, '), "unreadable"),
+    (lambda d: d[: len(d) // 2], "unreadable"),
+    (lambda d: d.replace('"key_size": 8', '"key_size": "8"'), "map 'waits' is malformed"),
+])
+def test_an_image_that_is_not_one_is_refused(change, reason):
+    with pytest.raises(ImageError, match=reason):
+        Image.from_json(change(_image().to_json("k")), "k")
+
+
+def test_instructions_must_be_whole_and_refer_only_to_maps_the_image_describes():
+    with pytest.raises(ImageError, match="not a whole number of instructions"):
+        _image(EXIT + b"\x00").check()
+    with pytest.raises(ImageError, match="refers to maps the image does not describe"):
+        _image(_map_load(9) + EXIT).check()
+
+
+def test_map_references_are_the_64_bit_loads_of_a_map_descriptor():
+    code = EXIT + _map_load(4) + struct.pack("<BBhi", 0x18, 1, 0, 77) + bytes(8) + _map_load(5) + EXIT
+    assert list(map_references(code)) == [(8, 4), (40, 5)]  # a plain 64-bit constant (source 0) is not one
+
+
+def test_the_tracepoints_a_program_reads_are_found_in_its_text():
+    assert tracepoints_of(program(["futex", "futex_waitv"])) == [
+        ("syscalls", "sys_enter_futex"), ("syscalls", "sys_exit_futex"),
+        ("syscalls", "sys_enter_futex_waitv"), ("syscalls", "sys_exit_futex_waitv")]
+
+
+# -- the key ------------------------------------------------------------------------------------
+def test_the_key_changes_with_what_clang_reads(tmp_path):
+    fmt = tmp_path / "events" / "syscalls" / "sys_enter_futex" / "format"
+    fmt.parent.mkdir(parents=True)
+    fmt.write_text("field:int op;\toffset:16;\n")
+    text = "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }"
+    key = image_key(BCC, text, None, tmp_path)
+    assert key == image_key(BCC, text, None, tmp_path)
+    assert key != image_key(BCC, text + " ", None, tmp_path)
+    assert key != image_key(SimpleNamespace(__version__="0.29.1"), text, None, tmp_path)
+    assert key != image_key(BCC, text, str(tmp_path / "other-headers"), tmp_path)
+    fmt.write_text("field:int op;\toffset:24;\n")  # another kernel build moves the argument
+    assert key != image_key(BCC, text, None, tmp_path)
+
+
+# -- private files ------------------------------------------------------------------------------
+def test_an_image_file_is_written_private_and_whole(tmp_path):
+    path = tmp_path / "images" / "k.json"
+    write_private(path, "one")
+    write_private(path, "two")
+    assert read_private(path) == "two"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700" and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in path.parent.iterdir()] == ["k.json"]  # nothing left aside
+
+
+def test_a_file_others_may_write_or_that_is_not_a_plain_file_is_not_read(tmp_path):
+    folder = tmp_path / "images"
+    write_private(folder / "k.json", "text")
+    (folder / "k.json").chmod(0o620)
+    with pytest.raises(OSError, match="may be written by others"):
+        read_private(folder / "k.json")
+    (folder / "k.json").chmod(0o600)
+    folder.chmod(0o777)
+    with pytest.raises(OSError, match="may be written by others"):
+        read_private(folder / "k.json")
+    with pytest.raises(OSError, match="may be written by others"):
+        write_private(folder / "k2.json", "text")
+    folder.chmod(0o700)
+    (folder / "link.json").symlink_to(folder / "k.json")
+    with pytest.raises(OSError):  # ELOOP: never followed
+        read_private(folder / "link.json")
+    os.mkfifo(folder / "fifo.json")
+    with pytest.raises(OSError, match="not a regular file"):
+        read_private(folder / "fifo.json")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_of_another_user_is_not_read(tmp_path):
+    write_private(tmp_path / "k.json", "text")
+    os.chown(tmp_path / "k.json", 65534, 65534)
+    with pytest.raises(OSError, match="belongs to uid 65534"):
+        read_private(tmp_path / "k.json")
+
+
+# -- the cache ----------------------------------------------------------------------------------
+@pytest.fixture
+def compiles(monkeypatch, tmp_path):
+    """Every compile counted, each giving the test image."""
+    done = []
+    monkeypatch.setattr(bpfcache, "compile_image", lambda bcc, text, source: done.append(text) or _image())
+    monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path / "images"))
+    return done
+
+
+def test_a_program_is_compiled_once_then_taken_from_memory_then_from_disk(compiles, tmp_path):
+    first, later = ImageCache(), ImageCache()  # later: as another process finds it
+    said = [first.image(BCC, "text", None, None)[1], first.image(BCC, "text", None, None)[1],
+            later.image(BCC, "text", None, None)[1]]
+    assert [s["program"] for s in said] == ["compiled", "cached in memory", "cached on disk"]
+    assert len(compiles) == 1
+    assert said[2]["program_cache"] == str(next((tmp_path / "images").glob("*.json")))
+    assert first.image(BCC, "text", None, None, fresh=True)[1]["program"] == "compiled"  # a refused one
+
+
+def test_a_damaged_file_is_compiled_again_and_replaced(compiles, tmp_path):
+    ImageCache().image(BCC, "text", None, None)
+    kept = next((tmp_path / "images").glob("*.json"))
+    kept.write_text("{")
+    image, said = ImageCache().image(BCC, "text", None, None)
+    assert said["program"] == "compiled" and said["program_cache"] == f"{kept} not used: unreadable (JSONDecodeError)"
+    assert ImageCache().image(BCC, "text", None, None)[1]["program"] == "cached on disk"
+
+
+def test_without_a_usable_folder_the_program_is_compiled_and_the_reason_said(compiles, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path / "file" / "images"))
+    said = ImageCache().image(BCC, "text", None, None)[1]
+    assert said["program"] == "compiled" and said["program_cache"].startswith(f"not kept in {tmp_path}/file/images: ")
+    monkeypatch.setenv("WITTY_BPF_CACHE", "off")
+    assert ImageCache().image(BCC, "text", None, None)[1] == {"program": "compiled", "program_cache": "WITTY_BPF_CACHE=off"}
+
+
+# -- live ---------------------------------------------------------------------------------------
+@pytest.mark.live
+def test_a_kept_image_the_kernel_refuses_is_compiled_again(tmp_path, monkeypatch):
+    ebpf_ready()
+    monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path))
+    IMAGES.forget()
+    events = tracefs(Path("/proc/self/mounts").read_text()) / "events" / "syscalls"
+    present = [s for s in SYSCALLS if (events / f"sys_enter_{s}").is_dir()]
+    tree, _ = kernel_headers(platform.release())
+    text = program(present)
+    key = image_key(load_bcc(), text, str(tree) if tree else None, events.parent.parent)
+    names = [f"tracepoint__syscalls__sys_{side}_{s}" for s in present for side in ("enter", "exit")]
+    # `exit` with r0 never set: the verifier refuses it ("R0 !read_ok")
+    write_private(tmp_path / f"{key}.json", Image("GPL", 0, dict.fromkeys(names, EXIT), []).to_json(key))
+    collector = EbpfCollector(Context())
+    collector.prepare()
+    try:
+        assert collector.bpf is not None, collector.problem
+        said = collector.status.extra
+        assert said["program"] == "compiled" and said["program_cache"].startswith("the kept image was refused ("), said
+        collector.start()
+    finally:
+        collector.finish()
+    assert Image.from_json(read_private(tmp_path / f"{key}.json"), key).functions[names[0]] != EXIT  # replaced
