@@ -38,6 +38,7 @@ from witty_profiler.collectors.ebpf import (
 from witty_profiler.collectors.engine import run_window
 from witty_profiler.collectors.lib import bpfhost
 from witty_profiler.collectors.lib.bpfcache import IMAGES
+from witty_profiler.collectors.lib.bpfload import settle
 from witty_profiler.collectors.lib.bpfhost import (
     NotReady,
     debian_header_pairs,
@@ -486,6 +487,7 @@ def test_a_later_window_loads_what_the_first_one_compiled_and_none_stays_attache
     try:
         _settled(contended.pid, THREADS["contended"])
         windows = [run_window(2.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]) for _ in range(2)]
+        settle()
         assert not _bpf_links(os.getpid())  # no program or perf event of this process left open
         IMAGES.forget()  # as a new process finds it: on disk
         windows.append(run_window(2.0, 1.0, pids=[contended.pid], collectors=["process", "ebpf"]))

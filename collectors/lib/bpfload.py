@@ -9,9 +9,11 @@ everything it opened is closed by `cleanup`, or by the kernel when the process e
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import struct
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +30,7 @@ from witty_profiler.collectors.lib.bpfimage import (
 
 TRACEPOINT_FN_PREFIX = "tracepoint__"  # bcc names a TRACEPOINT_PROBE's function after its tracepoint
 LOG_SIZE = 1 << 16  # the verifier's log, read when a load fails
+PERF_EVENT_IOC_DISABLE = 0x2401
 
 
 def load_program(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None = None,
@@ -57,6 +60,7 @@ class Loaded:
         self.tracepoint_fds: dict[bytes, int] = {}  # "category:event" -> its perf event
         self.open_perf_events: dict[tuple[int, int], list[int]] = {}
         self._tables: dict[str, Any] = {}
+        self._retired: list[int] = []  # perf events disabled, to be closed
         self.sym, self.ksym = bcc.BPF.sym, bcc.BPF.ksym  # bcc's symbol caches need no program
         try:
             for spec in image.maps:
@@ -131,7 +135,7 @@ class Loaded:
         self.tracepoint_fds[tp] = perf
 
     def detach_tracepoint(self, tp: bytes) -> None:
-        self.lib.bpf_close_perf_event_fd(self.tracepoint_fds.pop(tp))
+        self._retire(self.tracepoint_fds.pop(tp))
 
     def attach_perf_event(self, ev_type: int, ev_config: int, fn_name: str, sample_freq: int) -> None:
         """`fn_name` on a perf event of every online CPU, sampled `sample_freq` times a second."""
@@ -145,16 +149,45 @@ class Loaded:
 
     def detach_perf_event(self, ev_type: int, ev_config: int) -> None:
         for fd in self.open_perf_events.pop((ev_type, ev_config), []):
-            self.lib.bpf_close_perf_event_fd(fd)
+            self._retire(fd)
+
+    def _retire(self, perf_fd: int) -> None:
+        """The program stops running on that event now; the descriptor is closed by cleanup."""
+        try:
+            fcntl.ioctl(perf_fd, PERF_EVENT_IOC_DISABLE, 0)
+        except OSError:
+            pass
+        self._retired.append(perf_fd)
 
     def cleanup(self) -> None:
-        """Everything detached and closed; the maps are freed with their last descriptor."""
+        """Everything detached now and closed in the background: closing a tracepoint's perf event
+        waits for an RCU grace period, 50-80 ms each, which the window's end need not wait for. The
+        maps are freed with their last descriptor."""
         for tp in list(self.tracepoint_fds):
             self.detach_tracepoint(tp)
         for event in list(self.open_perf_events):
             self.detach_perf_event(*event)
-        for fds in (self.prog_fds, self.map_fds):
-            for fd in fds.values():
-                os.close(fd)
-            fds.clear()
-        self._tables.clear()
+        fds = [*self._retired, *self.prog_fds.values(), *self.map_fds.values()]
+        self._retired, self._tables = [], {}
+        self.prog_fds.clear()
+        self.map_fds.clear()
+        closer = threading.Thread(target=_close_all, args=(fds,), name="bpf-close", daemon=True)
+        closer.start()
+        CLOSING.append(closer)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def settle() -> None:
+    """Wait until every descriptor a cleanup handed to the background is closed."""
+    while CLOSING:
+        CLOSING.pop().join()
+
+
+CLOSING: list[threading.Thread] = []  # cleanups still closing descriptors
