@@ -9,9 +9,10 @@ and a named pid. Target: under 2 s at 100k entities, linear in size.
 Each is timed in CPU time (the machine may be shared) against a baseline measured in the same rounds,
 interleaved with it: `dumps_graph` of the same graph, the JSON every window writes, linear in the
 graph's size. Each call starts from a graph without its indexes (built by the first reader of a
-window's graph and kept on it), so the diagnosis pays for them as it does once per window. A figure is the median of the per-round ratios with their range, beside the baseline's own
-CPU time (median and range); a ratio that stays flat from 10k to 300k entities says the diagnosis is
-linear in size, whatever the machine's speed.
+window's graph and kept on it), so the diagnosis pays for them as it does once per window. A figure
+is the median of the per-round ratios with their range, beside the baseline's own CPU time (median and
+range); a ratio that stays flat from 10k to 300k entities says the diagnosis is linear in size,
+whatever the machine's speed.
 
     python3 benchmarks/diagnose_scale.py [--sizes 10000,100000,300000] [--repeat 5]
 """
