@@ -77,7 +77,8 @@ class Ratio:
 
     def __init__(self, times: list[float], base: list[float]) -> None:
         self.times, self.base = times, base
-        self.ratios = [t / b for t, b in zip(times, base)] if all(base) else [float("nan")] * len(times)
+        # a round whose baseline read zero (below the clock's resolution) gives no ratio
+        self.ratios = [t / b for t, b in zip(times, base) if b] or [float("nan")]
 
     def text(self, rounds: bool = True) -> str:
         """'1.37x (1.30-1.45, 7 rounds)': the median of the per-round ratios and their range (a decimal
