@@ -11,8 +11,9 @@ the exit code, and a JSON summary on stdout:
 
     cpu_pct_of_one_core   CPU seconds / wall seconds while collecting, x100 (goal: < 1)
     idle_cpu_pct          the same while stopped (the baseline), and the ratio; with --rounds N, the idle
-                          and collecting phases alternate N times (POST /api/v1/stop between rounds) and
-                          the ratio is the median of the per-round ratios with their range
+                          and collecting phases alternate N times (POST /api/v1/stop between rounds; the
+                          window it ends is waited for and counted in its collecting phase) and the ratio
+                          is the median of the per-round ratios with their range
     rss_max_mib, rss_drift_mib   the largest RSS; the mean of the last quarter minus the second quarter's
     disk_max_mib vs cap_mib      the state directory's largest size against ring_max_mb + kept_max_mb
 
@@ -116,6 +117,20 @@ def phase(name: str, seconds: float, every: float, pid: int, port: int, state: P
     return samples
 
 
+def stop_and_settle(port: int, pid: int, run: list[dict]) -> None:
+    """POST /api/v1/stop and wait until the window it ended is stored; its time and CPU go to the
+    collecting phase that made it (`run`), not to the idle phase after it."""
+    t, c = time.monotonic(), cpu_s(pid)
+    api(port, "/api/v1/stop", "POST")
+    deadline = time.monotonic() + 300
+    while api(port, "/api/v1/status")["monitor"]["window_in_progress_since"] is not None:
+        if time.monotonic() > deadline:
+            raise SystemExit("the window in progress did not end within 5 minutes of the stop")
+        time.sleep(0.2)
+    run[-1]["t_s"] = round(run[-1]["t_s"] + time.monotonic() - t, 1)
+    run[-1]["cpu_s"] = round(run[-1]["cpu_s"] + cpu_s(pid) - c, 3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60.0)
@@ -155,11 +170,13 @@ def main() -> None:
         with open(args.out, "w") as out:
             for r in range(args.rounds):
                 if r:
-                    api(port, "/api/v1/stop", "POST")
+                    stop_and_settle(port, service.pid, runs[-1])
                 if args.idle_minutes:
                     idles.append(phase("idle", args.idle_minutes * 60, args.sample, service.pid, port, state, out))
                     api(port, "/api/v1/start", "POST")
                 runs.append(phase("collecting", args.minutes * 60, args.sample, service.pid, port, state, out))
+            if args.rounds > 1:  # every round's last window ends the same way
+                stop_and_settle(port, service.pid, runs[-1])
         run = [s for r in runs for s in r]
         if idles:
             idle_s, idle_cpu = sum(i[-1]["t_s"] for i in idles), sum(i[-1]["cpu_s"] for i in idles)
