@@ -10,20 +10,26 @@ number or null, found a string`. Fields this version does not know are kept.
 from __future__ import annotations
 
 import math
-from functools import partial
-from operator import is_not
 from typing import TYPE_CHECKING, Any
 
+from witty_profiler.topology.bulkcheck import (
+    EDGE_FIELDS as _EDGE_FIELDS,
+    ENTITY_FIELDS as _ENTITY_FIELDS,
+    MAX_MAGNITUDE,
+    NUMBER_TYPES as _NUMBER_TYPES,
+    PARTS as _PARTS,
+    STR as _STR,
+    bulk_records,
+    in_range,
+    plain_attr,
+)
 from witty_profiler.topology.errors import GraphFormatError
 from witty_profiler.topology.models import ATTR_TYPES, CPU_LIST, STATUSES, CollectorStatus, Edge, Entity, Meta
 
 if TYPE_CHECKING:
     from witty_profiler.topology.graph import Graph
 
-_ENTITY_FIELDS = frozenset(("id", "type", "attrs", "metrics"))
-_EDGE_FIELDS = frozenset(("id", "type", "source", "target", "attrs", "metrics"))
 _TOP_FIELDS = frozenset(("format", "schema_version", "meta", "entities", "edges"))
-MAX_MAGNITUDE = 1e18  # bytes, nanoseconds, pages: a real value stays far below; 1e308 would overflow the sums
 
 
 class _Invalid(Exception):
@@ -207,9 +213,20 @@ def _check_each(items: list[Any], links: list[Any]) -> None:
 
 
 def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
-    """The graph of the items, or None where a field has a wrong type. The loops note the types they
-    meet and compare them with the format's once, at the end: a graph of 100,000 entities is read in
-    about the time JSON takes to parse it. Where a number may not be finite, every item is checked."""
+    """The graph of the items, or None where an item is not an object or an id cannot be a key. Checked
+    in bulk (topology.bulkcheck) where every number is finite, else, or where that finds anything not
+    plainly right, one item at a time."""
+    from witty_profiler.topology.graph import Graph  # here: `info` checks a file as a stream, builds no graph
+    found = bulk_records(items, links) if finite else None
+    if found is not None:
+        return Graph.of_records(Meta(), *found)
+    return _one_by_one(items, links, finite)
+
+
+def _one_by_one(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
+    """The graph of the items, the first problem raised as _Invalid. The loops note the types they meet
+    and compare them with the format's once, at the end; where a type needs a closer look (a list of
+    CPUs) or a number may not be finite or in range, every item is checked field by field."""
     met = _Types()
     entities: dict[str, Entity] = {}
     for i, item in enumerate(items):
@@ -240,11 +257,9 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
             raise _Invalid(f"edges[{i}] ({eid})", f"{end!r} is not an entity of the file")
         edges[eid] = Edge(eid, kind, source, target, attrs, metrics) if item.keys() <= _EDGE_FIELDS else \
             Edge(eid, kind, source, target, attrs, metrics, **_extra(item, _EDGE_FIELDS))
-    if not met.plain():
-        return None
-    if not finite or not met.in_range():
-        _check_each(items, links)  # raises where a number is not finite, or out of range
-    from witty_profiler.topology.graph import Graph  # here: `info` checks a file as a stream, builds no graph
+    if not met.plain() or not finite or not met.in_range():
+        _check_each(items, links)  # raises at the first wrong field (type, number not finite or out of range)
+    from witty_profiler.topology.graph import Graph
     return Graph.of_records(Meta(), entities, edges)
 
 
@@ -271,23 +286,12 @@ class _Types:
     def plain(self) -> bool:
         """Every type is the format's (a list of CPUs needs a look at its items: not plain)."""
         return (self.ids <= _STR and self.parts <= _PARTS and self.values <= _NUMBER_TYPES
-                and all(map(_plain_attr, self.named)))
+                and all(map(plain_attr, self.named)))
 
     def in_range(self) -> bool:
-        known = list(filter(partial(is_not, None), self.numbers))
-        return not known or (max(known) <= MAX_MAGNITUDE and min(known) >= -MAX_MAGNITUDE)
+        return in_range(self.numbers)
 
 
-def _plain_attr(named: tuple[str, type]) -> bool:
-    """An attribute whose type needs no closer look: not a known one, null, or of its type (a list of CPUs
-    is looked at item by item)."""
-    allowed = ATTR_TYPES.get(named[0])
-    return allowed is None or named[1] is type(None) or (named[1] in allowed and named[1] is not list)
-
-
-_STR = frozenset((str,))
-_PARTS = frozenset((dict, type(None)))
-_NUMBER_TYPES = frozenset((int, float, type(None)))
 
 
 class StreamCheck:
