@@ -15,6 +15,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from witty_profiler.converters.tokens import count_tokens
@@ -91,17 +92,40 @@ def duration_ms(value: Any) -> str:
 
 
 # -- ranked rows ------------------------------------------------------------------------------
+class _Sorted:
+    """A list sorted by `key` only as far as it is read (heapq), fully once most of it is."""
+
+    __slots__ = ("items", "key", "top", "all")
+
+    def __init__(self, items: list[Any], key: Callable[[Any], Any]) -> None:
+        self.items, self.key = items, key
+        self.top: list[Any] = []
+        self.all: list[Any] | None = None
+
+    def get(self, j: int) -> Any:
+        if self.all is not None:
+            return self.all[j]
+        if j >= len(self.top):
+            want = max(500, 4 * len(self.top), j + 1)
+            if want * 4 >= len(self.items):
+                self.all = sorted(self.items, key=self.key)
+                return self.all[j]
+            self.top = heapq.nsmallest(want, self.items, key=self.key)
+        return self.top[j]
+
+
 class Ranked(Sequence):
     """`first` (the cited rows, in order), then `rest` by `key`, sorted only as far as it is read:
     a view of 100,000 threads under a budget reads a few hundred rows, so only those are ranked
-    (heapq), and the full sort happens only for an unbounded view."""
+    (heapq), and the full sort happens only for an unbounded view. `groups`, where given, are `rest`
+    split by the leading part of the order (the workload's rows, then the others), each ranked by `key`
+    on its own: the rows a budget reads are then mostly ranked among the workload's few."""
 
-    def __init__(self, first: list[Any], rest: list[Any], key: Callable[[Any], Any]) -> None:
+    def __init__(self, first: list[Any], rest: list[Any], key: Callable[[Any], Any],
+                 groups: list[list[Any]] | None = None) -> None:
         self.first = first
         self._rest = rest
-        self._key = key
-        self._top: list[Any] = []
-        self._all: list[Any] | None = None
+        self._runs = [_Sorted(group, key) for group in (groups if groups is not None else [rest])]
 
     def __len__(self) -> int:
         return len(self.first) + len(self._rest)
@@ -116,20 +140,15 @@ class Ranked(Sequence):
         if i < len(self.first):
             return self.first[i]
         j = i - len(self.first)
-        if self._all is not None:
-            return self._all[j]
-        if j >= len(self._top):
-            want = max(500, 4 * len(self._top), j + 1)
-            if want * 4 >= len(self._rest):
-                self._all = sorted(self._rest, key=self._key)
-                return self._all[j]
-            self._top = heapq.nsmallest(want, self._rest, key=self._key)
-        return self._top[j]
+        for run in self._runs:
+            if j < len(run.items):
+                return run.get(j)
+            j -= len(run.items)
+        raise IndexError(i)
 
     def unordered(self) -> Iterator[Any]:
         """Every item, in no particular order (nothing gets sorted)."""
-        yield from self.first
-        yield from self._rest
+        return chain(self.first, self._rest)
 
 
 def unordered(items: Sequence[Any]) -> Iterator[Any]:
@@ -137,6 +156,11 @@ def unordered(items: Sequence[Any]) -> Iterator[Any]:
 
 
 # -- blocks -----------------------------------------------------------------------------------
+def own_id(item: Any) -> tuple[str, ...]:
+    """What a row of an entity shows: its own id (the default of Table.covers)."""
+    return (item.id,)
+
+
 @dataclass
 class Lines:
     lines: list[str]
@@ -161,7 +185,7 @@ class Table:
     more: str  # the exact request that lists what is left out (ctx.hints.query(...))
     pinned: int = 0  # the first `pinned` items are cited by findings and shown before anything else
     weight: float = 1.0  # share of the budget relative to the other tables
-    covers: Callable[[Any], tuple[str, ...]] = lambda item: (item.id,)  # ids a row shows
+    covers: Callable[[Any], tuple[str, ...]] = own_id  # ids a row shows
     label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: the ids it shows)
     slim: bool = False  # render without the optional columns (set by fit for one budget)
     _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)

@@ -9,7 +9,9 @@ imported when it runs.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
 from witty_profiler.topology.errors import InputError
@@ -21,6 +23,7 @@ from witty_profiler.topology.text import visible, visible_meta, visible_value
 
 Direction = Literal["out", "in", "both"]
 _T = TypeVar("_T")
+_TYPE = attrgetter("type")
 
 
 class Graph:
@@ -133,7 +136,7 @@ class Graph:
         """Entities in id order, optionally of one type."""
         if kind is None:
             return [self._entities[k] for k in sorted(self._entities)]
-        return [self._entities[k] for k in self._type_index().get(kind, [])]
+        return list(map(self._entities.__getitem__, self._type_index().get(kind, ())))
 
     def edges(self, kind: str | None = None) -> list[Edge]:
         """Edges in id order, optionally of one type."""
@@ -160,12 +163,8 @@ class Graph:
         return len(self._edges)
 
     def counts_by_type(self) -> tuple[dict[str, int], dict[str, int]]:
-        ents: dict[str, int] = {}
-        for e in self._entities.values():
-            ents[e.type] = ents.get(e.type, 0) + 1
-        edges: dict[str, int] = {}
-        for e in self._edges.values():
-            edges[e.type] = edges.get(e.type, 0) + 1
+        ents = Counter(map(_TYPE, self._entities.values()))
+        edges = Counter(map(_TYPE, self._edges.values()))
         return dict(sorted(ents.items())), dict(sorted(edges.items()))
 
     def dangling_edges(self) -> list[Edge]:

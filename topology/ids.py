@@ -9,6 +9,9 @@ merge without clashes, and the same object seen twice gets the same id.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterator
+from itertools import compress, repeat
+from operator import and_, eq, itemgetter
 
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.vocabulary import T
@@ -56,6 +59,20 @@ def process_of_thread(eid: str) -> str:
     """The process of a thread id: 'thread:node1:42:43' -> 'process:node1:42' ('' for any other id)."""
     parts = eid.split(":")
     return process_id(parts[1], parts[2]) if parts[0] == T.THREAD and len(parts) >= 4 else ""
+
+
+def threads_of_processes(thread_ids: list[str], process_ids: Collection[str]) -> Iterator[str]:
+    """The ids among `thread_ids` whose process_of_thread is one of `process_ids`, found with passes at C
+    speed (a host has 100,000 threads): 'thread:H:P:...' belongs to 'process:H:P', the id's first three
+    parts joined, where it has a fourth."""
+    heads = {f"{T.THREAD}:{pid[len(T.PROCESS) + 1:]}" for pid in process_ids
+             if pid.startswith(f"{T.PROCESS}:") and pid.count(":") == 2}
+    parts = list(map(str.split, thread_ids, repeat(":"), repeat(3)))
+    whole = map(eq, map(len, parts), repeat(4))
+    return compress(thread_ids, map(and_, whole, map(heads.__contains__, map(":".join, map(_HEAD, parts)))))
+
+
+_HEAD = itemgetter(slice(3))
 
 
 def numa_id(host: str, node: int) -> str:

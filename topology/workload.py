@@ -13,10 +13,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Literal
 
 from witty_profiler.topology.errors import InputError
-from witty_profiler.topology.ids import process_of_thread
+from witty_profiler.topology.ids import threads_of_processes
 from witty_profiler.topology.models import Entity
 from witty_profiler.topology.query import GraphQuery
 from witty_profiler.topology.vocabulary import T
@@ -239,5 +240,9 @@ def workload_members(q: GraphQuery, workload: Workload) -> frozenset[str]:
     """The workload's processes and their threads (by has_thread edge, or by what a thread's id says)."""
     members = set(workload.ids)
     members.update(t.id for p in workload.processes for t in q.threads_of(p))
-    members.update(t.id for t in q.graph.entities(T.THREAD) if process_of_thread(t.id) in workload.ids)
+    if workload.ids:
+        members.update(threads_of_processes(list(map(_ID, q.graph.entities(T.THREAD))), workload.ids))
     return frozenset(members)
+
+
+_ID = attrgetter("id")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter
+
 from witty_profiler.converters.context import GraphContext
-from witty_profiler.converters.render import Block, Column, Table, duration_ns, num, pct
+from witty_profiler.converters.render import Block, Column, Table, duration_ns, num, pct, unordered
 from witty_profiler.converters.views.common import (
     ALLOWED,
     CPU,
@@ -22,6 +25,7 @@ from witty_profiler.topology.query import cpu_number
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "compute"
+_ATTRS = attrgetter("attrs")
 
 
 def _runtime_ns(e) -> float | None:
@@ -65,7 +69,8 @@ def blocks(ctx: GraphContext) -> list[Block]:
                                                               neg(_runtime_ns(t))), cited, ctx)
     columns = [ID, NAME, CPU, Column("runtime", lambda t: duration_ns(_runtime_ns(t))), ALLOWED,
                Column("ran_on_cpus", lambda t: t.attrs.get("ran_on_cpus"), left=True)]
-    if any(t.attrs.get("hot_function") for t in threads):  # collect --stacks: the code each thread runs
+    # collect --stacks: the code each thread runs (asked of every thread unranked: iterating the ranking would sort them all)
+    if any(map(dict.get, map(_ATTRS, unordered(threads)), repeat("hot_function"))):
         columns.append(Column("hot function (% of samples)", _hot_function, left=True))
     out.append(Table("threads, workload first, then by cpu", columns, threads, "threads", fold_query(ctx, T.THREAD, threads, top=M.CPU_UTIL_PCT), pinned, weight=1.5))
     devices, pinned = rank(ctx.query.accelerators(), lambda d: neg(d.metrics.get(M.UTIL_PCT)), cited, ctx,

@@ -11,10 +11,10 @@ from witty_profiler.converters.views.common import (
     SHORT_NAME,
     coverage,
     findings_block,
-    has_any,
     legend,
     neg,
     rank,
+    with_any,
 )
 from witty_profiler.converters.views.folds import fold_query
 from witty_profiler.topology.cpulist import cpu_set
@@ -58,7 +58,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     ], hosts, "hosts", fold_query(ctx, T.HOST, hosts), pinned, weight=0.5))
     proc_metrics = (M.NUM_THREADS, M.RUNNABLE_THREADS, M.RUNQUEUE_WAIT_PCT, M.VOLUNTARY_CTXT_SWITCHES_PER_S,
                     M.NONVOLUNTARY_CTXT_SWITCHES_PER_S)
-    procs = [p for p in ctx.graph.entities(T.PROCESS) if has_any(p, proc_metrics) or p.id in cited]
+    procs = with_any(ctx.graph.entities(T.PROCESS), proc_metrics, cited)
     procs, pinned = rank(procs, lambda p: (neg(p.metrics.get(M.RUNQUEUE_WAIT_PCT)),
                                                             neg(p.metrics.get(M.NONVOLUNTARY_CTXT_SWITCHES_PER_S))),
                          cited, ctx)
@@ -73,7 +73,7 @@ def blocks(ctx: GraphContext) -> list[Block]:
     ], procs, "processes", fold_query(ctx, T.PROCESS, procs, top=M.RUNQUEUE_WAIT_PCT), pinned, weight=1.5))
     thread_metrics = (M.RUNQUEUE_WAIT_PCT, M.CPU_UTIL_PCT, M.VOLUNTARY_CTXT_SWITCHES_PER_S, M.FUTEX_WAKEUPS_PER_S,
                       M.NONVOLUNTARY_CTXT_SWITCHES_PER_S, M.FUTEX_WAIT_PCT, M.FUTEX_LOCK_WAIT_PCT)
-    threads = [t for t in ctx.graph.entities(T.THREAD) if has_any(t, thread_metrics) or t.id in cited]
+    threads = with_any(ctx.graph.entities(T.THREAD), thread_metrics, cited)
     threads, pinned = rank(threads, lambda t: (neg(t.metrics.get(M.RUNQUEUE_WAIT_PCT)),
                                                               neg(t.metrics.get(M.CPU_UTIL_PCT))), cited, ctx)
     out.append(Table("threads, workload first, then by run-queue wait", [

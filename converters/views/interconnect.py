@@ -73,8 +73,9 @@ def blocks(ctx: GraphContext) -> list[Block]:
     users = [p for p in ctx.graph.entities(T.PROCESS)
              if p.id in ctx.workload_ids or ctx.query.out_edges(p.id, E.USES_DEVICE) or p.id in cited]
     placed = {p.id for p in users}
+    members = ctx.workload_members  # ctx.in_workload, without a call per thread
     threads = [t for t in ctx.graph.entities(T.THREAD) if t.id in cited or (
-        ctx.in_workload(t) and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, E.RUNS_ON)))]
+        t.id in members and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, E.RUNS_ON)))]
     groups: dict[str, list] = {}
     for t in sorted(threads, key=lambda t: neg(_runtime(t))):
         groups.setdefault(ctx.query.process_of(t), []).append(t)
