@@ -2,11 +2,13 @@
 
 Measured in one run, root only:
 
-1. `prepare()` (find bcc and the headers, compile with clang, load and attach): wall and CPU time
-   and the peak RSS it adds to this process the first time, when it compiles; then the median of
-   --loads later windows of the same process, which attach the program kept loaded (and detached)
-   since the first; the memory kept once those rounds are over (anonymous: the heap; file-backed:
-   libbcc's code, shared and evictable) and the kernel memory of the kept program's maps (memlock);
+1. `prepare()` (find bcc and the headers, compile with clang or take the kept image, load and
+   attach): wall and CPU time and the peak RSS it adds to this process the first time, when it
+   compiles (into a cache folder of its own, empty at first); then the median of --loads later
+   windows of the same process (the image kept in memory) and of --loads new processes (the image
+   read from the folder), each as a ratio to the compile; the memory kept once those rounds are
+   over (anonymous: the heap; file-backed: libbcc's code, shared and evictable) and the kernel
+   memory of maps still open (memlock: none, nothing stays loaded between windows);
 2. the probes' cost per futex call: a child process calls FUTEX_WAIT on a word that does not hold
    the expected value, which returns EAGAIN at once, so each call is one enter and one exit
    probe and nothing else (the worst case: no real wait to hide behind). Calls per second with
@@ -28,20 +30,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.ebpf import EbpfCollector  # noqa: E402
-from witty_profiler.collectors.lib.bpfcache import PROGRAMS  # noqa: E402
+from witty_profiler.collectors.lib.bpfcache import IMAGES  # noqa: E402
+from witty_profiler.collectors.lib.bpfload import settle  # noqa: E402
+
+from timing import machine  # noqa: E402
 
 # Each child counts its calls for `seconds` and prints calls per second of its own CPU time: on a
 # VM whose host steals time, a rate per wall second would measure the neighbours as much as us.
@@ -95,11 +99,11 @@ def program_ns(c: EbpfCollector) -> dict[str, float]:
     """Mean time inside each probe that ran, from the kernel's own accounting (kernel.bpf_stats_enabled):
     exact where the rates below are at the mercy of the VM's neighbours."""
     out = {}
-    for name, fn in c.bpf.funcs.items():
-        info = dict(line.split(":\t") for line in Path(f"/proc/self/fdinfo/{fn.fd}").read_text().splitlines()
+    for name, fd in c.bpf.prog_fds.items():
+        info = dict(line.split(":\t") for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
                     if ":\t" in line)
         if int(info.get("run_cnt", 0)):
-            out[name.decode().removeprefix("tracepoint__syscalls__")] = round(
+            out[name.removeprefix("tracepoint__syscalls__")] = round(
                 int(info["run_time_ns"]) / int(info["run_cnt"]), 1)
     return out
 
@@ -124,6 +128,28 @@ def alternate(code: str, rounds: int, seconds: float) -> dict:
             "added_cpu_ns_per_call": round((1 / traced - 1 / base) * 1e9, 1),
             "spread_without": [round(min(off)), round(max(off))], "spread_with": [round(min(on)), round(max(on))],
             "program_ns_per_run": probes}
+
+
+NEW_PROCESS = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from witty_profiler.collectors.base import Context
+from witty_profiler.collectors.ebpf import EbpfCollector
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+c = EbpfCollector(Context())
+wall, cpu = time.perf_counter(), time.process_time()
+c.prepare()
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+print(json.dumps([wall, cpu, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+                  c.status.extra.get("program")]))
+"""
+
+
+def new_process_prepare() -> tuple[float, float, float, str]:
+    """A new process's prepare(): (wall s, CPU s, peak RSS added MiB, where its program came from)."""
+    out = subprocess.run([sys.executable, "-c", NEW_PROCESS, str(Path(__file__).resolve().parents[1])],
+                         capture_output=True, text=True, check=True)
+    return tuple(json.loads(out.stdout))
 
 
 def maps_memlock_mib() -> float:
@@ -152,27 +178,35 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("ebpf_overhead: needs root")
-    PROGRAMS.release()
+    os.environ["WITTY_BPF_CACHE"] = tempfile.mkdtemp(prefix="witty-bpf-")  # empty: the first window compiles
+    IMAGES.forget()
     rss0, kept0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_mib()
     c, first_wall, first_cpu = load()
     c.finish()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     loads = []
-    for _ in range(args.loads):  # later windows of this process: the kept program is attached again
+    for _ in range(args.loads):  # later windows of this process: the image kept in memory
         c, wall, cpu = load()
         loads.append((wall, cpu))
         c.finish()
+    settle()
     kept = rss_mib()
+    others = [new_process_prepare() for _ in range(args.loads)]  # new processes: the image read from disk
+    assert {o[3] for o in others} == {"cached on disk"}, others
     print(json.dumps({
-        "date": datetime.now(timezone.utc).date().isoformat(), "kernel": platform.release(), "cpus": os.cpu_count(),
-        "load_avg": os.getloadavg()[0],
+        "machine": machine(),
         "first_prepare_wall_s": round(first_wall, 3), "first_prepare_cpu_s": round(first_cpu, 3),
         "first_prepare_peak_rss_added_mib": round((rss - rss0) / 1024, 1),
         "later_prepare_wall_s": round(statistics.median(w for w, _ in loads), 4),
         "later_prepare_cpu_s": round(statistics.median(c for _, c in loads), 4),
+        "later_prepare_cpu_ratio_to_compile": round(statistics.median(c for _, c in loads) / first_cpu, 4),
+        "new_process_prepare_wall_s": [round(o[0], 4) for o in others],
+        "new_process_prepare_cpu_s": [round(o[1], 4) for o in others],
+        "new_process_prepare_cpu_ratio_to_compile": round(statistics.median(o[1] for o in others) / first_cpu, 4),
+        "new_process_prepare_peak_rss_added_mib": round(statistics.median(o[2] for o in others), 1),
         "peak_rss_added_by_later_windows_mib": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024, 1),
         "kept_after_rounds_mib": {k: round(kept[k] - kept0[k], 1) for k in kept},
-        "kept_maps_memlock_mib": maps_memlock_mib(),
+        "maps_memlock_mib_between_windows": maps_memlock_mib(),
         "headers": c.note,
         "futex_eagain": alternate(FUTEX_EAGAIN, args.rounds, args.seconds),
         "getppid": alternate(GETPPID, args.rounds, args.seconds),
