@@ -99,18 +99,25 @@ def _check_version(data: dict[str, Any], name: str) -> None:
 
 
 def loads_graph(text: str | bytes, name: str = "<input>") -> Graph:
+    with gc_paused():
+        return _graph(_parsed(_decoded(text, name), name), name)
+
+
+# Each step below takes the text as an argument and drops it on return: the bytes and the text of a file
+# (35 MB each for 100,000 entities) are gone by the time its graph is built.
+def _decoded(text: str | bytes, name: str) -> str:
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise GraphFormatError(f"{name}: not UTF-8 text (byte {exc.start}); expected a JSON graph file") from None
-    if not text.strip():
+    if not text or text.isspace():  # not text.strip(), which copies the text
         raise GraphFormatError(f"{name}: the file is empty; expected a JSON graph file")
-    with gc_paused():
-        return _loads_text(text, name)
+    return text
 
 
-def _loads_text(text: str, name: str) -> Graph:
+def _parsed(text: str, name: str) -> tuple[Any, bool, bool]:
+    """(the document, every number finite, no string that topology.text.visible would change)."""
     spelt: list[str] = []  # NaN, Infinity or -Infinity: only then are the numbers checked one by one
     try:
         data = json.loads(text, parse_constant=lambda word: spelt.append(word) or float(word))
@@ -120,8 +127,12 @@ def _loads_text(text: str, name: str) -> Graph:
         raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
     except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise GraphFormatError(f"{name}: a number in the file is too long to read ({exc})") from None
+    return data, not spelt, not json_may_hide(text)
+
+
+def _graph(parsed: tuple[Any, bool, bool], name: str) -> Graph:
     try:
-        return graph_from_data(data, name, finite=not spelt, visible=not json_may_hide(text))
+        return graph_from_data(parsed[0], name, finite=parsed[1], visible=parsed[2])
     except RecursionError:  # attributes nested deeper than the readers' recursion goes
         raise GraphFormatError(f"{name}: JSON nested too deeply to be a graph file") from None
 
@@ -151,4 +162,6 @@ def graph_from_data(data: Any, name: str = "<input>", finite: bool = False, visi
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """A graph file, native or legacy: a regular file of at most topology.files.MAX_GRAPH_BYTES."""
-    return loads_graph(read_bytes(path, "graph file"), str(Path(path)))
+    name = str(Path(path))
+    with gc_paused():  # the bytes read are an argument, not a name held here: see _decoded
+        return _graph(_parsed(_decoded(read_bytes(path, "graph file"), name), name), name)
