@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import gc
+from typing import Any
 
 from witty_profiler.converters.layers import LAYER_VIEWS
 from witty_profiler.options import thresholds as read_thresholds
@@ -11,10 +13,23 @@ from witty_profiler.output import add_output_arguments, write_output
 
 
 def run(args: argparse.Namespace) -> int:
-    from witty_profiler.app.views import convert
     from witty_profiler.topology import load_graph
+    from witty_profiler.topology.gcpause import gc_paused
     thresholds = read_thresholds(args.thresholds)
-    graph = load_graph(args.graph)
+    with gc_paused():
+        graph = load_graph(args.graph)
+        # the graph's objects (a million for 100k entities, none in a cycle) live as long as the view is made:
+        # they stay out of the collector's generations meanwhile, so that it does not walk them twice more
+        # (80 ms); they go back when the view is written (a caller in the same process goes on as before)
+        gc.freeze()
+    try:
+        return _render(args, graph, thresholds)
+    finally:
+        gc.unfreeze()
+
+
+def _render(args: argparse.Namespace, graph: Any, thresholds: Any) -> int:
+    from witty_profiler.app.views import convert
     if args.host:
         from witty_profiler.topology.hosts import host_part
         graph = host_part(graph, args.host)
