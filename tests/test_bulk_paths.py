@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+from types import MappingProxyType
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -111,9 +113,10 @@ def test_a_list_of_cpus_reads_as_a_graph():
 
 def test_threads_of_processes_is_process_of_thread():
     tids = ["thread:h:1:2", "thread:h:1", "thread:h:1:2:3", "thread:h:2:5", "process:h:1:3", "thread:h:1:",
+            "thread:h:1;",
             "thread::1:2", "threadx:h:1:2", "thread:h:10:1", "thread", ""]
     for pids in ({"process:h:1", "process::1", "process:h:1:2", "process:h"}, {"process:h:10"}, set()):
-        assert list(threads_of_processes(tids, pids)) == [t for t in tids if process_of_thread(t) in pids]
+        assert sorted(threads_of_processes(tids, pids)) == sorted(t for t in tids if process_of_thread(t) in pids)
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=60), st.integers(0, 70))
@@ -126,3 +129,52 @@ def test_a_ranking_in_groups_is_the_ranking_of_the_whole(rows, read):
     whole = sorted(items, key=lambda x: (not x[2], *key(x)))
     assert [ranked[i] for i in range(min(read, len(items)))] == whole[:read]
     assert sorted(ranked.unordered()) == sorted(items)
+
+
+class _Row:
+    def __init__(self, i: int, metrics: Any) -> None:
+        self.id, self.metrics, self.type = f"thread:h:1:{i}", metrics, "thread"
+
+
+class _Float(float):
+    pass
+
+
+VALUE = st.sampled_from([None, 0, 1.5, True, "x", _Float(2.0)])
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["a", "b", "c"]), VALUE, max_size=3), max_size=12),
+       st.sets(st.integers(0, 12), max_size=3))
+def test_with_any_and_the_fold_check_are_the_plain_loops(rows, cited_at):
+    from witty_profiler.converters.evidence import is_number
+    from witty_profiler.converters.views.common import has_any, with_any
+    from witty_profiler.converters.views.folds import _all_numbers
+    items = [_Row(i, m) for i, m in enumerate(rows)]
+    cited = {f"thread:h:1:{i}" for i in cited_at}
+    for names in ((), ("a",), ("b", "c"), ("c", "a", "b")):
+        assert with_any(items, names, cited) == [x for x in items if has_any(x, names) or x.id in cited]
+        assert with_any(items, iter(names), cited) == with_any(items, names, cited)
+    for metric in ("a", "b"):
+        assert _all_numbers(items, metric) == all(is_number(x.metrics.get(metric)) for x in items)
+    mapped = [_Row(i, MappingProxyType(m)) for i, m in enumerate(rows)]  # not a dict: the plain loops
+    assert with_any(mapped, ("a",), cited) == [x for x in mapped if has_any(x, ("a",)) or x.id in cited]
+    assert _all_numbers(mapped, "a") == all(is_number(x.metrics.get("a")) for x in mapped)
+
+
+def test_convert_leaves_the_collector_as_it_found_it(tmp_path):
+    """The CLI keeps the graph's objects out of the collector while it makes the view, and gives them back."""
+    import gc
+
+    from witty_profiler.cli import main
+    path = tmp_path / "g.json"
+    path.write_text(dumps_graph(loads_graph(json.dumps(DOC))))
+    before = gc.get_freeze_count(), gc.isenabled()
+    assert main(["convert", str(path), "--layer", "all", "--max-tokens", "500", "-o", str(tmp_path / "v.txt")]) == 0
+    assert (gc.get_freeze_count(), gc.isenabled()) == before
+    assert (tmp_path / "v.txt").read_text().startswith("# witty-profiler view: all")
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t", b"", b"\n"])
+def test_an_empty_file_is_named_so(text):
+    with pytest.raises(GraphFormatError, match="the file is empty"):
+        loads_graph(text)

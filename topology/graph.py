@@ -24,6 +24,7 @@ from witty_profiler.topology.text import visible, visible_meta, visible_value
 Direction = Literal["out", "in", "both"]
 _T = TypeVar("_T")
 _TYPE = attrgetter("type")
+_ID = attrgetter("id")  # a sort key without a Python frame per item
 
 
 class Graph:
@@ -141,7 +142,7 @@ class Graph:
     def edges(self, kind: str | None = None) -> list[Edge]:
         """Edges in id order, optionally of one type."""
         if kind is None:
-            return sorted(self._edges.values(), key=lambda e: e.id)
+            return sorted(self._edges.values(), key=_ID)
         if self._edges_by_type is None:
             by_type: dict[str, list[Edge]] = {}
             for edge in self.edges():

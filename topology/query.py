@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from witty_profiler.topology.cpulist import cpu_set
@@ -88,14 +89,14 @@ class GraphQuery:
         """Edges of a type leaving an entity, in id order."""
         index = self._out.get(kind)
         if index is None:
-            index = self._out[kind] = _group(self.graph.edges(kind), lambda e: e.source)
+            index = self._out[kind] = _group(self.graph.edges(kind), _SOURCE)
         return index.get(eid, [])
 
     def in_edges(self, eid: str, kind: str) -> list[Edge]:
         """Edges of a type reaching an entity, in id order."""
         index = self._in.get(kind)
         if index is None:
-            index = self._in[kind] = _group(self.graph.edges(kind), lambda e: e.target)
+            index = self._in[kind] = _group(self.graph.edges(kind), _TARGET)
         return index.get(eid, [])
 
     def targets(self, eid: str, kind: str) -> list[Entity]:
@@ -210,6 +211,9 @@ class GraphQuery:
 
 def _group(edges: list[Edge], key: Any) -> dict[str, list[Edge]]:
     grouped: dict[str, list[Edge]] = defaultdict(list)
-    for edge in edges:
-        grouped[key(edge)].append(edge)
+    for edge, at in zip(edges, map(key, edges)):
+        grouped[at].append(edge)
     return dict(grouped)
+
+
+_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")  # keys without a Python frame per edge

@@ -241,7 +241,7 @@ def workload_members(q: GraphQuery, workload: Workload) -> frozenset[str]:
     members = set(workload.ids)
     members.update(t.id for p in workload.processes for t in q.threads_of(p))
     if workload.ids:
-        members.update(threads_of_processes(list(map(_ID, q.graph.entities(T.THREAD))), workload.ids))
+        members.update(threads_of_processes(map(_ID, q.graph.entities(T.THREAD)), workload.ids))
     return frozenset(members)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import compress, repeat
-from operator import attrgetter, is_, not_
+from operator import attrgetter, is_, is_not, not_, or_
 from typing import Any
 
 from witty_profiler.converters.context import GraphContext
@@ -68,13 +68,23 @@ def has_any(e: Any, names: Iterable[str]) -> bool:
 
 
 _ID = attrgetter("id")
+_METRICS = attrgetter("metrics")
 
 
 def with_any(items: Iterable[Any], names: Iterable[str], cited: set[str]) -> list[Any]:
-    """The items that have a value for any of the metrics `names`, or are cited (has_any, inlined: asked of
-    100,000 threads)."""
-    names = tuple(names)
-    return [x for x in items if not all(map(is_, map(x.metrics.get, names), repeat(None))) or x.id in cited]
+    """The items that have a value for any of the metrics `names`, or are cited: has_any asked of 100,000
+    threads a metric at a time, at C speed, until every item has one (most have the first)."""
+    items, names = list(items), tuple(names)
+    try:
+        metrics = list(map(_METRICS, items))
+        keep = [False] * len(items)
+        for name in names:
+            keep = list(map(or_, keep, map(is_not, map(dict.get, metrics, repeat(name)), repeat(None))))
+            if all(keep):
+                return items
+    except TypeError:  # metrics that are another kind of mapping
+        keep = [has_any(x, names) for x in items]
+    return list(compress(items, map(or_, keep, map(cited.__contains__, map(_ID, items)))))
 
 
 def rank(items: Iterable[Any], key: Callable[[Any], Any], cited: set[str], ctx: GraphContext,
