@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     counts = [int(n) for n in args.services.split(",") if int(n) > 1]
+    if not counts:
+        parser.error("--services: at least one count above 1 (one service is the baseline, always run)")
     from benchmarks.synthetic import synthetic_graph
     from witty_profiler.topology import dumps_graph, load_graph
     rows = []
