@@ -96,6 +96,7 @@ def main() -> None:
         parser.error("--services: at least one count above 1 (one service is the baseline, always run)")
     from benchmarks.synthetic import synthetic_graph
     from witty_profiler.topology import dumps_graph, load_graph
+    started = machine()  # the date and the load before the run
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         graphs = Path(tmp) / "graphs"
@@ -132,7 +133,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.join()
-    result = {"machine": machine(), "entities": args.entities, "graph_mb": round(statistics.mean(sizes) / 1e6, 2),
+    result = {"machine": started, "entities": args.entities, "graph_mb": round(statistics.mean(sizes) / 1e6, 2),
               "generated_s": round(made, 1), "load_graph_ms": [round(x * 1000, 1) for x in loads],
               "parallel": args.parallel, "runs": rows, "load_at_the_end": load()}
     if args.json:
