@@ -178,3 +178,27 @@ def test_convert_leaves_the_collector_as_it_found_it(tmp_path):
 def test_an_empty_file_is_named_so(text):
     with pytest.raises(GraphFormatError, match="the file is empty"):
         loads_graph(text)
+
+
+@pytest.mark.parametrize("value", ["0-3,8", "0-3,8", " 1 - 2 ", "3,1", "", "x", "5-2", "0-99999", "7", None, 3,
+                                   [1, "2"]])
+def test_a_cpu_list_read_twice_reads_the_same_and_gives_a_set_of_its_own(value):
+    from witty_profiler.topology.cpulist import cpu_set, parse_cpulist
+    first, second = cpu_set(value), cpu_set(value)
+    assert first == second and first is not second
+    if isinstance(value, str):
+        try:
+            expected = set(parse_cpulist(value))
+        except ValueError:
+            expected = set()
+        assert first == expected
+    first.add(1000)
+    assert 1000 not in cpu_set(value)
+
+
+def test_num_reads_a_metric_as_a_plain_float():
+    from witty_profiler.topology.models import Entity
+    from witty_profiler.topology.query import num
+    e = Entity("x:h:1", "x", {}, {"a": 1.5, "b": 2, "c": True, "d": "1", "e": None, "f": _Float(2.5)})
+    assert [num(e, k) for k in "abcdefg"] == [1.5, 2.0, None, None, None, 2.5, None]
+    assert type(num(e, "f")) is float and num(None, "a") is None

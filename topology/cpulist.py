@@ -55,10 +55,25 @@ def cpu_set(value: object) -> set[int]:
                for v in value):
             return {int(v) for v in value}
         return set()
-    try:
-        return set(parse_cpulist(str(value)))
-    except ValueError:
-        return set()
+    return set(_text_cpus(str(value)))
+
+
+_SEEN: dict[str, frozenset[int]] = {}  # the lists met so far: 100,000 threads share a few masks
+_ROOM = [1 << 16]  # lists and CPUs _SEEN may still take: no file makes it grow without limit
+
+
+def _text_cpus(text: str) -> frozenset[int]:
+    """The CPUs of a list string, parsed once per distinct string (a malformed one: none)."""
+    found = _SEEN.get(text)
+    if found is None:
+        try:
+            found = frozenset(parse_cpulist(text))
+        except ValueError:
+            found = frozenset()
+        if 1 + len(found) <= _ROOM[0]:
+            _SEEN[text] = found
+            _ROOM[0] -= 1 + len(found)
+    return found
 
 
 def parse_cpumask(text: str | None) -> list[int]:

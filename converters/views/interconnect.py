@@ -7,6 +7,9 @@ reader sees a process on node 7 feeding an NPU on node 6 without opening anythin
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter
+
 from witty_profiler.converters.context import GraphContext
 from witty_profiler.converters.render import Block, Column, Lines, Table, num, pct
 from witty_profiler.converters.views.common import (
@@ -29,6 +32,7 @@ from witty_profiler.topology.query import node_number
 from witty_profiler.topology.vocabulary import E, M, T
 
 LAYER = "interconnect"
+_ATTRS = attrgetter("attrs")
 # what the placement findings compute per process, shown on its placement row (its pages in pages_by_node)
 PLACEMENT_VALUES = ("remote_access_pct", "remote_runtime_pct", "remote_pages_pct", M.RUNTIME_SHARE_PCT)
 
@@ -77,7 +81,10 @@ def blocks(ctx: GraphContext) -> list[Block]:
     threads = [t for t in ctx.graph.entities(T.THREAD) if t.id in cited or (
         t.id in members and (t.attrs.get("numa_runtime_ns") or ctx.query.out_edges(t.id, E.RUNS_ON)))]
     groups: dict[str, list] = {}
-    for t in sorted(threads, key=lambda t: neg(_runtime(t))):
+    # by run time, busiest first; where no thread has a run time per node every key is the same and the
+    # order stays as it is, so the sort (a key for each of 100,000 threads) is left out
+    timed = any(map(dict.get, map(_ATTRS, threads), repeat("numa_runtime_ns")))
+    for t in sorted(threads, key=lambda t: neg(_runtime(t))) if timed else threads:
         groups.setdefault(ctx.query.process_of(t), []).append(t)
     ran = {pid: _some(ts, cited) for pid, ts in groups.items() if pid in placed}  # on the placement row
     users, pinned = rank(users, lambda p: (not ctx.query.out_edges(p.id, E.USES_DEVICE),
