@@ -12,9 +12,15 @@ copy-on-write and the benchmark stays light), then measures in the same run:
    interval (target: <= 2 % of one core over 30 s);
 3. with --cli, `witty-profiler collect --duration WINDOW` as a user runs it (a new process, every
    collector): its CPU time against what its collectors report as their own, so the share spent
-   outside them (start-up, imports, merging, writing the graph) shows.
+   outside them (start-up, imports, merging, writing the graph) shows;
+4. with --versus-node-exporter ROUNDS, a one-shot `witty-profiler collect --duration WINDOW` (every
+   collector, then without eBPF) against prometheus-node-exporter started for the same window and
+   scraped by curl every second (no per-process data: the floor of a host agent), in interleaved
+   rounds: the CPU time of each whole process tree (start-up, the window, writing), per round, and
+   the ratio of each collect to the exporter's in the same round, median and range.
 
 Usage: python3 benchmarks/collect_overhead.py [--procs 500] [--threads 4] [--window 30] [--samples 15] [--cli]
+       python3 benchmarks/collect_overhead.py --procs 300 --threads 7 --versus-node-exporter 5
 Prints one JSON object; BENCHMARKS.md records the figures.
 """
 
@@ -25,6 +31,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +47,8 @@ from witty_profiler.collectors.base import Context  # noqa: E402
 from witty_profiler.collectors.engine import discover, run_window  # noqa: E402
 from witty_profiler.collectors.process import ProcessCollector  # noqa: E402
 from witty_profiler.topology.gcpause import gc_paused  # noqa: E402
+
+from timing import Ratio, interleaved, machine  # noqa: E402
 
 
 def start_crowd(procs: int, threads: int) -> int:
@@ -207,6 +216,60 @@ def cli_cost(seconds: float) -> dict:
             "outside_collectors_pct": round(100 * (cpu - own) / cpu, 1) if cpu else None}
 
 
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+
+
+def children_cpu() -> float:
+    """CPU seconds of the waited-for children of this process and their own waited-for children."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def collect_once(seconds: float, extra: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "witty_profiler", "collect", "--duration", str(seconds), "-q", "-o",
+                        str(Path(tmp) / "graph.json"), *extra], check=True, cwd=tmp)
+
+
+def exporter_once(seconds: float) -> None:
+    """node_exporter up for `seconds`, scraped every second by a new curl, as a 1 s scraper would."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/metrics"
+    exporter = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        while subprocess.run(["curl", "-sf", "-o", "/dev/null", url]).returncode != 0:  # up yet?
+            if time.monotonic() - start > 10:
+                raise RuntimeError("node_exporter did not answer within 10 s")
+            time.sleep(0.05)
+        for i in range(1, int(seconds)):
+            time.sleep(max(0.0, start + i - time.monotonic()))
+            subprocess.run(["curl", "-sf", "-o", "/dev/null", url], check=True)
+    finally:
+        exporter.terminate()
+        exporter.wait()
+
+
+def versus_exporter(seconds: float, rounds: int) -> dict:
+    """One-shot collects against node_exporter + a 1 s scraper: CPU of each tree, interleaved rounds."""
+    times = interleaved({"exporter": lambda: exporter_once(seconds),
+                         "collect": lambda: collect_once(seconds, []),
+                         "collect -ebpf": lambda: collect_once(seconds, ["--collectors=-ebpf"])},
+                        rounds, clock=children_cpu, warmup=1)  # the warm-up compiles the eBPF program once
+    base = times.pop("exporter")
+    out = {"window_s": seconds, "rounds": rounds, "machine": machine(),
+           "exporter_cpu_s": [round(t, 3) for t in base],
+           "exporter_pct_of_one_core": round(statistics.median(base) / seconds * 100, 2)}
+    for name, t in times.items():
+        r = Ratio(t, base)
+        out[name] = {"cpu_s": [round(x, 3) for x in t], "pct_of_one_core": round(statistics.median(t) / seconds * 100, 2),
+                     "ratio_to_exporter": r.text()}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--procs", type=int, default=500)
@@ -215,8 +278,20 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--all-collectors", action="store_true", help="also time a window of every collector")
     ap.add_argument("--cli", action="store_true", help="also time `witty-profiler collect` in a process of its own")
+    ap.add_argument("--versus-node-exporter", type=int, metavar="ROUNDS",
+                    help="only: one-shot collects against node_exporter + curl every 1 s, this many rounds")
     args = ap.parse_args()
     crowd = start_crowd(args.procs, args.threads)
+    if args.versus_node_exporter:
+        try:
+            time.sleep(1.0)
+            result = {"extra_processes": args.procs, "threads_each": args.threads,
+                      "tasks_on_host": sum(1 for _ in Path("/proc").glob("[0-9]*/task/[0-9]*")),
+                      **versus_exporter(args.window, args.versus_node_exporter)}
+        finally:
+            stop_crowd(crowd)
+        print(json.dumps(result, indent=2))
+        return 0
     try:
         time.sleep(1.0)
         result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": {
