@@ -50,19 +50,10 @@ def raw_reader(maps: bool) -> None:
     pipes: dict[str, set[int]] = {}
     pipe_fds: list[tuple[str, str]] = []
     for pid in fdscan.pids(Path(proc)):
-        fd_dir = f"{proc}/{pid}/fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                target = os.readlink(f"{fd_dir}/{name}")
-            except OSError:
-                continue
+        for link, target in fd_links(f"{proc}/{pid}/fd"):
             if target.startswith("pipe:"):
                 pipes.setdefault(target, set()).add(pid)
-                pipe_fds.append((target, f"{fd_dir}/{name}"))
+                pipe_fds.append((target, link))
     for target, link in pipe_fds:
         if len(pipes[target]) >= 2:
             try:
@@ -83,6 +74,19 @@ def raw_reader(maps: bool) -> None:
     sockdiag.tcp_sockets()
 
 
+def fd_links(fd_dir: str):
+    """(path, target) of each descriptor in a /proc/PID/fd folder that can still be read."""
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return
+    for name in names:
+        try:
+            yield f"{fd_dir}/{name}", os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+
+
 def read(*paths: str) -> None:
     for path in paths:
         with open(path, "rb") as f:
@@ -93,16 +97,8 @@ def raw_connections() -> None:
     """One TCP sock_diag dump with tcp_info, and a readlink of every fd (to find the sockets' owners)."""
     sockdiag.tcp_sockets()
     for pid in fdscan.pids(Path("/proc")):
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                os.readlink(f"{fd_dir}/{name}")
-            except OSError:
-                pass
+        for _ in fd_links(f"/proc/{pid}/fd"):
+            pass
 
 
 def repeated(fn, n: int):
