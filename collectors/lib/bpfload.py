@@ -62,6 +62,7 @@ class Loaded:
         self._tables: dict[str, Any] = {}
         self._retired: list[int] = []  # perf events disabled, to be closed
         self.sym, self.ksym = bcc.BPF.sym, bcc.BPF.ksym  # bcc's symbol caches need no program
+        self.module = None  # no compiled module: what bcc's table classes ask it for, the image's specs give
         try:
             for spec in image.maps:
                 fd = self.lib.bcc_create_map(spec.type, spec.name.encode()[:15], spec.key_size, spec.leaf_size,
@@ -87,14 +88,15 @@ class Loaded:
         """bcc's table object over the map `name`."""
         name = name.decode() if isinstance(name, bytes) else name
         if name not in self._tables:
-            spec = next(s for s in self.image.maps if s.name == name)
-            cls = getattr(self.bcc.table, TABLE_CLASSES.get(spec.type, ""), None)
+            spec = next((s for s in self.image.maps if s.name == name), None)
+            cls = spec and getattr(self.bcc.table, TABLE_CLASSES.get(spec.type, ""), None)
+            if spec is None:
+                raise KeyError(f"no map {name} in the program")
             if cls is None:
                 raise KeyError(f"map {name}: type {spec.type} is not read here")
-            table = cls.__new__(cls)  # bcc's constructor asks a compiled module for what the spec holds
             decode = self.bcc.BPF._decode_table_type
-            table.bpf, table.map_id, table.map_fd, table._name, table._cbs = self, 0, self.map_fds[name], name, {}
-            table.Key, table.Leaf = decode(json.loads(spec.key_desc)), decode(json.loads(spec.leaf_desc))
+            # bcc's constructor asks the compiled module (None here: libbcc answers -1) for what the spec holds
+            table = cls(self, 0, self.map_fds[name], decode(json.loads(spec.key_desc)), decode(json.loads(spec.leaf_desc)))
             table.ttype, table.flags, table.max_entries = spec.type, spec.flags, spec.max_entries
             self._tables[name] = table
         return self._tables[name]
