@@ -95,15 +95,16 @@ def rank(items: Iterable[Any], key: Callable[[Any], Any], cited: set[str], ctx: 
     the workload's and the others, so that a budget that reads a few hundred rows ranks a few hundred
     workload threads, not the 100,000 threads of the host."""
     members = ctx.workload_members
+    in_workload = workload or (lambda x: ident(x) in members)
     items = list(items)
     ids = list(map(ident, items))
     pinned = list(map(cited.__contains__, ids))
     first = list(compress(items, pinned))
     rest = list(compress(items, map(not_, pinned)))
     inside = list(map(workload, rest)) if workload is not None else \
-        list(map(members.__contains__, compress(ids, map(not_, pinned))))
+        list(map(members.__contains__, compress(ids, map(not_, pinned))))  # in_workload, at C speed
     groups = [list(compress(rest, inside)), list(compress(rest, map(not_, inside)))]
-    first.sort(key=lambda x: (not (workload(x) if workload is not None else ident(x) in members), key(x), ident(x)))
+    first.sort(key=lambda x: (not in_workload(x), key(x), ident(x)))
     return Ranked(first, rest, lambda x: (key(x), ident(x)), groups), len(first)
 
 
