@@ -283,6 +283,14 @@ class EbpfCollector(Collector):
     def start(self) -> None:
         if self.bpf is None:
             return
+        try:
+            self._seed_started()
+        except BaseException:  # the engine calls no finish after a failed start: nothing may stay attached
+            self.bpf.cleanup()
+            self.bpf = None
+            raise
+
+    def _seed_started(self) -> None:
         self.t0_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the clock of bpf_ktime_get_ns
         # waits the program cannot have seen begin: those of the scope's threads count from now
         scope = self.ctx.cache.get("scope_pids") or self.ctx.pids or ()

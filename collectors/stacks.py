@@ -232,15 +232,15 @@ class StacksCollector(Collector):
         # py-spy samples the workload: the processes asked for, else those the process collector found
         scope = sorted(self.ctx.pids if self.ctx.pids is not None else self.ctx.cache.get("scope_pids") or ())
         if self.bpf is not None:
-            if self.ctx.pids is not None:
-                table = self.bpf[b"scope"]
-                for pid in scope:
-                    table[table.Key(pid)] = table.Leaf(1)
             try:
+                if self.ctx.pids is not None:
+                    table = self.bpf[b"scope"]
+                    for pid in scope:
+                        table[table.Key(pid)] = table.Leaf(1)
                 self.bpf.attach_perf_event(self.bcc.PerfType.SOFTWARE, self.bcc.PerfSWConfig.CPU_CLOCK,
                                            "on_sample", sample_freq=SAMPLE_HZ)
-            except Exception as exc:  # noqa: BLE001
-                self.problem = f"the CPU-clock perf event could not be attached: {exc}"
+            except Exception as exc:  # noqa: BLE001 - bcc's tables raise bare Exceptions
+                self.problem = f"the stack program could not be started (its scope map, the CPU-clock perf event): {exc}"
                 self.bpf.cleanup()
                 self.bpf = None
         if self.ctx.is_root:

@@ -3,6 +3,7 @@ files on disk; live, a kept image the kernel refuses is compiled again."""
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import struct
@@ -14,7 +15,7 @@ from ebpf_support import ebpf_ready
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.ebpf import SYSCALLS, EbpfCollector, program
-from witty_profiler.collectors.lib import bpfcache
+from witty_profiler.collectors.lib import bpfcache, bpfload, privatefolder
 from witty_profiler.collectors.lib.bpfcache import IMAGES, ImageCache, image_key, read_private, write_private
 from witty_profiler.collectors.lib.bpfhost import kernel_headers, load_bcc, tracefs
 from witty_profiler.collectors.lib.bpfimage import Image, ImageError, MapSpec, map_references, tracepoints_of
@@ -124,6 +125,44 @@ def test_a_file_of_another_user_is_not_read(tmp_path):
         read_private(tmp_path / "k.json")
 
 
+def test_no_folder_above_may_be_a_link_or_writable_by_another_user(tmp_path):
+    (tmp_path / "real").mkdir()
+    write_private(tmp_path / "real" / "images" / "k.json", "text")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(OSError, match="link is not a folder that can be opened without following a link"):
+        read_private(tmp_path / "link" / "images" / "k.json")
+    (tmp_path / "real").chmod(0o777)  # anyone could rename images/ away and put their own in its place
+    with pytest.raises(OSError, match="real may be written by others"):
+        read_private(tmp_path / "real" / "images" / "k.json")
+    (tmp_path / "real").chmod(0o1777)  # sticky, as /tmp: others cannot rename what is not theirs
+    assert read_private(tmp_path / "real" / "images" / "k.json") == "text"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_folder_above_of_another_user_is_refused(tmp_path):
+    write_private(tmp_path / "theirs" / "images" / "k.json", "text")
+    os.chown(tmp_path / "theirs", 65534, 65534)  # its owner could swap images/ for anything
+    with pytest.raises(OSError, match="theirs belongs to uid 65534"):
+        read_private(tmp_path / "theirs" / "images" / "k.json")
+
+
+def test_a_folder_on_a_users_fuse_mount_is_refused(tmp_path):
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("22 1 0:21 / / rw - ext4 /dev/vda rw\n"
+                         f"90 22 0:50 / {tmp_path}/mnt rw,nosuid - fuse.sshfs host: rw,user_id=1000\n")
+    with pytest.raises(OSError, match="lies on a FUSE file system"):
+        privatefolder._refuse_fuse(tmp_path / "mnt" / "images", str(mountinfo))
+    privatefolder._refuse_fuse(tmp_path / "elsewhere", str(mountinfo))  # beside it: fine
+
+
+def test_only_the_newest_images_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(privatefolder, "KEEP_NEWEST", 3)
+    for i in range(5):
+        write_private(tmp_path / "images" / f"{i}.json", "text")
+        os.utime(tmp_path / "images" / f"{i}.json", (i, i))  # written in this order
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == ["2.json", "3.json", "4.json"]
+
+
 # -- the cache ----------------------------------------------------------------------------------
 @pytest.fixture
 def compiles(monkeypatch, tmp_path):
@@ -186,3 +225,32 @@ def test_a_kept_image_the_kernel_refuses_is_compiled_again(tmp_path, monkeypatch
     finally:
         collector.finish()
     assert Image.from_json(read_private(tmp_path / f"{key}.json"), key).functions[names[0]] != EXIT  # replaced
+
+
+@pytest.mark.parametrize("where, code, compiles_again", [
+    ("cached on disk", errno.EINVAL, True),  # the verifier refused a kept image: it may be stale
+    ("cached on disk", errno.ENOMEM, False),  # the host is short of memory: compiling would not help
+    ("cached in memory", errno.EINVAL, False),  # the same bytes this process loaded before
+])
+def test_only_a_kept_image_the_verifier_refuses_is_compiled_again(monkeypatch, where, code, compiles_again):
+    asked = []
+
+    def image(bcc, text, source, tracefs, fresh=False):
+        asked.append(fresh)
+        return _image(), {"program": "compiled" if fresh else where, "program_cache": "f"}
+
+    def loaded(bcc, image, prog_types):
+        if len(asked) == 1:
+            raise OSError(code, "refused")
+        return "loaded"
+
+    monkeypatch.setattr(bpfload.IMAGES, "image", image)
+    monkeypatch.setattr(bpfload, "Loaded", loaded)
+    if compiles_again:
+        program, said = bpfload.load_program(BCC, "text", None)
+        assert program == "loaded" and said["program_cache"] == "the kept image was refused ([Errno 22] refused): " \
+                                                               "compiled again"
+    else:
+        with pytest.raises(OSError, match="refused"):
+            bpfload.load_program(BCC, "text", None)
+    assert asked == ([False, True] if compiles_again else [False])

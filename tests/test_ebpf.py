@@ -506,7 +506,8 @@ def test_a_later_window_loads_what_the_first_one_compiled_and_none_stays_attache
 
 
 def _bpf_links(pid: int) -> list[str]:
-    """The bpf programs and maps a process holds open, by the names /proc gives their descriptors."""
+    """The bpf programs, maps and perf events (tracepoints attached) a process holds open, by the names
+    /proc gives their descriptors."""
     fds = Path(f"/proc/{pid}/fd")
     links = []
     for fd in fds.iterdir():
@@ -514,7 +515,7 @@ def _bpf_links(pid: int) -> list[str]:
             links.append(os.readlink(fd))
         except OSError:
             continue
-    return [link for link in links if link.startswith("anon_inode:bpf")]
+    return [link for link in links if link.startswith(("anon_inode:bpf", "anon_inode:[perf_event]"))]
 
 
 IN_A_CONTAINER = """

@@ -3,14 +3,15 @@
 Compiling costs 0.25-0.6 s of CPU and 110-140 MiB at clang's peak, every run of a one-shot
 `collect`; loading a kept image takes a few milliseconds (collectors.lib.bpfimage). An image is
 kept under a key of everything clang's output depends on: the program's text and flags, bcc's
-version, the running kernel (release and build), the kernel headers compiled against, and the
-format of every tracepoint the program reads (bcc builds the argument structs from those files).
+version and the libbcc file it loaded (with its clang), the environment variables libbcc reads, the
+running kernel (release and build), the kernel headers compiled against, and the format of every
+tracepoint the program reads (bcc builds the argument structs from those files).
 Any change of one of them is another key, so a kernel upgrade compiles once again.
 
-On disk: /var/cache/witty-profiler/bpf, or the folder WITTY_BPF_CACHE names ("off": none). What is
-kept there is loaded into the kernel by root, so a file is used only when it and its folder belong
-to this user and nobody else may write them; anything else is a miss (compile) with the reason in
-the collector's status, never an error.
+On disk: /var/cache/witty-profiler/bpf, or the folder WITTY_BPF_CACHE names ("off": none); the 64
+newest images are kept. What is kept there is loaded into the kernel by root, so a file is used only
+when it, its folder and every folder above pass collectors.lib.privatefolder's checks; anything else
+is a miss (compile) with the reason in the collector's status, never an error.
 
 Why not a precompiled CO-RE object where the kernel has BTF: it would be a second text of every
 program in libbpf's dialect (bcc's TRACEPOINT_PROBE, BPF_HASH and lookup_or_try_init do not exist
@@ -24,18 +25,18 @@ import hashlib
 import json
 import os
 import platform
-import stat
-import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
 
 from witty_profiler.collectors.lib.bpfimage import FORMAT, Image, ImageError, compile_image, tracepoints_of
+from witty_profiler.collectors.lib.privatefolder import private_folder, read_file, write_file
 
 DEFAULT_DIR = Path("/var/cache/witty-profiler/bpf")
 ENV = "WITTY_BPF_CACHE"
 MAX_FILE = 4 << 20  # an image is a few KiB
 MEMORY_MAX = 8  # images kept in this process (one per program variant)
+BCC_ENV = ("BCC_KERNEL_MODULES_SUFFIX", "BCC_LINUX_VERSION_CODE", "ARCH")  # read by libbcc as it compiles
 
 
 def cache_dir() -> Path | None:
@@ -52,6 +53,7 @@ def image_key(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Pa
     tree = Path(kernel_source) if kernel_source else Path("/lib/modules") / uname.release / "build"
     parts = [FORMAT, getattr(bcc, "__version__", "?"), text, "-w", uname.release, uname.version, str(tree),
              _read(tree / "include" / "generated" / "utsrelease.h"), _stamp(tree / "include" / "generated" / "autoconf.h")]
+    parts += [_libbcc_identity(), *(os.environ.get(name, "") for name in BCC_ENV)]
     for category, event in tracepoints_of(text):
         parts.append(_read(tracefs / "events" / category / event / "format") if tracefs else "")
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
@@ -63,6 +65,8 @@ class ImageCache:
     def __init__(self) -> None:
         self._memory: dict[str, Image] = {}
         self._lock = threading.Lock()
+        # one compile at a time: clang's stderr and BCC_KERNEL_SOURCE are the process's own
+        self._compiling = threading.Lock()
 
     def image(self, bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None,
               fresh: bool = False) -> tuple[Image, dict[str, str]]:
@@ -86,8 +90,13 @@ class ImageCache:
                 pass
             except (OSError, ImageError) as exc:
                 said["program_cache"] = f"{path} not used: {exc}"
-        image = compile_image(bcc, text, kernel_source)
-        self._remember(key, image)
+        with self._compiling:
+            with self._lock:
+                image = None if fresh else self._memory.get(key)
+            if image is not None:  # another window compiled it meanwhile
+                return image, {**said, "program": "cached in memory"}
+            image = compile_image(bcc, text, kernel_source)
+            self._remember(key, image)
         if path is not None:
             try:
                 write_private(path, image.to_json(key))
@@ -107,43 +116,27 @@ class ImageCache:
 
 
 def read_private(path: Path) -> str:
-    """The text of `path` when it and its folder belong to this user and nobody else may write
-    them (OSError saying why otherwise; FileNotFoundError when there is none)."""
-    _check_private(os.lstat(path.parent), f"{path.parent}")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path} is not a regular file")
-        _check_private(st, str(path))
-        data = f.read(MAX_FILE + 1)
-    if len(data) > MAX_FILE:
-        raise OSError(f"{path} is larger than {MAX_FILE} bytes")
-    return data.decode("utf-8", "replace")
+    """The text of `path` when it and every folder above it pass collectors.lib.privatefolder's checks
+    (OSError saying why otherwise; FileNotFoundError when there is none)."""
+    with private_folder(path.parent, create=False) as folder:
+        return read_file(folder, path.name, MAX_FILE).decode("utf-8", "replace")
 
 
 def write_private(path: Path, text: str) -> None:
-    """`text` to `path` (mode 0600, written aside and renamed: a reader never sees half a file), its
-    folder made 0700 when it is new and refused when another user may write it."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check_private(os.lstat(path.parent), str(path.parent))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".image-")
+    """`text` to `path` through collectors.lib.privatefolder (its folder made 0700 where missing)."""
+    with private_folder(path.parent, create=True) as folder:
+        write_file(folder, path.name, text.encode())
+
+
+def _libbcc_identity() -> str:
+    """The libbcc (and its built-in clang) this process loaded: its file's path, size and mtime, from
+    /proc/self/maps; the Python module's version alone does not change with a rebuild of the library."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _check_private(st: os.stat_result, what: str) -> None:
-    if stat.S_ISLNK(st.st_mode):
-        raise OSError(f"{what} is a symbolic link")
-    if st.st_uid != os.geteuid():
-        raise OSError(f"{what} belongs to uid {st.st_uid}")
-    if st.st_mode & 0o022:
-        raise OSError(f"{what} may be written by others (mode {stat.S_IMODE(st.st_mode):o})")
+        with open("/proc/self/maps") as f:
+            path = next((line.split(None, 5)[5].strip() for line in f if "/libbcc.so" in line), "")
+    except (OSError, IndexError):
+        return ""
+    return f"{path}:{_stamp(Path(path))}" if path else ""
 
 
 def _read(path: Path) -> str:

@@ -9,6 +9,7 @@ everything it opened is closed by `cleanup`, or by the kernel when the process e
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -31,6 +32,7 @@ from witty_profiler.collectors.lib.bpfimage import (
 TRACEPOINT_FN_PREFIX = "tracepoint__"  # bcc names a TRACEPOINT_PROBE's function after its tracepoint
 LOG_SIZE = 1 << 16  # the verifier's log, read when a load fails
 PERF_EVENT_IOC_DISABLE = 0x2401
+REFUSED = (errno.EINVAL, errno.EACCES, errno.E2BIG)  # the verifier's answers to a program it rejects
 
 
 def load_program(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None = None,
@@ -43,11 +45,16 @@ def load_program(bcc: ModuleType, text: str, kernel_source: str | None, tracefs:
     try:
         return Loaded(bcc, image, prog_types), said
     except OSError as exc:
-        if said["program"] == "compiled":
+        # only an image read from disk can be stale; a refused map (ENOMEM, EPERM) is not the image's fault
+        if said["program"] != "cached on disk" or exc.errno not in REFUSED:
             raise
+        refused = exc
+    try:
         image, said = IMAGES.image(bcc, text, kernel_source, tracefs, fresh=True)
-        said["program_cache"] = f"the kept image was refused ({exc}): compiled again"
-        return Loaded(bcc, image, prog_types), said
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}; the kept image had been refused: {refused}") from None
+    said["program_cache"] = f"the kept image was refused ({refused}): compiled again"
+    return Loaded(bcc, image, prog_types), said
 
 
 class Loaded:
@@ -115,9 +122,9 @@ class Loaded:
         fd = self.lib.bcc_prog_load(prog_type, name.encode()[:15], buf, len(code), self.image.license.encode(),
                                     self.image.kern_version, 0, log, LOG_SIZE)
         if fd < 0:
-            errno = ctypes.get_errno()
+            code = ctypes.get_errno()
             said = log.value.decode("utf-8", "replace").strip().splitlines()
-            raise OSError(errno, f"the kernel refused {name}: {os.strerror(errno)}" + (f" ({said[-1]})" if said else ""))
+            raise OSError(code, f"the kernel refused {name}: {os.strerror(code)}" + (f" ({said[-1]})" if said else ""))
         self.prog_fds[name] = fd
         return fd
 
@@ -154,7 +161,8 @@ class Loaded:
             self._retire(fd)
 
     def _retire(self, perf_fd: int) -> None:
-        """The program stops running on that event now; the descriptor is closed by cleanup."""
+        """A perf event stops sampling now (PERF_EVENT_IOC_DISABLE); a tracepoint's program runs until
+        its event is closed, which cleanup does without waiting for it."""
         try:
             fcntl.ioctl(perf_fd, PERF_EVENT_IOC_DISABLE, 0)
         except OSError:
@@ -162,34 +170,49 @@ class Loaded:
         self._retired.append(perf_fd)
 
     def cleanup(self) -> None:
-        """Everything detached now and closed in the background: closing a tracepoint's perf event
-        waits for an RCU grace period, 50-80 ms each, which the window's end need not wait for. The
-        maps are freed with their last descriptor."""
+        """Everything detached and closed, in the background: closing a perf event waits for an RCU
+        grace period (50-80 ms), which the window's end need not wait for. Each event is closed by a
+        thread of its own, so that their grace periods overlap and every program stops within one;
+        the programs and maps (freed with their last descriptor) are closed after them."""
         for tp in list(self.tracepoint_fds):
             self.detach_tracepoint(tp)
         for event in list(self.open_perf_events):
             self.detach_perf_event(*event)
-        fds = [*self._retired, *self.prog_fds.values(), *self.map_fds.values()]
+        events, rest = self._retired, [*self.prog_fds.values(), *self.map_fds.values()]
         self._retired, self._tables = [], {}
         self.prog_fds.clear()
         self.map_fds.clear()
-        closer = threading.Thread(target=_close_all, args=(fds,), name="bpf-close", daemon=True)
+        closer = threading.Thread(target=_close_all, args=(events, rest), name="bpf-close", daemon=True)
+        with _CLOSING_LOCK:
+            CLOSING[:] = [t for t in CLOSING if t.is_alive()]
+            CLOSING.append(closer)
         closer.start()
-        CLOSING.append(closer)
 
 
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+def _close_all(events: list[int], rest: list[int]) -> None:
+    closers = [threading.Thread(target=_close, args=(fd,), daemon=True) for fd in events]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    for fd in rest:
+        _close(fd)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def settle() -> None:
     """Wait until every descriptor a cleanup handed to the background is closed."""
-    while CLOSING:
-        CLOSING.pop().join()
+    with _CLOSING_LOCK:
+        pending = list(CLOSING)
+    for t in pending:
+        t.join()
 
 
+_CLOSING_LOCK = threading.Lock()
 CLOSING: list[threading.Thread] = []  # cleanups still closing descriptors
