@@ -71,15 +71,15 @@ def run(args: argparse.Namespace) -> int:
     args = with_config(args)
     if args.start is not None or args.end != "now" or args.match or args.step is not None:
         raise InputError("--start, --end, --step and --match read a past window from Prometheus: add --prometheus URL")
-    from witty_profiler.collectors.engine import run_window
-    from witty_profiler.topology import dumps_graph
     validate_window(args.duration, args.interval)
     target = args.output or DEFAULT_FILE
-    check_output(target, args.force)  # before the window is spent
+    check_output(target, args.force)  # before the window is spent, and before the collectors are imported
     if args.stacks_out and args.stacks_out != "-":
         check_output(args.stacks_out, args.force)
     elif args.stacks_out == "-":
         raise InputError("--stacks-out needs a file (stdout carries the graph with -o -)")
+    from witty_profiler.collectors.engine import run_window
+    from witty_profiler.topology import dumps_graph
     graph = run_window(args.duration, args.interval, pids=args.pid or None, collectors=collector_names(args.collectors),
                        progress=None if args.quiet else window_progress(sys.stderr), host=args.host, job=args.job,
                        stacks=args.stacks, stacks_out=args.stacks_out)
