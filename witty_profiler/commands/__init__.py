@@ -28,7 +28,7 @@ HELP = {
     "query": "query a graph: by type/predicate, neighbours, k-hop subgraph, top-N, paths",
     "reference": "print a generated reference page (collectors, mcp-tools, rest-api)",
     "serve": "monitor this host continuously; REST API and MCP on 127.0.0.1:18090",
-    "skill": "install, validate or evaluate the bottleneck-identification Agent Skill",
+    "skill": "install, validate or evaluate the Agent Skills (bottleneck identification, data-flow topology, hotspot threads)",
     "tokens": "count cl100k_base tokens of files (offline)",
 }
 

@@ -1,4 +1,4 @@
-"""`witty-profiler skill install|validate|eval`: the bottleneck-identification Agent Skill.
+"""`witty-profiler skill install|validate|eval|layers`: the Agent Skills the package ships (bottleneck identification, data-flow topology, hotspot threads).
 
 The skill ships inside the package (`witty_profiler/skill`, a link to
 `skills/bottleneck-identification` in the repository), so these commands work after a plain
@@ -207,13 +207,13 @@ def _run_layers(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("skill", help="install, validate or evaluate the bottleneck-identification Agent Skill")
+    p = sub.add_parser("skill", help="install, validate or evaluate the Agent Skills (bottleneck identification, data-flow topology, hotspot threads)")
     actions = p.add_subparsers(dest="skill_command", metavar="ACTION", parser_class=type(p))
-    inst = actions.add_parser("install", help=f"copy the skill into ~/.claude/skills/{SKILL_NAME} or DIR/{SKILL_NAME}")
+    inst = actions.add_parser("install", help="copy every skill into ~/.claude/skills/NAME or DIR/NAME")
     inst.add_argument("--dest", metavar="DIR", help="skills directory (default ~/.claude/skills)")
     inst.add_argument("--force", action="store_true", help="replace a different copy already there")
     inst.set_defaults(handler=_run_install)
-    val = actions.add_parser("validate", help="check frontmatter, size limits, references and evals of a skill folder")
+    val = actions.add_parser("validate", help="check frontmatter, size limits, references and evals of every skill, or of one folder")
     val.add_argument("path", nargs="?", help="skill folder (default: the one shipped with this package)")
     val.set_defaults(handler=_run_validate)
     ev = actions.add_parser("eval", help="run the skill's evals (evals/run_evals.py)",
