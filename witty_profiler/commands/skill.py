@@ -1,4 +1,5 @@
-"""`witty-profiler skill install|validate|eval|layers`: the Agent Skills the package ships (bottleneck identification, data-flow topology, hotspot threads).
+"""`witty-profiler skill install|validate|eval|layers`: the Agent Skills the package ships (bottleneck
+identification, data-flow topology, hotspot threads).
 
 The skill ships inside the package (`witty_profiler/skill`, a link to
 `skills/bottleneck-identification` in the repository), so these commands work after a plain
