@@ -60,6 +60,18 @@ def test_the_python_count_of_odd_text_is_tiktokens():
         assert tokens._python_count(text) == _tiktoken(text), text
 
 
+def test_a_text_counts_as_the_sum_of_its_lines_cut_before_what_is_not_white_space():
+    """Counted line by line (cut where a newline meets a character that is not white space); the pieces
+    that take newlines, white space before a newline, CRLF and the other line breaks never cross a cut."""
+    rnd = random.Random(11)
+    alphabet = ["a", "b", " ", "  ", "\n", "\n\n", "\r\n", "\r", "|", "-", "1", "23", "é", "中", "'s", "\t", " \n",
+                "!", "\u00a0", "x\n  y", "🙂", "\u2028", "\x0b", "\x0c", "\x85", "'ll", "\n'", "\n1", "\n ", "\u3000",
+                "\x1c", "\u2029", "\u1680", "\x1e\n"]
+    for _ in range(3000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 40)))
+        assert tokens._python_count(text) == _tiktoken(text), repr(text)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "witty_profiler", "tokens", *args], capture_output=True, text=True)
 

@@ -33,7 +33,7 @@ class Graph:
         self._entities: dict[str, Entity] = {}
         self._edges: dict[str, Edge] = {}
         self._ends: dict[str, tuple[list[str], list[str]]] | None = None  # entity -> (edges out, edges in)
-        self._by_type: dict[str, list[str]] | None = None
+        self._by_type: dict[str, list[Entity]] | None = None
         self._edges_by_type: dict[str, list[Edge]] | None = None
         self._derived: dict[str, Any] = {}  # what readers compute from the graph (see `derived`)
         self.extra: dict[str, Any] = {}  # unknown top-level fields of the file, kept for the round trip
@@ -137,7 +137,7 @@ class Graph:
         """Entities in id order, optionally of one type."""
         if kind is None:
             return [self._entities[k] for k in sorted(self._entities)]
-        return list(map(self._entities.__getitem__, self._type_index().get(kind, ())))
+        return list(self._type_index().get(kind, ()))
 
     def edges(self, kind: str | None = None) -> list[Edge]:
         """Edges in id order, optionally of one type."""
@@ -171,11 +171,14 @@ class Graph:
     def dangling_edges(self) -> list[Edge]:
         return [e for e in self.edges() if e.source not in self._entities or e.target not in self._entities]
 
-    def _type_index(self) -> dict[str, list[str]]:
+    def _type_index(self) -> dict[str, list[Entity]]:
+        """type -> its entities in id order; an entity added resets it, one merged into keeps its object."""
         if self._by_type is None:
-            by_type: dict[str, list[str]] = {}
-            for eid in sorted(self._entities):
-                by_type.setdefault(self._entities[eid].type, []).append(eid)
+            by_type: dict[str, list[Entity]] = {}
+            entities = self._entities
+            for eid in sorted(entities):
+                entity = entities[eid]
+                by_type.setdefault(entity.type, []).append(entity)
             self._by_type = by_type
         return self._by_type
 
