@@ -42,8 +42,10 @@ class HttpGuard:
 
 
 async def _refuse(send, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """The refusal, and the connection closed after it: the request's body is never read, and a client
+    that was refused gets no second try on the same connection."""
     body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
+                            (b"connection", b"close"), *headers]})
     await send({"type": "http.response.body", "body": body})

@@ -116,7 +116,10 @@ def test_the_guard_checks_host_then_origin_then_token():
     assert status({"Host": "127.0.0.1:8000"}) == 401
     assert status({**good, "Authorization": f"Bearer {TOKEN}x"}) == 401
     assert status({**good, "Authorization": f"Basic {TOKEN}"}) == 401
-    assert anyio.run(_call, guard, {"Host": "127.0.0.1:8000"})[1][b"www-authenticate"].startswith(b"Bearer")
+    refused = anyio.run(_call, guard, {"Host": "127.0.0.1:8000"})[1]
+    assert refused[b"www-authenticate"].startswith(b"Bearer") and refused[b"connection"] == b"close"
+    assert anyio.run(_call, guard, {**good, "Origin": "http://evil.example"})[1][b"connection"] == b"close"
+    assert b"connection" not in anyio.run(_call, guard, good)[1]  # an accepted request keeps its connection
     open_guard = HttpGuard(ok, hosts, allowed_origins(hosts), None)
     assert anyio.run(_call, open_guard, {"Host": "localhost:8000"})[0] == 200
 

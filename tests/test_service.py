@@ -241,6 +241,14 @@ def test_with_a_token_every_endpoint_wants_it(tmp_path):
                 assert answer.headers["www-authenticate"].startswith("Bearer")
         assert Http(c.port).post("/api/v1/stop").status_code == 401
         assert c.get("/api/v1/status").json()["monitor"]["running"]  # the refused stop did nothing
+        # a refused request's body is never read: the server answers and closes, it does not wait for it
+        with socket.create_connection(("127.0.0.1", c.port), timeout=10) as raw:
+            raw.sendall(f"POST /api/v1/stop HTTP/1.1\r\nHost: 127.0.0.1:{c.port}\r\nContent-Length: 1000000\r\n"
+                        "\r\nfirst bytes of a body that never comes".encode())
+            answer = b""
+            while chunk := raw.recv(65536):  # b"": the server closed the connection
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 401") and b"connection: close" in answer.lower()
 
 
 def test_host_and_origin_are_validated_on_every_endpoint(tmp_path):
