@@ -47,7 +47,7 @@ class HostRun:
     host: str
     argv: list[str]
     # the launcher's stdin held open (never written) for as long as it runs: the remote side ends its
-    # command when it sees that stdin close (ssh's remote_watched), so a cancelled launcher ends it too
+    # command when it sees that stdin close (`watched`), so a cancelled launcher ends it too
     hold_stdin: bool = False
 
 
@@ -167,6 +167,20 @@ def end_group(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:
             except subprocess.TimeoutExpired:
                 pass
     proc.wait()
+
+
+# Neither sshd nor a container runtime's exec sends a signal to a command without a terminal when its client
+# goes (and a terminal would turn the graph's newlines into CRLF), so the remote shell watches its stdin, which
+# the local side holds open and never writes: when it closes (the local ssh or kubectl ended, the connection
+# broke), the command's process group (setsid gives it its own where util-linux is there) is ended with SIGTERM
+_WATCHED = ('exec 3<&0; if command -v setsid >/dev/null 2>&1; then setsid "$@" <&- & else "$@" <&- & fi; c=$!; '
+            '{ cat <&3 >/dev/null 2>&1; kill -TERM "-$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null; } '
+            '>/dev/null 2>&1 & w=$!; wait "$c"; s=$?; kill "$w" 2>/dev/null; exit "$s"')
+
+
+def watched(command: list[str]) -> list[str]:
+    """`command` under a POSIX shell that ends it when its stdin closes (run with hold_stdin=True)."""
+    return ["sh", "-c", _WATCHED, "sh", *command]
 
 
 def collect_args(duration_s: float, interval_s: float, host: str | None = None, job: str | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from witty_profiler.cluster.fanout import HostResult, HostRun, ask, collect_args
+from witty_profiler.cluster.fanout import HostResult, HostRun, ask, collect_args, watched
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import check_host_name
 
@@ -39,10 +39,12 @@ def kube_runs(pods: list[tuple[str, str]], namespace: str, duration_s: float, in
     runs = []
     for pod, node in pods:
         check_host_name(node)
-        # no -t/-i: a terminal would turn the graph's newlines into CRLF and mix stderr into it
-        argv = [kubectl, "exec", "-n", namespace, pod]
+        # no -t: a terminal would turn the graph's newlines into CRLF and mix stderr into it; -i: the command's
+        # stdin is held open from here, and the shell around it ends it when that closes (a process that exec
+        # started is not ended when kubectl goes: a cancelled fan-out would leave it collecting)
+        argv = [kubectl, "exec", "-i", "-n", namespace, pod]
         if container:
             argv += ["-c", container]
-        argv += ["--", *shlex.split(remote_command), *collect_args(duration_s, interval_s, node, job, collectors)]
-        runs.append(HostRun(node, argv))
+        command = [*shlex.split(remote_command), *collect_args(duration_s, interval_s, node, job, collectors)]
+        runs.append(HostRun(node, argv + ["--", *watched(command)], hold_stdin=True))
     return runs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from witty_profiler.cluster.fanout import HostRun, collect_args, host_name
+from witty_profiler.cluster.fanout import HostRun, collect_args, host_name, watched
 from witty_profiler.topology.errors import InputError
 
 
@@ -58,15 +58,7 @@ def ssh_runs(targets: list[str], duration_s: float, interval_s: float, remote_co
     return runs
 
 
-# sshd sends no signal to a command without a terminal when its client goes (and a terminal would turn the
-# graph's newlines into CRLF), so the remote shell watches its stdin, which the local side holds open and never
-# writes: when it closes (the local ssh ended, the connection broke), the command's process group (setsid
-# gives it its own where util-linux is there) is ended with SIGTERM
-_WATCHED = ('exec 3<&0; if command -v setsid >/dev/null 2>&1; then setsid "$@" <&- & else "$@" <&- & fi; c=$!; '
-            '{ cat <&3 >/dev/null 2>&1; kill -TERM "-$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null; } '
-            '>/dev/null 2>&1 & w=$!; wait "$c"; s=$?; kill "$w" 2>/dev/null; exit "$s"')
-
-
 def remote_watched(command: list[str]) -> str:
-    """The remote shell's command line: `command`, ended when the ssh client goes away."""
-    return shlex.join(["sh", "-c", _WATCHED, "sh", *command])
+    """The remote shell's command line (ssh hands it one string): `command`, ended when the ssh client goes
+    away (fanout.watched: sshd sends no signal to a command without a terminal)."""
+    return shlex.join(watched(command))

@@ -32,17 +32,20 @@ def test_kubectl_fan_out_runs_collect_in_each_running_pod(tmp_path):
     assert hosts["node-c"]["reason"] == "pod wp-c is Pending"
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     execs = sorted(c for c in calls if c[0] == "exec")
-    # no -t/-i (a terminal would mangle the graph); the node's name is the host's name
-    assert [c[:4] for c in execs] == [["exec", "-n", "witty-profiler", "wp-a"], ["exec", "-n", "witty-profiler", "wp-b"]]
-    assert all("-t" not in c and "-i" not in c for c in execs)
+    # no -t (a terminal would mangle the graph); -i: the command's stdin is watched (see the Ctrl-C test); the
+    # node's name is the host's name
+    assert [c[:5] for c in execs] == [["exec", "-i", "-n", "witty-profiler", "wp-a"],
+                                      ["exec", "-i", "-n", "witty-profiler", "wp-b"]]
+    assert all("-t" not in c for c in execs) and all(c[c.index("--") + 1:][:2] == ["sh", "-c"] for c in execs)
     assert execs[0][execs[0].index("--host") + 1] == "node-a"
     graph = json.loads((out / "node-a.json").read_text())
     assert graph["meta"]["hosts"] == ["node-a"]
 
 
 def test_ctrl_c_ends_every_kubectl_exec_and_what_it_started(tmp_path):
-    """Ctrl-C while each pod's command runs: every kubectl exec (here, the command itself and the child it
-    started, in kubectl's process group) is ended, the manifest names the hosts cancelled, exit 130."""
+    """Ctrl-C while each pod's command runs: every kubectl exec is ended, and with it the command in the pod
+    and the child it started (a session of their own that kubectl's end does not reach: the shell around the
+    command sees its stdin close), the manifest names the hosts cancelled, exit 130."""
     mark, out = new_mark(), tmp_path / "graphs"
     # each "pod" runs a shell that waits for a child of its own: two processes per pod, neither of them ever done
     remote = f"env {KEY}={mark} sh -c 'sleep 600 & wait'"
