@@ -311,7 +311,10 @@ def test_the_collector_counts_a_process_live_with_software_events(monkeypatch, a
     assert c.status.extra["counted"] == ("user and kernel" if as_root else "user space")
     task_clock_s = counts[f"process:live:{child.pid}"].values["core/cycles"] / 1e9
     used_s = usage.ru_utime + usage.ru_stime  # includes the interpreter's start, before the groups opened
-    assert 0.6 * used_s < task_clock_s <= used_s * 1.05 + 0.01, (task_clock_s, used_s)
+    # the task clock of the inherited threads and the kernel's rusage part ways by a few per cent when the
+    # host is busy (0.81 s against 0.76 s once, the whole suite running): the bound says "this process's
+    # time", not "to the tick"
+    assert 0.6 * used_s < task_clock_s <= used_s * 1.1 + 0.03, (task_clock_s, used_s)
     p = g.entity(f"process:live:{child.pid}")
     assert p.attrs["pmu_threads_counted"] == 1  # its main thread; the two it started came in by inherit
     assert p.metrics["pmu_running_pct"] == 100.0
