@@ -278,6 +278,13 @@ def test_the_syscall_counts_a_process_and_the_threads_it_starts():
 
 
 @pytest.mark.live
+
+def _steal_s() -> float:
+    """CPU time the hypervisor took from this VM, all CPUs together, so far (/proc/stat's steal; 0 where none)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 @pytest.mark.parametrize("as_root", [True, False])
 def test_the_collector_counts_a_process_live_with_software_events(monkeypatch, as_root):
     """The whole collector on the real kernel (per-thread groups with inherit, group reads, scaling,
@@ -296,10 +303,12 @@ def test_the_collector_counts_a_process_live_with_software_events(monkeypatch, a
     ctx = Context(host="live")
     ctx.cache["scope_pids"] = [child.pid]
     c = PmuCollector(ctx, perf=SoftwareStandIn())
+    stolen = _steal_s()
     c.start()
     child.stdin.write(b"g")
     child.stdin.close()
     _, status, usage = os.wait4(child.pid, 0)
+    stolen = _steal_s() - stolen
     child.returncode = os.waitstatus_to_exitcode(status)
     counts = {}
     for subject, groups in c.groups.items():
@@ -311,10 +320,9 @@ def test_the_collector_counts_a_process_live_with_software_events(monkeypatch, a
     assert c.status.extra["counted"] == ("user and kernel" if as_root else "user space")
     task_clock_s = counts[f"process:live:{child.pid}"].values["core/cycles"] / 1e9
     used_s = usage.ru_utime + usage.ru_stime  # includes the interpreter's start, before the groups opened
-    # the task clock of the inherited threads and the kernel's rusage part ways by a few per cent when the
-    # host is busy (0.81 s against 0.76 s once, the whole suite running): the bound says "this process's
-    # time", not "to the tick"
-    assert 0.6 * used_s < task_clock_s <= used_s * 1.1 + 0.03, (task_clock_s, used_s)
+    # the task clock runs on while the hypervisor steals the CPU, which the kernel's own accounting (rusage)
+    # leaves out: 1.00 s against 0.78 s once on a busy VM. What was stolen meanwhile is allowed for.
+    assert 0.6 * used_s < task_clock_s <= used_s * 1.05 + 0.01 + stolen, (task_clock_s, used_s, stolen)
     p = g.entity(f"process:live:{child.pid}")
     assert p.attrs["pmu_threads_counted"] == 1  # its main thread; the two it started came in by inherit
     assert p.metrics["pmu_running_pct"] == 100.0
