@@ -20,13 +20,13 @@ from typing import Any
 from witty_profiler.topology.models import ATTR_TYPES, Edge, Entity
 
 MAX_MAGNITUDE = 1e18  # bytes, nanoseconds, pages: a real value stays far below; 1e308 would overflow the sums
-ENTITY_FIELDS = frozenset(("id", "type", "attrs", "metrics"))
-EDGE_FIELDS = frozenset(("id", "type", "source", "target", "attrs", "metrics"))
+_ENTITY_ORDER = ("id", "type", "attrs", "metrics")  # as the records take them
+_EDGE_ORDER = ("id", "type", "source", "target", "attrs", "metrics")
+ENTITY_FIELDS, EDGE_FIELDS = frozenset(_ENTITY_ORDER), frozenset(_EDGE_ORDER)
 STR = frozenset((str,))
 PARTS = frozenset((dict, type(None)))
 NUMBER_TYPES = frozenset((int, float, type(None)))
 _DICT = frozenset((dict,))
-_EDGE_ORDER = ("id", "type", "source", "target", "attrs", "metrics")
 
 
 def bulk_records(items: list[Any], links: list[Any]) -> tuple[dict[str, Entity], dict[str, Edge]] | None:
@@ -34,7 +34,7 @@ def bulk_records(items: list[Any], links: list[Any]) -> tuple[dict[str, Entity],
     where the items must be looked at one by one (see above)."""
     if not (set(map(type, items)) <= _DICT and set(map(type, links)) <= _DICT):
         return None
-    found = _fields(items, ("id", "type", "attrs", "metrics")), _fields(links, _EDGE_ORDER)
+    found = _fields(items, _ENTITY_ORDER), _fields(links, _EDGE_ORDER)
     if found[0] is None or found[1] is None:
         return None
     (ids, kinds, attrs, metrics), (eids, ekinds, sources, targets, eattrs, emetrics) = found

@@ -218,15 +218,16 @@ def _records(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
     plainly right, one item at a time."""
     from witty_profiler.topology.graph import Graph  # here: `info` checks a file as a stream, builds no graph
     found = bulk_records(items, links) if finite else None
-    if found is not None:
-        return Graph.of_records(Meta(), *found)
-    return _one_by_one(items, links, finite)
+    if found is None:
+        found = _one_by_one(items, links, finite)
+    return None if found is None else Graph.of_records(Meta(), *found)
 
 
-def _one_by_one(items: list[Any], links: list[Any], finite: bool) -> Graph | None:
-    """The graph of the items, the first problem raised as _Invalid. The loops note the types they meet
-    and compare them with the format's once, at the end; where a type needs a closer look (a list of
-    CPUs) or a number may not be finite or in range, every item is checked field by field."""
+def _one_by_one(items: list[Any], links: list[Any], finite: bool) -> tuple[dict[str, Entity], dict[str, Edge]] | None:
+    """(entities by id, edges by id), or None where an item is not an object; the first problem raised as
+    _Invalid. The loops note the types they meet and compare them with the format's once, at the end;
+    where a type needs a closer look (a list of CPUs) or a number may not be finite or in range, every
+    item is checked field by field."""
     met = _Types()
     entities: dict[str, Entity] = {}
     for i, item in enumerate(items):
@@ -259,8 +260,7 @@ def _one_by_one(items: list[Any], links: list[Any], finite: bool) -> Graph | Non
             Edge(eid, kind, source, target, attrs, metrics, **_extra(item, _EDGE_FIELDS))
     if not met.plain() or not finite or not met.in_range():
         _check_each(items, links)  # raises at the first wrong field (type, number not finite or out of range)
-    from witty_profiler.topology.graph import Graph
-    return Graph.of_records(Meta(), entities, edges)
+    return entities, edges
 
 
 class _Types:
@@ -290,8 +290,6 @@ class _Types:
 
     def in_range(self) -> bool:
         return in_range(self.numbers)
-
-
 
 
 class StreamCheck:

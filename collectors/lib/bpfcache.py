@@ -31,6 +31,7 @@ from types import ModuleType
 
 from witty_profiler.collectors.lib.bpfimage import FORMAT, Image, ImageError, compile_image, tracepoints_of
 from witty_profiler.collectors.lib.privatefolder import private_folder, read_file, write_file
+from witty_profiler.collectors.lib.procfs import read_text
 
 DEFAULT_DIR = Path("/var/cache/witty-profiler/bpf")
 ENV = "WITTY_BPF_CACHE"
@@ -52,10 +53,10 @@ def image_key(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Pa
     uname = platform.uname()
     tree = Path(kernel_source) if kernel_source else Path("/lib/modules") / uname.release / "build"
     parts = [FORMAT, getattr(bcc, "__version__", "?"), text, "-w", uname.release, uname.version, str(tree),
-             _read(tree / "include" / "generated" / "utsrelease.h"), _stamp(tree / "include" / "generated" / "autoconf.h")]
+             read_text(f"{tree}/include/generated/utsrelease.h") or "", _stamp(tree / "include" / "generated" / "autoconf.h")]
     parts += [_libbcc_identity(), *(os.environ.get(name, "") for name in BCC_ENV)]
     for category, event in tracepoints_of(text):
-        parts.append(_read(tracefs / "events" / category / event / "format") if tracefs else "")
+        parts.append(read_text(f"{tracefs}/events/{category}/{event}/format") or "" if tracefs else "")
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -77,8 +78,7 @@ class ImageCache:
         folder = cache_dir()
         path = folder / f"{key}.json" if folder else None
         said = {"program_cache": str(path) if path else f"{ENV}=off"}
-        with self._lock:
-            image = None if fresh else self._memory.get(key)
+        image = None if fresh else self._kept(key)
         if image is not None:
             return image, {**said, "program": "cached in memory"}
         if path is not None and not fresh:
@@ -91,8 +91,7 @@ class ImageCache:
             except (OSError, ImageError) as exc:
                 said["program_cache"] = f"{path} not used: {exc}"
         with self._compiling:
-            with self._lock:
-                image = None if fresh else self._memory.get(key)
+            image = None if fresh else self._kept(key)
             if image is not None:  # another window compiled it meanwhile
                 return image, {**said, "program": "cached in memory"}
             image = compile_image(bcc, text, kernel_source)
@@ -103,6 +102,10 @@ class ImageCache:
             except OSError as exc:
                 said["program_cache"] = f"not kept in {path.parent}: {exc.strerror or exc}"
         return image, {**said, "program": "compiled"}
+
+    def _kept(self, key: str) -> Image | None:
+        with self._lock:
+            return self._memory.get(key)
 
     def forget(self) -> None:
         with self._lock:
@@ -137,13 +140,6 @@ def _libbcc_identity() -> str:
     except (OSError, IndexError):
         return ""
     return f"{path}:{_stamp(Path(path))}" if path else ""
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _stamp(path: Path) -> str:

@@ -1,5 +1,5 @@
 """An image (collectors.lib.bpfimage) loaded into the kernel: its maps created, its functions loaded
-as they are attached, each map read through bcc's table classes.
+(the verifier's verdict comes before the window opens), each map read through bcc's table classes.
 
 It answers the few calls the collectors make of bcc's BPF object (`bpf[name]`, attach and detach
 of tracepoints and perf events, `sym`, `ksym`, `cleanup`), so that they read it the same way;
@@ -75,7 +75,8 @@ class Loaded:
                 fd = self.lib.bcc_create_map(spec.type, spec.name.encode()[:15], spec.key_size, spec.leaf_size,
                                              spec.max_entries, spec.flags)
                 if fd < 0:
-                    raise OSError(ctypes.get_errno(), f"map {spec.name} not created: {os.strerror(ctypes.get_errno())}")
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"map {spec.name} not created: {os.strerror(err)}")
                 self.map_fds[spec.name] = fd
             for name in image.functions:  # the verifier's verdict now, not at the window's start
                 tracepoint = PROG_TRACEPOINT if name.startswith(TRACEPOINT_FN_PREFIX) else None
@@ -87,18 +88,14 @@ class Loaded:
             self.cleanup()
             raise
 
-    @property
-    def tables(self) -> list[str]:
-        return [spec.name for spec in self.image.maps]
-
     def __getitem__(self, name: bytes | str) -> Any:
         """bcc's table object over the map `name`."""
         name = name.decode() if isinstance(name, bytes) else name
         if name not in self._tables:
             spec = next((s for s in self.image.maps if s.name == name), None)
-            cls = spec and getattr(self.bcc.table, TABLE_CLASSES.get(spec.type, ""), None)
             if spec is None:
                 raise KeyError(f"no map {name} in the program")
+            cls = getattr(self.bcc.table, TABLE_CLASSES.get(spec.type, ""), None)
             if cls is None:
                 raise KeyError(f"map {name}: type {spec.type} is not read here")
             decode = self.bcc.BPF._decode_table_type
@@ -122,9 +119,9 @@ class Loaded:
         fd = self.lib.bcc_prog_load(prog_type, name.encode()[:15], buf, len(code), self.image.license.encode(),
                                     self.image.kern_version, 0, log, LOG_SIZE)
         if fd < 0:
-            code = ctypes.get_errno()
+            err = ctypes.get_errno()
             said = log.value.decode("utf-8", "replace").strip().splitlines()
-            raise OSError(code, f"the kernel refused {name}: {os.strerror(code)}" + (f" ({said[-1]})" if said else ""))
+            raise OSError(err, f"the kernel refused {name}: {os.strerror(err)}" + (f" ({said[-1]})" if said else ""))
         self.prog_fds[name] = fd
         return fd
 
