@@ -43,7 +43,6 @@ from typing import NamedTuple
 
 from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc, tracefs
-from witty_profiler.collectors.lib.bpfload import load_program
 from witty_profiler.collectors.lib.procfs import mapping_of, read_text
 from witty_profiler.collectors.lib.tasks import list_tids
 from witty_profiler.topology import Graph
@@ -270,6 +269,8 @@ class EbpfCollector(Collector):
             self.problem = str(exc)
             return
         self.bcc, self.syscalls = bcc, present
+        # imported where a program is loaded: every collect imports this module, most without root or bcc
+        from witty_profiler.collectors.lib.bpfload import load_program
         try:
             self.bpf, said = load_program(bcc, program(present, self.pidns), str(tree) if tree else None, events.parent.parent)
             self.bpf.attach_tracepoints()

@@ -50,8 +50,6 @@ from pathlib import Path
 
 from witty_profiler.collectors.base import Collector, register
 from witty_profiler.collectors.lib.bpfhost import NotReady, kernel_headers, load_bcc
-from witty_profiler.collectors.lib.bpfimage import PROG_PERF_EVENT
-from witty_profiler.collectors.lib.bpfload import load_program
 from witty_profiler.collectors.lib.procfs import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import process_id, thread_id
@@ -220,6 +218,8 @@ class StacksCollector(Collector):
             return
         self.bcc = bcc
         self.notes.append(note)
+        from witty_profiler.collectors.lib.bpfimage import PROG_PERF_EVENT  # see EbpfCollector.prepare
+        from witty_profiler.collectors.lib.bpfload import load_program
         try:
             self.bpf, said = load_program(bcc, program(self.ctx.pids is not None), str(tree) if tree else None,
                                           prog_types={"on_sample": PROG_PERF_EVENT})
