@@ -545,11 +545,8 @@ def test_a_contended_lock_inside_a_pid_namespace_of_its_own(tmp_path):
     assert seen["pid"] < 100  # a namespace-local id, as the process collector read it from that /proc
     workers = {tid: m for tid, m in seen["threads"].items() if not tid.endswith(f":{seen['pid']}:{seen['pid']}")}
     assert len(workers) == 4
-    # every worker is traced (before, none was matched and all read 0 %); the lock is unfair, so one worker
-    # may hold it most of the window while the others wait: together they wait most of it
-    assert all(m["futex_wait_pct"] > 0 and m["futex_wakeups_per_s"] > 0 for m in workers.values()), workers
+    # the workers are traced (before, none was matched and all read 0 %); the lock is unfair, so on a loaded
+    # VM one worker may keep it for the whole window and never wait (three of four, as in the sibling test
+    # above): together they wait most of it
+    assert sum(m["futex_wait_pct"] > 0 and m["futex_wakeups_per_s"] > 0 for m in workers.values()) >= 3, workers
     assert sum(m["futex_wait_pct"] for m in workers.values()) > 150, workers
-
-
-
-
