@@ -34,9 +34,7 @@ woken at least once a second, each linked to its process when the process collec
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import re
 import time
 from typing import NamedTuple
@@ -258,22 +256,25 @@ class EbpfCollector(Collector):
             self.problem = "eBPF needs root (CAP_BPF and CAP_PERFMON): run as root for futex wait times"
             return
         try:
-            bcc = load_bcc()
             events = tracefs(read_text(f"{self.ctx.proc}/self/mounts") or "") / "events" / "syscalls"
             present = [s for s in SYSCALLS if (events / f"sys_enter_{s}").is_dir()]
             if "futex" not in present:
                 raise NotReady(f"no futex syscall tracepoints in {events} (kernel without CONFIG_FTRACE_SYSCALLS)")
-            tree, self.note = kernel_headers(platform.release())
-            self.pidns = nested_pid_namespace(str(self.ctx.proc), platform.release())
+            tree, self.note = kernel_headers(os.uname().release)
+            self.pidns = nested_pid_namespace(str(self.ctx.proc), os.uname().release)
         except NotReady as exc:
             self.problem = str(exc)
             return
-        self.bcc, self.syscalls = bcc, present
+        self.syscalls = present
         # imported where a program is loaded: every collect imports this module, most without root or bcc
         from witty_profiler.collectors.lib.bpfload import load_program
-        try:
-            self.bpf, said = load_program(bcc, program(present, self.pidns), str(tree) if tree else None, events.parent.parent)
+        try:  # bcc (libbcc, clang) is loaded only where the program is not kept compiled
+            self.bpf, said = load_program(load_bcc, program(present, self.pidns), str(tree) if tree else None,
+                                          events.parent.parent)
             self.bpf.attach_tracepoints()
+        except NotReady as exc:
+            self.problem = str(exc)
+            return
         except (RuntimeError, OSError) as exc:  # clang's or the kernel's reason
             if self.bpf is not None:
                 self.bpf.cleanup()
@@ -300,8 +301,7 @@ class EbpfCollector(Collector):
             for tid in list_tids(str(self.ctx.proc), pid):
                 addr = self._futex_wait_address(pid, tid)
                 if addr is not None:
-                    key, began = table.Key((pid << 32) | tid), table.Leaf(self.t0_ns, addr)
-                    self.bcc.lib.bpf_update_elem(table.map_fd, ctypes.byref(key), ctypes.byref(began), BPF_NOEXIST)
+                    table.update(table.Key((pid << 32) | tid), table.Leaf(self.t0_ns, addr), BPF_NOEXIST)
 
     def finish(self) -> Graph:
         if self.bpf is None:
@@ -324,7 +324,7 @@ class EbpfCollector(Collector):
         return mapping_of(maps, address)
 
     def _futex_wait_address(self, pid: int, tid: int) -> int | None:
-        return futex_wait_address(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), platform.machine())
+        return futex_wait_address(read_text(f"{self.ctx.proc}/{pid}/task/{tid}/syscall"), os.uname().machine)
 
     def _graph(self, waited: dict[tuple[int, int], Waits], locks: dict[tuple[int, int], tuple[int, int]],
                going: dict[tuple[int, int], tuple[int, int]], now_ns: int) -> Graph:

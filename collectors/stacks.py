@@ -56,6 +56,7 @@ from witty_profiler.topology.ids import process_id, thread_id
 from witty_profiler.topology.vocabulary import E, M, T
 
 SAMPLE_HZ = 49  # a prime below 50: never in step with timers of 10 ms or 100 Hz loops
+CPU_CLOCK = (1, 0)  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK: the event the program samples on
 TOP_STACKS = 5
 THREADS_MAX = 50  # host-wide: the busiest threads only
 FRAMES_MAX = 48  # frames kept of a stack in the graph, leaf side
@@ -220,8 +221,8 @@ class StacksCollector(Collector):
         self.notes.append(note)
         from witty_profiler.collectors.lib.bpfimage import PROG_PERF_EVENT  # see EbpfCollector.prepare
         from witty_profiler.collectors.lib.bpfload import load_program
-        try:
-            self.bpf, said = load_program(bcc, program(self.ctx.pids is not None), str(tree) if tree else None,
+        try:  # bcc is loaded all the same: it names the sampled addresses
+            self.bpf, said = load_program(lambda: bcc, program(self.ctx.pids is not None), str(tree) if tree else None,
                                           prog_types={"on_sample": PROG_PERF_EVENT})
         except (RuntimeError, OSError) as exc:  # clang's or the kernel's reason
             self.problem = f"bcc could not load the stack program: {exc}"
@@ -237,8 +238,7 @@ class StacksCollector(Collector):
                     table = self.bpf[b"scope"]
                     for pid in scope:
                         table[table.Key(pid)] = table.Leaf(1)
-                self.bpf.attach_perf_event(self.bcc.PerfType.SOFTWARE, self.bcc.PerfSWConfig.CPU_CLOCK,
-                                           "on_sample", sample_freq=SAMPLE_HZ)
+                self.bpf.attach_perf_event(*CPU_CLOCK, "on_sample", sample_freq=SAMPLE_HZ)
             except Exception as exc:  # noqa: BLE001 - bcc's tables raise bare Exceptions
                 self.problem = f"the stack program could not be started (its scope map, the CPU-clock perf event): {exc}"
                 self.bpf.cleanup()
@@ -311,14 +311,15 @@ class StacksCollector(Collector):
 
     def _native_stacks(self) -> dict[tuple[int, int], tuple[str, Counter]]:
         bpf = self.bpf
-        self.bpf.detach_perf_event(self.bcc.PerfType.SOFTWARE, self.bcc.PerfSWConfig.CPU_CLOCK)
+        self.bpf.detach_perf_event(*CPU_CLOCK)
+        sym, ksym = self.bcc.BPF.sym, self.bcc.BPF.ksym
         traces = bpf[b"stack_traces"]
         out: dict[tuple[int, int], tuple[str, Counter]] = {}
         lost = 0
         for key, value in bpf[b"counts"].items():
             n = value.value
-            user = self._frames(traces, key.user_stack, lambda a, pid=key.pid: bpf.sym(a, pid).decode("utf-8", "replace"))
-            kernel = self._frames(traces, key.kernel_stack, lambda a: bpf.ksym(a).decode("utf-8", "replace"))
+            user = self._frames(traces, key.user_stack, lambda a, pid=key.pid: sym(a, pid).decode("utf-8", "replace"))
+            kernel = self._frames(traces, key.kernel_stack, lambda a: ksym(a).decode("utf-8", "replace"))
             if key.user_stack < 0 and key.kernel_stack < 0:
                 lost += n
             if not user and not kernel:

@@ -15,12 +15,20 @@ from ebpf_support import ebpf_ready
 
 from witty_profiler.collectors.base import Context
 from witty_profiler.collectors.ebpf import SYSCALLS, EbpfCollector, program
-from witty_profiler.collectors.lib import bpfcache, bpfload, privatefolder
+from witty_profiler.collectors.lib import bpfcache, bpfhost, bpfload, privatefolder
 from witty_profiler.collectors.lib.bpfcache import IMAGES, ImageCache, image_key, read_private, write_private
-from witty_profiler.collectors.lib.bpfhost import kernel_headers, load_bcc, tracefs
+from witty_profiler.collectors.lib.bpfhost import kernel_headers, tracefs
 from witty_profiler.collectors.lib.bpfimage import Image, ImageError, MapSpec, map_references, tracepoints_of
 
 BCC = SimpleNamespace(__version__="0.26.0")
+
+
+def LOAD_BCC():  # noqa: N802 - stands for bpfhost.load_bcc
+    return BCC
+
+
+def NO_BCC():  # noqa: N802 - a kept image must not need bcc
+    raise AssertionError("bcc was loaded, though the program was kept")
 EXIT = struct.pack("<BBhi", 0x95, 0, 0, 0)
 
 
@@ -43,7 +51,7 @@ def test_an_image_reads_back_as_it_was_written_for_its_key_only():
 
 
 @pytest.mark.parametrize("change, reason", [
-    (lambda d: d.replace('"format": 1', '"format": 99'), "another program, kernel or format"),
+    (lambda d: d.replace('"format": 2', '"format": 99'), "another program, kernel or format"),
     (lambda d: d.replace('"maps": [', '"maps": [7, '), "unreadable"),
     (lambda d: d[: len(d) // 2], "unreadable"),
     (lambda d: d.replace('"key_size": 8', '"key_size": "8"'), "map 'waits' is malformed"),
@@ -72,18 +80,38 @@ def test_the_tracepoints_a_program_reads_are_found_in_its_text():
 
 
 # -- the key ------------------------------------------------------------------------------------
-def test_the_key_changes_with_what_clang_reads(tmp_path):
+def test_the_key_changes_with_what_clang_reads(tmp_path, monkeypatch):
     fmt = tmp_path / "events" / "syscalls" / "sys_enter_futex" / "format"
     fmt.parent.mkdir(parents=True)
     fmt.write_text("field:int op;\toffset:16;\n")
+    monkeypatch.setattr(bpfcache, "bcc_version", lambda: "0.26.0")
+    monkeypatch.setattr(bpfcache, "LD_SO_CACHE", tmp_path / "ld.so.cache")
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     text = "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }"
-    key = image_key(BCC, text, None, tmp_path)
-    assert key == image_key(BCC, text, None, tmp_path)
-    assert key != image_key(BCC, text + " ", None, tmp_path)
-    assert key != image_key(SimpleNamespace(__version__="0.29.1"), text, None, tmp_path)
-    assert key != image_key(BCC, text, str(tmp_path / "other-headers"), tmp_path)
+    key = image_key(text, None, tmp_path)
+    assert key == image_key(text, None, tmp_path)
+    assert key != image_key(text + " ", None, tmp_path)
+    assert key != image_key(text, str(tmp_path / "other-headers"), tmp_path)
     fmt.write_text("field:int op;\toffset:24;\n")  # another kernel build moves the argument
-    assert key != image_key(BCC, text, None, tmp_path)
+    key = image_key(text, None, tmp_path)
+    monkeypatch.setattr(bpfcache, "bcc_version", lambda: "0.29.1")
+    assert key != image_key(text, None, tmp_path)
+    monkeypatch.setattr(bpfcache, "bcc_version", lambda: "0.26.0")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # another libbcc or clang may be loaded
+    assert key != image_key(text, None, tmp_path)
+    monkeypatch.delenv("LD_LIBRARY_PATH")
+    (tmp_path / "ld.so.cache").write_text("")  # ldconfig ran: a library was installed or upgraded
+    assert key != image_key(text, None, tmp_path)
+
+
+def test_the_bccs_version_is_read_without_importing_it(tmp_path, monkeypatch):
+    (tmp_path / "bcc").mkdir()
+    (tmp_path / "bcc" / "__init__.py").write_text("raise ImportError('imported')\n")
+    (tmp_path / "bcc" / "version.py").write_text("__version__ = '0.31.0'\n")
+    monkeypatch.setattr(bpfhost.importlib.util, "find_spec", lambda name: None)  # not on this interpreter's path
+    assert bpfhost.bcc_version(tmp_path) == "0.31.0"
+    with pytest.raises(bpfhost.NotReady, match="the bcc Python module is not installed"):
+        bpfhost.bcc_version(tmp_path / "elsewhere")
 
 
 # -- private files ------------------------------------------------------------------------------
@@ -169,36 +197,51 @@ def compiles(monkeypatch, tmp_path):
     """Every compile counted, each giving the test image."""
     done = []
     monkeypatch.setattr(bpfcache, "compile_image", lambda bcc, text, source: done.append(text) or _image())
+    monkeypatch.setattr(bpfcache, "bcc_version", lambda: "0.26.0")
+    (tmp_path / "libbcc.so.0").write_text("a build")
+    monkeypatch.setattr(bpfcache, "_loaded_libbcc", lambda: str(tmp_path / "libbcc.so.0"))
     monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path / "images"))
     return done
 
 
 def test_a_program_is_compiled_once_then_taken_from_memory_then_from_disk(compiles, tmp_path):
     first, later = ImageCache(), ImageCache()  # later: as another process finds it
-    said = [first.image(BCC, "text", None, None)[1], first.image(BCC, "text", None, None)[1],
-            later.image(BCC, "text", None, None)[1]]
+    said = [first.image(LOAD_BCC, "text", None, None)[1], first.image(NO_BCC, "text", None, None)[1],
+            later.image(NO_BCC, "text", None, None)[1]]
     assert [s["program"] for s in said] == ["compiled", "cached in memory", "cached on disk"]
     assert len(compiles) == 1
     assert said[2]["program_cache"] == str(next((tmp_path / "images").glob("*.json")))
-    assert first.image(BCC, "text", None, None, fresh=True)[1]["program"] == "compiled"  # a refused one
+    assert first.image(LOAD_BCC, "text", None, None, fresh=True)[1]["program"] == "compiled"  # a refused one
+
+
+def test_an_image_whose_libbcc_was_rebuilt_since_is_compiled_again(compiles, tmp_path):
+    ImageCache().image(LOAD_BCC, "text", None, None)
+    kept = next((tmp_path / "images").glob("*.json"))
+    assert Image.from_json(kept.read_text(), kept.stem).built_by.startswith(f"{tmp_path}/libbcc.so.0:7:")
+    (tmp_path / "libbcc.so.0").write_text("another build")
+    image, said = ImageCache().image(LOAD_BCC, "text", None, None)
+    assert said["program"] == "compiled" and said["program_cache"].startswith(
+        f"{kept} not used: compiled by {tmp_path}/libbcc.so.0:7:")
+    assert ImageCache().image(NO_BCC, "text", None, None)[1]["program"] == "cached on disk"
 
 
 def test_a_damaged_file_is_compiled_again_and_replaced(compiles, tmp_path):
-    ImageCache().image(BCC, "text", None, None)
+    ImageCache().image(LOAD_BCC, "text", None, None)
     kept = next((tmp_path / "images").glob("*.json"))
     kept.write_text("{")
-    image, said = ImageCache().image(BCC, "text", None, None)
+    image, said = ImageCache().image(LOAD_BCC, "text", None, None)
     assert said["program"] == "compiled" and said["program_cache"] == f"{kept} not used: unreadable (JSONDecodeError)"
-    assert ImageCache().image(BCC, "text", None, None)[1]["program"] == "cached on disk"
+    assert ImageCache().image(NO_BCC, "text", None, None)[1]["program"] == "cached on disk"
 
 
 def test_without_a_usable_folder_the_program_is_compiled_and_the_reason_said(compiles, tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("WITTY_BPF_CACHE", str(tmp_path / "file" / "images"))
-    said = ImageCache().image(BCC, "text", None, None)[1]
+    said = ImageCache().image(LOAD_BCC, "text", None, None)[1]
     assert said["program"] == "compiled" and said["program_cache"].startswith(f"not kept in {tmp_path}/file/images: ")
     monkeypatch.setenv("WITTY_BPF_CACHE", "off")
-    assert ImageCache().image(BCC, "text", None, None)[1] == {"program": "compiled", "program_cache": "WITTY_BPF_CACHE=off"}
+    assert ImageCache().image(LOAD_BCC, "text", None, None)[1] == {"program": "compiled",
+                                                                   "program_cache": "WITTY_BPF_CACHE=off"}
 
 
 # -- live ---------------------------------------------------------------------------------------
@@ -211,7 +254,7 @@ def test_a_kept_image_the_kernel_refuses_is_compiled_again(tmp_path, monkeypatch
     present = [s for s in SYSCALLS if (events / f"sys_enter_{s}").is_dir()]
     tree, _ = kernel_headers(platform.release())
     text = program(present)
-    key = image_key(load_bcc(), text, str(tree) if tree else None, events.parent.parent)
+    key = image_key(text, str(tree) if tree else None, events.parent.parent)
     names = [f"tracepoint__syscalls__sys_{side}_{s}" for s in present for side in ("enter", "exit")]
     # `exit` with r0 never set: the verifier refuses it ("R0 !read_ok")
     write_private(tmp_path / f"{key}.json", Image("GPL", 0, dict.fromkeys(names, EXIT), []).to_json(key))
@@ -239,7 +282,7 @@ def test_only_a_kept_image_the_verifier_refuses_is_compiled_again(monkeypatch, w
         asked.append(fresh)
         return _image(), {"program": "compiled" if fresh else where, "program_cache": "f"}
 
-    def loaded(bcc, image, prog_types):
+    def loaded(image, prog_types, tracefs):
         if len(asked) == 1:
             raise OSError(code, "refused")
         return "loaded"
@@ -247,10 +290,10 @@ def test_only_a_kept_image_the_verifier_refuses_is_compiled_again(monkeypatch, w
     monkeypatch.setattr(bpfload.IMAGES, "image", image)
     monkeypatch.setattr(bpfload, "Loaded", loaded)
     if compiles_again:
-        program, said = bpfload.load_program(BCC, "text", None)
+        program, said = bpfload.load_program(LOAD_BCC, "text", None)
         assert program == "loaded" and said["program_cache"] == "the kept image was refused ([Errno 22] refused): " \
                                                                "compiled again"
     else:
         with pytest.raises(OSError, match="refused"):
-            bpfload.load_program(BCC, "text", None)
+            bpfload.load_program(LOAD_BCC, "text", None)
     assert asked == ([False, True] if compiles_again else [False])

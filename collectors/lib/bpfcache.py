@@ -3,10 +3,13 @@
 Compiling costs 0.25-0.6 s of CPU and 110-140 MiB at clang's peak, every run of a one-shot
 `collect`; loading a kept image takes a few milliseconds (collectors.lib.bpfimage). An image is
 kept under a key of everything clang's output depends on: the program's text and flags, bcc's
-version and the libbcc file it loaded (with its clang), the environment variables libbcc reads, the
-running kernel (release and build), the kernel headers compiled against, and the format of every
-tracepoint the program reads (bcc builds the argument structs from those files).
-Any change of one of them is another key, so a kernel upgrade compiles once again.
+version, the environment variables libbcc reads, the shared libraries the dynamic linker would give
+it (LD_LIBRARY_PATH and the stamp of /etc/ld.so.cache, which ldconfig rewrites whenever a library is
+installed or upgraded), the running kernel (release and build), the kernel headers compiled against,
+and the format of every tracepoint the program reads (bcc builds the argument structs from those
+files). Any change of one of them is another key, so a kernel upgrade compiles once again. The
+image also names the libbcc file that compiled it (path, size, mtime): one rebuilt in place since
+is a miss. The key is made without loading libbcc, which a kept image does not need.
 
 On disk: /var/cache/witty-profiler/bpf, or the folder WITTY_BPF_CACHE names ("off": none); the 64
 newest images are kept. What is kept there is loaded into the kernel by root, so a file is used only
@@ -24,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import threading
 from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
+from witty_profiler.collectors.lib.bpfhost import bcc_version
 from witty_profiler.collectors.lib.bpfimage import FORMAT, Image, ImageError, compile_image, tracepoints_of
 from witty_profiler.collectors.lib.privatefolder import private_folder, read_file, write_file
 from witty_profiler.collectors.lib.procfs import read_text
@@ -38,6 +42,8 @@ ENV = "WITTY_BPF_CACHE"
 MAX_FILE = 4 << 20  # an image is a few KiB
 MEMORY_MAX = 8  # images kept in this process (one per program variant)
 BCC_ENV = ("BCC_KERNEL_MODULES_SUFFIX", "BCC_LINUX_VERSION_CODE", "ARCH")  # read by libbcc as it compiles
+LINKER_ENV = ("LD_LIBRARY_PATH", "LD_PRELOAD")  # which libbcc and clang a compile would load
+LD_SO_CACHE = Path("/etc/ld.so.cache")
 
 
 def cache_dir() -> Path | None:
@@ -48,13 +54,14 @@ def cache_dir() -> Path | None:
     return None if given.strip().lower() in ("", "off", "0", "no") else Path(given)
 
 
-def image_key(bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None) -> str:
-    """The key of everything clang's output depends on (see the module's text)."""
-    uname = platform.uname()
+def image_key(text: str, kernel_source: str | None, tracefs: Path | None) -> str:
+    """The key of everything clang's output depends on (see the module's text); NotReady
+    (collectors.lib.bpfhost) when bcc is not installed."""
+    uname = os.uname()
     tree = Path(kernel_source) if kernel_source else Path("/lib/modules") / uname.release / "build"
-    parts = [FORMAT, getattr(bcc, "__version__", "?"), text, "-w", uname.release, uname.version, str(tree),
+    parts = [FORMAT, bcc_version(), text, "-w", uname.release, uname.version, str(tree),
              read_text(f"{tree}/include/generated/utsrelease.h") or "", _stamp(tree / "include" / "generated" / "autoconf.h")]
-    parts += [_libbcc_identity(), *(os.environ.get(name, "") for name in BCC_ENV)]
+    parts += [*(os.environ.get(name, "") for name in BCC_ENV + LINKER_ENV), _stamp(LD_SO_CACHE)]
     for category, event in tracepoints_of(text):
         parts.append(read_text(f"{tracefs}/events/{category}/{event}/format") or "" if tracefs else "")
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
@@ -69,12 +76,12 @@ class ImageCache:
         # one compile at a time: clang's stderr and BCC_KERNEL_SOURCE are the process's own
         self._compiling = threading.Lock()
 
-    def image(self, bcc: ModuleType, text: str, kernel_source: str | None, tracefs: Path | None,
-              fresh: bool = False) -> tuple[Image, dict[str, str]]:
+    def image(self, load_bcc: Callable[[], ModuleType], text: str, kernel_source: str | None,
+              tracefs: Path | None, fresh: bool = False) -> tuple[Image, dict[str, str]]:
         """The image of `text` and where it came from ({"program": "compiled" | "cached in memory" |
         "cached on disk", "program_cache": the file, or why the disk was not used}); `fresh`: compile
-        even when one is kept (a kept one the kernel refused)."""
-        key = image_key(bcc, text, kernel_source, tracefs)
+        even when one is kept (a kept one the kernel refused). `load_bcc` is called only to compile."""
+        key = image_key(text, kernel_source, tracefs)
         folder = cache_dir()
         path = folder / f"{key}.json" if folder else None
         said = {"program_cache": str(path) if path else f"{ENV}=off"}
@@ -84,6 +91,8 @@ class ImageCache:
         if path is not None and not fresh:
             try:
                 image = Image.from_json(read_private(path), key)
+                if image.built_by != _libbcc_identity(image.built_by.rsplit(":", 2)[0]):
+                    raise ImageError(f"compiled by {image.built_by}, which has changed since")
                 self._remember(key, image)
                 return image, {**said, "program": "cached on disk"}
             except FileNotFoundError:
@@ -94,7 +103,8 @@ class ImageCache:
             image = None if fresh else self._kept(key)
             if image is not None:  # another window compiled it meanwhile
                 return image, {**said, "program": "cached in memory"}
-            image = compile_image(bcc, text, kernel_source)
+            bcc = load_bcc()
+            image = compile_image(bcc, text, kernel_source)._replace(built_by=_libbcc_identity(_loaded_libbcc()))
             self._remember(key, image)
         if path is not None:
             try:
@@ -131,14 +141,18 @@ def write_private(path: Path, text: str) -> None:
         write_file(folder, path.name, text.encode())
 
 
-def _libbcc_identity() -> str:
-    """The libbcc (and its built-in clang) this process loaded: its file's path, size and mtime, from
-    /proc/self/maps; the Python module's version alone does not change with a rebuild of the library."""
+def _loaded_libbcc() -> str:
+    """The file of the libbcc this process loaded (from /proc/self/maps), "" when unknown."""
     try:
         with open("/proc/self/maps") as f:
-            path = next((line.split(None, 5)[5].strip() for line in f if "/libbcc.so" in line), "")
+            return next((line.split(None, 5)[5].strip() for line in f if "/libbcc.so" in line), "")
     except (OSError, IndexError):
         return ""
+
+
+def _libbcc_identity(path: str) -> str:
+    """A libbcc file (with the clang it holds) as path, size and mtime: the Python module's version
+    alone does not change with a rebuild of the library."""
     return f"{path}:{_stamp(Path(path))}" if path else ""
 
 

@@ -9,8 +9,7 @@ map, the descriptor it had when compiled; loading the image creates the maps aga
 new descriptors in their place. The kernel's verifier checks the instructions as it checks bcc's.
 
 Only what this project's programs use is loaded: hash, array and stack-trace maps, tracepoint and
-perf-event programs. Maps are read through bcc's own table classes, so the collectors read a
-loaded image as they would read bcc's BPF object.
+perf-event programs (collectors.lib.bpfload, by system calls: libbcc is needed only to compile).
 """
 
 from __future__ import annotations
@@ -27,11 +26,10 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
-FORMAT = 1  # of an image on disk; a change of layout or meaning raises it
+FORMAT = 2  # of an image on disk; a change of layout or meaning raises it
 BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE = 1, 2  # the source register of a map reference
 LD_IMM64 = 0x18  # BPF_LD | BPF_IMM | BPF_DW: a 64-bit load that spans two instructions
 PROG_TRACEPOINT, PROG_PERF_EVENT = 5, 7  # enum bpf_prog_type
-TABLE_CLASSES = {1: "HashTable", 2: "Array", 7: "StackTrace", 9: "LruHash"}  # enum bpf_map_type -> bcc.table
 TRACEPOINT_PROBE = re.compile(r"TRACEPOINT_PROBE\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 
 
@@ -56,11 +54,12 @@ class Image(NamedTuple):
     kern_version: int
     functions: dict[str, bytes]  # name -> its instructions
     maps: list[MapSpec]
+    built_by: str = ""  # the libbcc file that compiled it: path, size and mtime
 
     def to_json(self, key: str) -> str:
         return json.dumps({"format": FORMAT, "key": key, "license": self.license, "kern_version": self.kern_version,
                            "functions": {n: base64.b64encode(code).decode() for n, code in self.functions.items()},
-                           "maps": [m._asdict() for m in self.maps]}, sort_keys=True)
+                           "maps": [m._asdict() for m in self.maps], "built_by": self.built_by}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, key: str) -> Image:
@@ -71,7 +70,7 @@ class Image(NamedTuple):
                 raise ImageError("written for another program, kernel or format")
             functions = {str(n): base64.b64decode(code, validate=True) for n, code in doc["functions"].items()}
             maps = [MapSpec(**m) for m in doc["maps"]]
-            image = cls(str(doc["license"]), int(doc["kern_version"]), functions, maps)
+            image = cls(str(doc["license"]), int(doc["kern_version"]), functions, maps, str(doc["built_by"]))
         except ImageError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -157,12 +156,7 @@ def libbcc(bcc: ModuleType) -> Any:
             ("bpf_table_leaf_size_id", c.c_size_t, [c.c_void_p, ll]),
             ("bpf_table_key_desc_id", c.c_char_p, [c.c_void_p, ll]),
             ("bpf_table_leaf_desc_id", c.c_char_p, [c.c_void_p, ll]),
-            ("bpf_function_size", c.c_size_t, [c.c_void_p, c.c_char_p]),
-            ("bcc_create_map", c.c_int, [c.c_int, c.c_char_p, c.c_int, c.c_int, c.c_int, c.c_int]),
-            ("bcc_prog_load", c.c_int, [c.c_int, c.c_char_p, c.c_void_p, c.c_int, c.c_char_p, c.c_uint, c.c_int,
-                                        c.c_char_p, c.c_uint]),
-            ("bpf_attach_perf_event", c.c_int, [c.c_int, c.c_uint, c.c_uint, ll, ll, c.c_int, c.c_int, c.c_int]),
-            ("bpf_close_perf_event_fd", c.c_int, [c.c_int])):
+            ("bpf_function_size", c.c_size_t, [c.c_void_p, c.c_char_p])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib
