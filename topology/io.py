@@ -23,7 +23,6 @@ from witty_profiler.topology.gcpause import gc_paused
 from witty_profiler.topology.graph import Graph
 from witty_profiler.topology.models import FORMAT_NAME, SCHEMA_VERSION, Edge, Entity
 from witty_profiler.topology.text import json_may_hide
-from witty_profiler.topology.validate import graph_of
 
 
 def _jsonable(value: Any) -> Any:
@@ -145,6 +144,7 @@ def graph_from_data(data: Any, name: str = "<input>", finite: bool = False, visi
         data = data["content"]  # the service's {env, content} envelope around a native graph
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         _check_version(data, name)
+        from witty_profiler.topology.validate import graph_of  # not for writing: `collect` never reads a graph
         graph = graph_of(data, name, finite)
         if not visible:
             graph.make_visible()

@@ -19,6 +19,7 @@ real GPU host becomes a recording the tests replay (``python3 -m benchmarks.reco
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import math
 from collections.abc import Callable
@@ -31,19 +32,36 @@ class NvmlUnavailable(Exception):
     """NVML cannot be used on this host; the message says why, for a person to act on."""
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"  # what nvidia-ml-py loads on Linux
+LIBRARY_NOT_FOUND = f"NVML library not found ({NVML_LIBRARY}): no NVIDIA driver installed on this host"
+NOT_INSTALLED = "nvidia-ml-py (pynvml) is not installed"
+
+
 def _pynvml():
     try:
         import pynvml
     except ImportError as e:  # the package is a dependency, but an install may lack it
-        raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from e
+        raise NvmlUnavailable(NOT_INSTALLED) from e
     return pynvml
+
+
+def _check_library() -> None:
+    """A host without the driver's library is told so before nvidia-ml-py is imported: that import (7-12 ms)
+    was most of what the GPU collector cost such a host. The reasons are the ones the import and nvmlInit give,
+    in the same order."""
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        if importlib.util.find_spec("pynvml") is None:
+            raise NvmlUnavailable(NOT_INSTALLED) from None
+        raise NvmlUnavailable(LIBRARY_NOT_FOUND) from None
 
 
 def unavailable_reason(error: Exception) -> str:
     pynvml = _pynvml()
     code = getattr(error, "value", None)
     if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
-        return "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed on this host"
+        return LIBRARY_NOT_FOUND
     if code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
         return "NVIDIA driver not loaded (nvidia kernel module missing)"
     if code == pynvml.NVML_ERROR_NO_PERMISSION:
@@ -53,6 +71,7 @@ def unavailable_reason(error: Exception) -> str:
 
 class LiveNvml:
     def __init__(self) -> None:
+        _check_library()
         self.pynvml = _pynvml()
         try:
             self.pynvml.nvmlInit()
