@@ -12,13 +12,12 @@ import os
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import host_id
-from witty_profiler.topology.models import CollectorStatus, Meta
+from witty_profiler.topology.models import CollectorStatus, Fields, Meta
 from witty_profiler.topology.vocabulary import T
 
 
@@ -44,18 +43,25 @@ def run_tool(argv: list[str], what: str, timeout_s: float = 20) -> tuple[str | N
     return out.stdout, None
 
 
-@dataclass
-class Context:
+_now = time.monotonic  # bound once: a test's fake clock in time.monotonic does not tick for a new Context
+
+
+class Context(Fields):
     """What every collector of one round shares: where to read, what is in scope, the clock."""
 
-    host: str = field(default_factory=lambda: default_host())
-    pids: set[int] | None = None  # None = the whole host
-    duration_s: float = 10.0
-    interval_s: float = 1.0
-    proc: Path = Path("/proc")
-    sys: Path = Path("/sys")
-    started_monotonic: float = field(default_factory=time.monotonic)
-    cache: dict[str, Any] = field(default_factory=dict)  # read once, shared between collectors
+    _FIELDS = ("host", "pids", "duration_s", "interval_s", "proc", "sys", "started_monotonic", "cache")
+
+    def __init__(self, host: str | None = None, pids: set[int] | None = None, duration_s: float = 10.0,
+                 interval_s: float = 1.0, proc: Path = Path("/proc"), sys: Path = Path("/sys"),
+                 started_monotonic: float | None = None, cache: dict[str, Any] | None = None) -> None:
+        self.host = default_host() if host is None else host
+        self.pids = pids  # None = the whole host
+        self.duration_s = duration_s
+        self.interval_s = interval_s
+        self.proc = proc
+        self.sys = sys
+        self.started_monotonic = _now() if started_monotonic is None else started_monotonic
+        self.cache = {} if cache is None else cache  # read once, shared between collectors
 
     @property
     def is_root(self) -> bool:

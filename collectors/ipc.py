@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import termios
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from witty_profiler.collectors.base import Collector, register
@@ -25,23 +23,32 @@ from witty_profiler.collectors.lib import fdscan, sockdiag
 from witty_profiler.collectors.lib.procfs import read_bytes
 from witty_profiler.topology import Graph
 from witty_profiler.topology.ids import entity_id, process_id
+from witty_profiler.topology.lazy import LazyPattern
+from witty_profiler.topology.models import Fields
 from witty_profiler.topology.vocabulary import E, M, T
 
 PAIRWISE_LIMIT = 16  # above this many sharers of one shm object, draw a star instead of all pairs
 
 
-@dataclass
-class Snapshot:
-    taken_at: float
-    fds: fdscan.FdTable
-    pipes: dict[int, dict[int, str]] = field(default_factory=dict)  # inode -> pid -> 'r'|'w'|'rw'
-    pipe_queued: dict[int, int] = field(default_factory=dict)  # inode -> bytes
-    unix: list[sockdiag.UnixSock] | None = None
-    tcp: list[sockdiag.TcpSock] | None = None
-    shm_maps: dict[str, set[int]] = field(default_factory=dict)  # '/dev/shm/x' or 'sysv:<shmid>' -> pids
-    sysv_shm: list[dict[str, int]] = field(default_factory=list)
-    sysv_msg: list[dict[str, int]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+class Snapshot(Fields):
+    _FIELDS = ("taken_at", "fds", "pipes", "pipe_queued", "unix", "tcp", "shm_maps", "sysv_shm", "sysv_msg",
+               "problems")
+
+    def __init__(self, taken_at: float, fds: fdscan.FdTable, pipes: dict[int, dict[int, str]] | None = None,
+                 pipe_queued: dict[int, int] | None = None, unix: list[sockdiag.UnixSock] | None = None,
+                 tcp: list[sockdiag.TcpSock] | None = None, shm_maps: dict[str, set[int]] | None = None,
+                 sysv_shm: list[dict[str, int]] | None = None, sysv_msg: list[dict[str, int]] | None = None,
+                 problems: list[str] | None = None) -> None:
+        self.taken_at = taken_at
+        self.fds = fds
+        self.pipes = {} if pipes is None else pipes  # inode -> pid -> 'r'|'w'|'rw'
+        self.pipe_queued = {} if pipe_queued is None else pipe_queued  # inode -> bytes
+        self.unix = unix
+        self.tcp = tcp
+        self.shm_maps = {} if shm_maps is None else shm_maps  # '/dev/shm/x' or 'sysv:<shmid>' -> pids
+        self.sysv_shm = [] if sysv_shm is None else sysv_shm
+        self.sysv_msg = [] if sysv_msg is None else sysv_msg
+        self.problems = [] if problems is None else problems
 
 
 # -- pure parsers -------------------------------------------------------------------------
@@ -64,7 +71,8 @@ def ipc_key(key: int) -> str:
     return f"0x{key & 0xFFFFFFFF:08x}"
 
 
-_MAPS_SHM = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+(/dev/shm/\S.*?|/SYSV[0-9a-fA-F]{8})(?: \(deleted\))?$")
+_MAPS_SHM = LazyPattern(globals(), "_MAPS_SHM",
+                        r"^\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+(/dev/shm/\S.*?|/SYSV[0-9a-fA-F]{8})(?: \(deleted\))?$")
 
 
 def parse_maps_shm(text: str) -> set[str]:

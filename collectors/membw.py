@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from witty_profiler.collectors.base import Collector, Context, register
 from witty_profiler.collectors.lib.perf_event import (
@@ -110,8 +110,7 @@ def l3_domains(ctx: Context) -> dict[int, int]:
 
 
 # -- uncore PMUs ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class UncoreCounter:
+class UncoreCounter(NamedTuple):
     pmu: str
     family: str  # what the source is called: uncore_imc, hisi ddrc
     event: Event

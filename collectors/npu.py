@@ -29,12 +29,13 @@ from witty_profiler.collectors.pci import read_text
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import entity_id, numa_id, pci_address, process_id
+from witty_profiler.topology.lazy import LazyPattern
 from witty_profiler.topology.vocabulary import E, M, T
 from witty_profiler.topology.windowstats import gauge
 
 MiB = 1024 * 1024
-_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
-_PAIR = re.compile(r"(\S+)\s*/\s*(\S+)|(\S+)")
+_BUS = LazyPattern(globals(), "_BUS", r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_PAIR = LazyPattern(globals(), "_PAIR", r"(\S+)\s*/\s*(\S+)|(\S+)")
 LINK_TYPES = {"HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS"}
 HCCS_BW_SAMPLE_MS = 100  # npu-smi measures the links this long per call; it runs per chip at both ends
 GB = 1e9  # hccs-bw prints GB/S, the unit of DCMI's dcmi_hccs_bandwidth_info it reads

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import os
 import resource
-from dataclasses import dataclass, field
 
 from witty_profiler.collectors.base import Collector, Context, register
 from witty_profiler.collectors.lib.perf_event import (
@@ -44,6 +43,7 @@ from witty_profiler.collectors.lib.tasks import list_tids
 from witty_profiler.topology import Graph
 from witty_profiler.topology.cpulist import parse_cpulist
 from witty_profiler.topology.ids import cpu_id, host_id, process_id
+from witty_profiler.topology.models import Fields
 from witty_profiler.topology.vocabulary import M, T
 from witty_profiler.topology.wording import counted
 
@@ -53,14 +53,16 @@ STALL_NAMES = frozenset(e.name for e in STALLS[1:])
 FDS_KEPT_FREE = 64  # descriptors left for the other collectors of the round
 
 
-@dataclass
-class Counts:
+class Counts(Fields):
     """Scaled counts of one subject, summed over its threads' (or CPUs') groups by kind ('core', 'stalls':
     a ratio takes both its counts from groups of one kind), and the times the groups ran."""
 
-    values: dict[str, float] = field(default_factory=dict)
-    enabled_ns: int = 0
-    running_ns: int = 0
+    _FIELDS = ("values", "enabled_ns", "running_ns")
+
+    def __init__(self, values: dict[str, float] | None = None, enabled_ns: int = 0, running_ns: int = 0) -> None:
+        self.values = {} if values is None else values
+        self.enabled_ns = enabled_ns
+        self.running_ns = running_ns
 
     def add(self, kind: str, group: Group) -> None:
         r = group.read()

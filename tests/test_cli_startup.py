@@ -4,10 +4,13 @@ help in commands.HELP, and none of the heavy dependencies for --help and `info` 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import json
 import subprocess
 import sys
+
+import pytest
 
 from witty_profiler.cli import build_parser
 from witty_profiler.commands import COMMANDS, HELP, module_of
@@ -77,3 +80,39 @@ def test_info_imports_its_own_command_only(tmp_path):
     assert "entities:" in out
     assert [m for m in modules if m.startswith("witty_profiler.commands.")] == ["witty_profiler.commands.info"]
     assert [m for m in modules if _heavy(m)] == []
+
+
+# never imported by a collect: dataclasses and inspect (5-7 ms together; pkgutil.iter_modules imports inspect),
+# the graph reader's checks (5-9 ms), and nvidia-ml-py (7-12 ms) on a host without the NVML library
+COLLECT_HEAVY = ("dataclasses", "inspect", "pkgutil", "witty_profiler.topology.validate",
+                 "witty_profiler.topology.bulkcheck")
+
+
+def _nvml_loads() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_the_collectors_import_nothing_a_collect_does_not_use(tmp_path):
+    """Every collector module (what a collect imports before its window) and the graph writer."""
+    code = ("import json, sys\nfrom witty_profiler.collectors.engine import discover\nbroken = discover()\n"
+            "from witty_profiler.topology import dumps_graph\nimport witty_profiler.commands.collect\n"
+            "print(json.dumps([broken, sorted(sys.modules)]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert run.returncode == 0, run.stderr
+    broken, modules = json.loads(run.stdout)
+    assert broken == {}
+    assert "witty_profiler.collectors.gpu" in modules
+    assert [m for m in modules if m in COLLECT_HEAVY or m == "pynvml"] == []
+
+
+@pytest.mark.live
+def test_a_collect_imports_nothing_it_does_not_use(tmp_path):
+    """A one-shot collect on this host: nvidia-ml-py only where the NVML library is there to be used."""
+    modules, _ = _imported(tmp_path, "collect", "--duration", "0.2", "--interval", "0.1", "-q", "-o", "g.json")
+    assert (tmp_path / "g.json").is_file()
+    heavy = COLLECT_HEAVY if _nvml_loads() else (*COLLECT_HEAVY, "pynvml")
+    assert [m for m in modules if m in heavy] == []

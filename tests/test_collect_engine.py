@@ -252,6 +252,24 @@ def test_an_idle_process_outside_the_scope_that_wakes_up_keeps_its_cpu_time():
     assert woke.metrics["cpu_util_pct_max"] > woke.metrics["cpu_util_pct"]
 
 
+def test_the_modules_discovered_are_the_ones_pkgutil_lists(tmp_path):
+    """engine.module_names stands for pkgutil.iter_modules (which imports inspect): the same modules, in
+    its order, packages and what is not a module left out."""
+    import pkgutil
+
+    import witty_profiler.collectors as collectors
+    from witty_profiler.collectors.engine import module_names
+    for name in ("b.py", "a.py", "_private.py", "c.cpython-311-x86_64-linux-gnu.so", "d.pyc", "notes.txt",
+                 "x.y.py", "__init__.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "folder").mkdir()
+    for folders in ([str(tmp_path)], collectors.__path__):
+        assert module_names(folders) == [m.name for m in pkgutil.iter_modules(folders) if not m.ispkg]
+    assert "gpu" in module_names(collectors.__path__)
+
+
 @pytest.mark.live
 def test_collectors_named_with_a_minus_are_left_out_of_the_defaults():
     from witty_profiler.collectors.engine import _select

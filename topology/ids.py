@@ -8,14 +8,14 @@ merge without clashes, and the same object seen twice gets the same id.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterable
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.lazy import LazyPattern
 from witty_profiler.topology.vocabulary import T
 
-_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}")
+_HOST_NAME = LazyPattern(globals(), "_HOST_NAME", r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}")
 
 
 def entity_id(kind: str, host: str, *keys: object) -> str:

@@ -112,9 +112,10 @@ class Edge(_Record):
         self.extra = extra
 
 
-class _Fields:
+class Fields:
     """What a dataclass would give a record (keyword or positional fields with defaults, ==, repr), written
-    out: importing dataclasses costs every command about 10 ms, a third of `witty-profiler info`'s own."""
+    out: importing dataclasses costs every command about 10 ms, a third of `witty-profiler info`'s own. The
+    collectors' records stand on it too, for the same reason: a `collect` imports every collector."""
 
     _FIELDS: tuple[str, ...] = ()
 
@@ -133,7 +134,7 @@ class _Fields:
         return type(self)(**{name: changes.pop(name, getattr(self, name)) for name in self._FIELDS}, **changes)
 
 
-class CollectorStatus(_Fields):
+class CollectorStatus(Fields):
     """What one collector managed to do in one round, and why not where it did not."""
 
     _FIELDS = ("status", "reason", "privileges", "duration_s", "extra")
@@ -150,7 +151,7 @@ class CollectorStatus(_Fields):
         return _without_none(self)
 
 
-class Meta(_Fields):
+class Meta(Fields):
     """The round: hosts, the capture window, and every collector's status."""
 
     _FIELDS = ("hosts", "tool_version", "started_at", "duration_s", "interval_s", "host_info", "collectors",

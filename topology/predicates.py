@@ -8,15 +8,15 @@ in metrics first, then attrs. Several conditions must all hold. Examples:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.lazy import LazyPattern
 
 Predicate = Callable[[Any], bool]
 
-_CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|!=|=|>|<|~)\s*(.*?)\s*$")
+_CONDITION = LazyPattern(globals(), "_CONDITION", r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|!=|=|>|<|~)\s*(.*?)\s*$")
 
 
 def _lookup(entity: Any, field: str) -> Any:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from witty_profiler.topology.lazy import LazyPattern
+
 REDACTED = "<redacted>"
 
 # Environment keys whose values are stored; every other value is dropped (the key is not kept either).
@@ -112,10 +114,10 @@ _KEY_SHAPES = re.compile(
     r")"
 )
 # a private key block, whole (its lines are separate words once a command line is joined)
-_PEM = re.compile(r"(-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
+_PEM = LazyPattern(globals(), "_PEM", r"(-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
                   r"(?:.*?(-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)|.*)", re.S)
 # scheme://user:password@host (the password may hold '@'), scheme://token@host, redis://:password@host
-_URL_USER = re.compile(r"(\b[a-zA-Z][\w+.-]*://)([^/\s:@]*)(:[^\s/]*)?@")
+_URL_USER = LazyPattern(globals(), "_URL_USER", r"(\b[a-zA-Z][\w+.-]*://)([^/\s:@]*)(:[^\s/]*)?@")
 
 
 def _redact_shapes(text: str) -> str:
@@ -134,9 +136,10 @@ def _redact_pem(text: str) -> str:
 # NAME=value, NAME:value, "name": value, os.environ['NAME']='value', ?name=value&...: the name starts a
 # word or follows punctuation (never a '/': /data/key=3/ is a path), and a ':' is not a URL's "://".
 _ASSIGN = re.compile(r"(?<![\w.\-/])(-{0,2}[A-Za-z_][\w.-]*)([\"'\])]*)(=|:(?!//))")
-_NAME_AT_END = re.compile(r"(-{0,2}[A-Za-z_][\w.-]*)[\"'\])]*$")
-_QUERY_END = re.compile(r"[&;#]")
-_CLOSING = re.compile(r"[\"'`][)\]},;]*$")  # the quote (and brackets) closing a value, kept for readability
+_NAME_AT_END = LazyPattern(globals(), "_NAME_AT_END", r"(-{0,2}[A-Za-z_][\w.-]*)[\"'\])]*$")
+_QUERY_END = LazyPattern(globals(), "_QUERY_END", r"[&;#]")
+# the quote (and brackets) closing a value, kept for readability
+_CLOSING = LazyPattern(globals(), "_CLOSING", r"[\"'`][)\]},;]*$")
 _AUTH_SCHEMES = frozenset(("bearer", "basic", "token", "digest", "apikey", "negotiate", "ntlm"))
 # -pSECRET (mysql, mariadb): a password glued to -p, unless the word is a well-known single-dash flag
 # of another tool (gcc -pipe, openssl -passin, java -profile) or a port (-p2222, -p8080:80/tcp)
@@ -263,7 +266,8 @@ _TOOLS = frozenset((*(tool for tool in _TOOL_OPTIONS if tool != "login"), *_LOGI
 _SEPARATORS = frozenset(("|", "||", "&&", ";", "&", "|&"))
 # `git config --global user.password X`, `aws configure set aws_secret_access_key X`
 _SETTERS = frozenset(("set", "config", "--global", "--local", "--system", "--worktree", "--add"))
-_STDIN_FLAG = re.compile(r"^--?(?:password|passwd|pass|token|secret|passphrase)[-_]stdin$", re.I)
+_STDIN_FLAG = LazyPattern(globals(), "_STDIN_FLAG", r"^--?(?:password|passwd|pass|token|secret|passphrase)[-_]stdin$",
+                          re.I)
 
 
 class _Words:

@@ -15,7 +15,7 @@ same constants as keys and stay the documentation of each name's unit and meanin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # the types of the attributes readers rely on live with the records (topology.models): checking a file needs
 # them, not this module
@@ -292,8 +292,7 @@ class M:
     BUS_BANDWIDTH_GBYTES_PER_S = "bus_bandwidth_gbytes_per_s"
 
 
-@dataclass(frozen=True)
-class Metric:
+class Metric(NamedTuple):  # not a dataclass: `collect` imports this module
     name: str
     unit: str
     help: str

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, Literal
 
 from witty_profiler.topology.errors import InputError
 from witty_profiler.topology.ids import threads_of_processes
-from witty_profiler.topology.models import Entity
+from witty_profiler.topology.lazy import LazyPattern
+from witty_profiler.topology.models import Entity, Fields
 from witty_profiler.topology.query import GraphQuery
 from witty_profiler.topology.vocabulary import T
 from witty_profiler.topology.wording import counted
@@ -59,7 +59,7 @@ _LOADER_NAMES = re.compile(r"pt_data_worker|pt_data_pin|dataloader|data_loader|l
 _THREAD_ROLES = [("loader", _LOADER_NAMES), ("compute", re.compile(r"^pt_(main_thread|autograd|nccl|hccl)", re.I)),
                  ("launcher", re.compile(r"^pt_elastic", re.I))]
 _RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-_NUMBERS = re.compile(r"\d+")
+_NUMBERS = LazyPattern(globals(), "_NUMBERS", r"\d+")
 
 
 def frameworks_in(name: str, cmdline: str, libraries: Iterable[str] = ()) -> list[str]:
@@ -117,7 +117,7 @@ def classify_process(name: str, cmdline: str, libraries: Iterable[str] = (), env
     return result
 
 
-_LOOPBACK = re.compile(r"^(localhost|127\.[\d.]+|::1|\[::1\])(:|$)", re.I)
+_LOOPBACK = LazyPattern(globals(), "_LOOPBACK", r"^(localhost|127\.[\d.]+|::1|\[::1\])(:|$)", re.I)
 
 
 def job_of(attrs: dict[str, Any], env: dict[str, str], host: str, pod: str | None = None) -> dict[str, str] | None:
@@ -170,8 +170,7 @@ def _int(text: str) -> int | str:
 Mode = Literal["pids", "job", "ai", "host"]
 
 
-@dataclass
-class Workload:
+class Workload(Fields):  # not a dataclass: `collect` imports this module
     """The processes a diagnosis and its views are about, and how they were chosen.
 
     ``pids``: the processes named (and their descendants, by ``parent_of``); ``job``: the processes
@@ -179,10 +178,14 @@ class Workload:
     training/inference and their workers); ``host``: nobody, and only host-level facts are judged, on
     the whole host."""
 
-    mode: Mode
-    processes: list[Entity]  # id order
-    requested_pids: list[int] = field(default_factory=list)
-    job: str | None = None
+    _FIELDS = ("mode", "processes", "requested_pids", "job")
+
+    def __init__(self, mode: Mode, processes: list[Entity], requested_pids: list[int] | None = None,
+                 job: str | None = None) -> None:
+        self.mode = mode
+        self.processes = processes  # id order
+        self.requested_pids = [] if requested_pids is None else requested_pids
+        self.job = job
 
     @cached_property
     def ids(self) -> frozenset[str]:

@@ -12,20 +12,24 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from witty_profiler.topology.models import Fields
 
 MAX_AGE_S = 0.5
 _MODE_BITS = {0o400: "r", 0o200: "w", 0o600: "rw"}
 _INODE = re.compile(r"^(\w+):\[(\d+)\]$")
 
 
-@dataclass
-class FdTable:
-    links: dict[int, dict[int, str]] = field(default_factory=dict)  # pid -> fd -> link target
-    denied: int = 0  # processes whose fds we could not read
-    taken_at: float = 0.0
-    by_kind: dict[str, dict[int, dict[int, list[int]]]] | None = None  # inodes(), built once
+class FdTable(Fields):
+    _FIELDS = ("links", "denied", "taken_at", "by_kind")
+
+    def __init__(self, links: dict[int, dict[int, str]] | None = None, denied: int = 0, taken_at: float = 0.0,
+                 by_kind: dict[str, dict[int, dict[int, list[int]]]] | None = None) -> None:
+        self.links = {} if links is None else links  # pid -> fd -> link target
+        self.denied = denied  # processes whose fds we could not read
+        self.taken_at = taken_at
+        self.by_kind = by_kind  # inodes(), built once
 
     def inodes(self, kind: str) -> dict[int, dict[int, list[int]]]:
         """inode -> pid -> fds, for links like 'socket:[123]' or 'pipe:[456]'. One pass over the

@@ -15,10 +15,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import struct
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+from witty_profiler.topology.models import Fields
 
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -39,8 +39,7 @@ PERF_ATTR_SIZE_VER5 = 112  # every kernel since 4.1 accepts it
 SYSCALL_NR = {"x86_64": 298, "aarch64": 241}
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     name: str
     type: int
     config: int
@@ -79,7 +78,7 @@ class Syscalls:
     """The kernel's perf_event_open(2), read(2) and close(2)."""
 
     def __init__(self, machine: str | None = None) -> None:
-        machine = machine or platform.machine()
+        machine = machine or os.uname().machine  # platform.machine(), without importing platform
         if machine not in SYSCALL_NR:
             raise OSError(errno.ENOSYS, f"no perf_event_open syscall number known for {machine}")
         self.nr = SYSCALL_NR[machine]
@@ -117,13 +116,15 @@ class SoftwareStandIn(Syscalls):
         return super().open(event, pid, cpu, group_fd, flags)
 
 
-@dataclass
-class Reading:
+class Reading(Fields):
     """One read of a group: raw counts by event name and the group's enabled/running times (ns)."""
 
-    counts: dict[str, int]
-    enabled_ns: int
-    running_ns: int
+    _FIELDS = ("counts", "enabled_ns", "running_ns")
+
+    def __init__(self, counts: dict[str, int], enabled_ns: int, running_ns: int) -> None:
+        self.counts = counts
+        self.enabled_ns = enabled_ns
+        self.running_ns = running_ns
 
     def scaled(self, name: str) -> float | None:
         """The count extrapolated to the whole enabled time (None: the group never ran)."""

@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 
 from witty_profiler.topology.cpulist import format_cpulist, parse_cpulist  # noqa: F401 - process.py imports them from here
+from witty_profiler.topology.lazy import LazyPattern
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -220,7 +221,7 @@ _CONTAINER_PATTERNS = [
     # kubepods without a runtime prefix: /kubepods/burstable/pod<uid>/<container id>
     ("kubernetes", re.compile(r"/kubepods[^/]*/(?:[^/]+/)?pod[0-9a-f_-]+(?:\.slice)?/([0-9a-f]{12,64})(?:/|$)")),
 ]
-_POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_POD = LazyPattern(globals(), "_POD", r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
 
 @lru_cache(maxsize=4096)  # many processes share a cgroup path

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MEMORY_DEVICE = 17
 
 
-@dataclass(frozen=True)
-class MemoryDevice:
+class MemoryDevice(NamedTuple):
     locator: str
     bank: str
     size_mb: int  # 0: an empty slot

@@ -17,7 +17,9 @@ import socket
 import struct
 import subprocess
 import time
-from dataclasses import dataclass, field
+
+from witty_profiler.topology.lazy import LazyPattern
+from witty_profiler.topology.models import Fields
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -40,31 +42,40 @@ class SockDiagError(OSError):
     """The kernel refused the dump (family not built, no netlink, ...)."""
 
 
-@dataclass
-class UnixSock:
-    inode: int
-    peer: int | None
-    name: str | None
-    rqueue: int | None  # bytes waiting to be read on this end (stream) or datagrams
-    state: int = 0
+class UnixSock(Fields):
+    _FIELDS = ("inode", "peer", "name", "rqueue", "state")
+
+    def __init__(self, inode: int, peer: int | None, name: str | None, rqueue: int | None, state: int = 0) -> None:
+        self.inode = inode
+        self.peer = peer
+        self.name = name
+        self.rqueue = rqueue  # bytes waiting to be read on this end (stream) or datagrams
+        self.state = state
 
 
-@dataclass
-class TcpSock:
-    local: tuple[str, int]
-    remote: tuple[str, int]
-    state: str
-    inode: int
-    cookie: int
-    rqueue: int = 0
-    wqueue: int = 0
-    rtt_us: int | None = None
-    rtt_var_us: int | None = None
-    total_retrans: int | None = None
-    bytes_acked: int | None = None
-    bytes_received: int | None = None
-    pid: int | None = None  # only from `ss -p`
-    extra: dict[str, int] = field(default_factory=dict)
+class TcpSock(Fields):
+    _FIELDS = ("local", "remote", "state", "inode", "cookie", "rqueue", "wqueue", "rtt_us", "rtt_var_us",
+               "total_retrans", "bytes_acked", "bytes_received", "pid", "extra")
+
+    def __init__(self, local: tuple[str, int], remote: tuple[str, int], state: str, inode: int, cookie: int,
+                 rqueue: int = 0, wqueue: int = 0, rtt_us: int | None = None, rtt_var_us: int | None = None,
+                 total_retrans: int | None = None, bytes_acked: int | None = None,
+                 bytes_received: int | None = None, pid: int | None = None,
+                 extra: dict[str, int] | None = None) -> None:
+        self.local = local
+        self.remote = remote
+        self.state = state
+        self.inode = inode
+        self.cookie = cookie
+        self.rqueue = rqueue
+        self.wqueue = wqueue
+        self.rtt_us = rtt_us
+        self.rtt_var_us = rtt_var_us
+        self.total_retrans = total_retrans
+        self.bytes_acked = bytes_acked
+        self.bytes_received = bytes_received
+        self.pid = pid  # only from `ss -p`
+        self.extra = {} if extra is None else extra
 
 
 def endpoint(addr: tuple[str, int]) -> str:
@@ -196,8 +207,8 @@ def tcp_sockets(with_info: bool = True) -> list[TcpSock]:
 
 
 # -- ss fallback --------------------------------------------------------------------------
-_ADDR = re.compile(r"^(.*):([0-9]+|\*)$")
-_PID = re.compile(r"pid=(\d+)")
+_ADDR = LazyPattern(globals(), "_ADDR", r"^(.*):([0-9]+|\*)$")
+_PID = LazyPattern(globals(), "_PID", r"pid=(\d+)")
 
 
 def _split_addr(text: str) -> tuple[str, int]:
