@@ -37,7 +37,6 @@ meta.collectors says what is missing (bcc, kernel headers, py-spy, ptrace).
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shutil
 import signal
@@ -213,7 +212,7 @@ class StacksCollector(Collector):
             return
         try:
             bcc = load_bcc()
-            tree, note = kernel_headers(platform.release())
+            tree, note = kernel_headers(os.uname().release)
         except NotReady as exc:
             self.problem = str(exc)
             return
