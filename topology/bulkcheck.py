@@ -38,7 +38,8 @@ def bulk_records(items: list[Any], links: list[Any]) -> tuple[dict[str, Entity],
     if found[0] is None or found[1] is None:
         return None
     (ids, kinds, attrs, metrics), (eids, ekinds, sources, targets, eattrs, emetrics) = found
-    if not (set(map(type, chain(ids, kinds, eids, ekinds, sources, targets))) <= STR
+    # the ends of the edges need no look at their types: each must be the id of an entity, a string
+    if not (set(map(type, chain(ids, kinds, eids, ekinds))) <= STR
             and set(map(type, chain(attrs, metrics, eattrs, emetrics))) <= PARTS
             and plain_attrs(chain(attrs, eattrs)) and plain_metrics(chain(metrics, emetrics))):
         return None
@@ -52,10 +53,11 @@ def bulk_records(items: list[Any], links: list[Any]) -> tuple[dict[str, Entity],
 def _fields(items: list[dict[str, Any]], names: tuple[str, ...]) -> list[Sequence[Any]] | None:
     """For each name, that field of every item (None where an item lacks it), or None where an item has a
     field not in `names`."""
-    try:  # every field in every item, as this tool writes them: one pass, and the lengths say there is no other
-        rows = list(map(itemgetter(*names), items))
+    try:  # every field in every item, as this tool writes them: a pass per field (cheaper than a row per item
+        # turned into columns), and the lengths say there is no other
+        found = [list(map(itemgetter(name), items)) for name in names]
         if sum(map(len, items)) == len(names) * len(items):
-            return list(zip(*rows)) if rows else [()] * len(names)
+            return found
     except KeyError:  # attrs or metrics left out (null)
         pass
     if not set(chain.from_iterable(items)) <= frozenset(names):

@@ -9,8 +9,8 @@ imported when it runs.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby
 from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +23,7 @@ from witty_profiler.topology.text import visible, visible_meta, visible_value
 
 Direction = Literal["out", "in", "both"]
 _T = TypeVar("_T")
+_R = TypeVar("_R", Entity, Edge)
 _TYPE = attrgetter("type")
 _ID = attrgetter("id")  # a sort key without a Python frame per item
 
@@ -143,12 +144,7 @@ class Graph:
         """Edges in id order, optionally of one type."""
         if kind is None:
             return sorted(self._edges.values(), key=_ID)
-        if self._edges_by_type is None:
-            by_type: dict[str, list[Edge]] = {}
-            for edge in self.edges():
-                by_type.setdefault(edge.type, []).append(edge)
-            self._edges_by_type = by_type
-        return list(self._edges_by_type.get(kind, ()))
+        return list(self._edge_type_index().get(kind, ()))
 
     def derived(self, key: str, build: Callable[[], _T]) -> _T:
         """What a reader computes from the whole graph (an index, a diagnosis), built on first use and
@@ -164,9 +160,10 @@ class Graph:
         return len(self._edges)
 
     def counts_by_type(self) -> tuple[dict[str, int], dict[str, int]]:
-        ents = Counter(map(_TYPE, self._entities.values()))
-        edges = Counter(map(_TYPE, self._edges.values()))
-        return dict(sorted(ents.items())), dict(sorted(edges.items()))
+        """(entities, edges) of each type, in type order: the lengths of the type indexes, which a reader
+        that counts goes on to list (rather than one more pass over 100,000 threads)."""
+        return ({kind: len(found) for kind, found in self._type_index().items()},
+                {kind: len(found) for kind, found in self._edge_type_index().items()})
 
     def dangling_edges(self) -> list[Edge]:
         return [e for e in self.edges() if e.source not in self._entities or e.target not in self._entities]
@@ -174,13 +171,13 @@ class Graph:
     def _type_index(self) -> dict[str, list[Entity]]:
         """type -> its entities in id order; an entity added resets it, one merged into keeps its object."""
         if self._by_type is None:
-            by_type: dict[str, list[Entity]] = {}
-            entities = self._entities
-            for eid in sorted(entities):
-                entity = entities[eid]
-                by_type.setdefault(entity.type, []).append(entity)
-            self._by_type = by_type
+            self._by_type = _by_type(self._entities.values())
         return self._by_type
+
+    def _edge_type_index(self) -> dict[str, list[Edge]]:
+        if self._edges_by_type is None:
+            self._edges_by_type = _by_type(self._edges.values())
+        return self._edges_by_type
 
     def _edge_ends(self) -> dict[str, tuple[list[str], list[str]]]:
         """entity id -> (ids of the edges leaving it, ids of the edges reaching it)."""
@@ -310,6 +307,13 @@ class Graph:
     def __iter__(self) -> Iterator[Entity]:
         return iter(self.entities())
 
+
+def _by_type(records: Iterable[_R]) -> dict[str, list[_R]]:
+    """type -> its records in id order, the types in order: sorted and grouped at C speed rather than in a
+    loop over 100,000 threads (by id, then stably by type)."""
+    ordered = sorted(records, key=_ID)
+    ordered.sort(key=_TYPE)
+    return {kind: list(group) for kind, group in groupby(ordered, _TYPE)}
 
 
 def _visible_record(item: Entity | Edge) -> None:

@@ -216,8 +216,11 @@ class GraphQuery:
 
 
 def _group(edges: list[Edge], key: Any) -> dict[str, list[Edge]]:
+    ends = list(map(key, edges))
+    if len(set(ends)) == len(ends):  # an edge to each end (has_thread by thread): its list made at C speed
+        return dict(zip(ends, map(list, zip(edges))))
     grouped: dict[str, list[Edge]] = defaultdict(list)
-    for edge, at in zip(edges, map(key, edges)):
+    for edge, at in zip(edges, ends):
         grouped[at].append(edge)
     return dict(grouped)
 

@@ -71,7 +71,9 @@ _ESCAPES = LazyPattern(globals(), "_ESCAPES",
 def json_may_hide(text: str) -> bool:
     """Whether the JSON text may decode to a string that `visible` changes (a fast, safe guess: a
     false 'yes' only costs the full check)."""
-    return not text.isascii() or _ESCAPES.search(text) is not None
+    # every escape above starts with a backslash: a text without one (most graphs) is ruled out by a
+    # memchr-speed scan, not the pattern's (20 ms for 100,000 entities)
+    return not text.isascii() or ("\\" in text and _ESCAPES.search(text) is not None)
 
 
 def visible_meta(meta: Meta) -> Meta:
