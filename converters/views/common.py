@@ -76,10 +76,10 @@ def with_any(items: Iterable[Any], names: Iterable[str], cited: set[str]) -> lis
     threads a metric at a time, at C speed, until every item has one (most have the first)."""
     items, names = list(items), tuple(names)
     try:
-        metrics = list(map(_METRICS, items))
         keep = [False] * len(items)
-        for name in names:
-            keep = list(map(or_, keep, map(is_not, map(dict.get, metrics, repeat(name)), repeat(None))))
+        for i, name in enumerate(names):
+            has = map(is_not, map(dict.get, map(_METRICS, items), repeat(name)), repeat(None))
+            keep = list(map(or_, keep, has)) if i else list(has)  # the first alone: most items have it
             if all(keep):
                 return items
     except TypeError:  # metrics that are another kind of mapping
@@ -98,11 +98,15 @@ def rank(items: Iterable[Any], key: Callable[[Any], Any], cited: set[str], ctx: 
     in_workload = workload or (lambda x: ident(x) in members)
     items = list(items)
     ids = list(map(ident, items))
-    pinned = list(map(cited.__contains__, ids))
-    first = list(compress(items, pinned))
-    rest = list(compress(items, map(not_, pinned)))
+    if cited.isdisjoint(ids):  # none pinned (most tables): no passes to split them
+        first, rest, rest_ids = [], items, ids
+    else:
+        pinned = list(map(cited.__contains__, ids))
+        first = list(compress(items, pinned))
+        rest = list(compress(items, map(not_, pinned)))
+        rest_ids = compress(ids, map(not_, pinned))
     inside = list(map(workload, rest)) if workload is not None else \
-        list(map(members.__contains__, compress(ids, map(not_, pinned))))  # in_workload, at C speed
+        list(map(members.__contains__, rest_ids))  # in_workload, at C speed
     groups = [list(compress(rest, inside)), list(compress(rest, map(not_, inside)))]
     first.sort(key=lambda x: (not in_workload(x), key(x), ident(x)))
     return Ranked(first, rest, lambda x: (key(x), ident(x)), groups), len(first)
