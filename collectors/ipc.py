@@ -143,15 +143,27 @@ def snapshot(proc: Path, cache: dict, phase: str, maps: bool = True) -> Snapshot
     snap.tcp, problem = sockdiag.shared_tcp_table(cache, phase)
     if problem:
         snap.problems.append(problem)
-    if maps:
-        for pid, fds in snap.fds.links.items():
-            objects = {t.removesuffix(" (deleted)") for t in fds.values() if t.startswith("/dev/shm/")}
-            objects |= _read_maps_shm(f"{proc}/{pid}/maps")
-            for key in objects:
-                snap.shm_maps.setdefault(key, set()).add(pid)
     snap.sysv_shm = parse_sysvipc(_read(f"{proc}/sysvipc/shm") or "")
     snap.sysv_msg = parse_sysvipc(_read(f"{proc}/sysvipc/msg") or "")
+    if maps:
+        resident = _resident_shmem(cache, snap.sysv_shm)
+        for pid, fds in snap.fds.links.items():
+            objects = {t.removesuffix(" (deleted)") for t in fds.values() if t.startswith("/dev/shm/")}
+            if resident.get(pid) != 0:
+                objects |= _read_maps_shm(f"{proc}/{pid}/maps")
+            for key in objects:
+                snap.shm_maps.setdefault(key, set()).add(pid)
     return snap
+
+
+def _resident_shmem(cache: dict, sysv_shm: list[dict]) -> dict[int, int | None]:
+    """pid -> kB of shared memory it holds resident (RssShmem, as the process collector read it at the
+    window's end): a process with none maps no /dev/shm file that carries data, and its maps, the most
+    expensive read of the window, are left unread. A SysV segment is attached without touching it
+    (its users hold no page until they use it): while any is attached, every process's maps are read."""
+    if any((row.get("nattch") or 0) > 0 for row in sysv_shm):
+        return {}
+    return cache.get("rss_shmem_kb") or {}
 
 
 # -- edges --------------------------------------------------------------------------------

@@ -224,6 +224,9 @@ class ProcessCollector(Collector):
             if p.in_scope and not p.gone:
                 self._numa_pages(p)
         self.ctx.cache["scope_pids"] = sorted(pid for pid, p in self.procs.items() if p.in_scope)
+        # resident shared memory at the end (kB): the IPC collector reads the maps only of processes with some
+        self.ctx.cache["rss_shmem_kb"] = {pid: _leading_int(p.status_last[1].get("RssShmem", ""))
+                                          for pid, p in self.procs.items() if p.status_last and not p.gone}
         self._report_unreadable()
         with gc_paused():
             return self._graph()
@@ -665,6 +668,12 @@ def _process_runqueue(p: ProcState) -> dict:
             counted = True
     span = p.last_t - p.first_t
     return _runqueue(run, wait, slices, span) if counted else {}
+
+
+def _leading_int(text: str) -> int | None:
+    """'123 kB' -> 123; None where the kernel gave no such line (RssShmem: before 4.5)."""
+    head = text.split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _ctx_switch_rates(pairs) -> dict:

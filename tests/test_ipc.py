@@ -495,3 +495,41 @@ def test_bytes_received_but_not_yet_acknowledged_are_counted_once():
     client, server = end.tcp[1], end.tcp[2]
     client.bytes_acked, server.bytes_received = 32_742, 127_973
     assert _tcp_edge(end, None).metrics["queued_bytes"] == 200_000
+
+
+@pytest.mark.live
+def test_only_processes_holding_shared_memory_have_their_maps_read(monkeypatch):
+    """With the process collector's RssShmem at the window's end, the maps of a process that holds no
+    shared memory page are not read (the window's most expensive read); the /dev/shm users are."""
+    shm_path = f"/dev/shm/witty-test-rss-{os.getpid()}"
+    children = [spawn(SHM_USER, shm_path, stdout=subprocess.PIPE) for _ in range(2)]
+    children.append(spawn(HOLD, stdout=subprocess.PIPE))  # maps nothing shared
+    read = []
+    real = ipc._read_maps_shm
+    monkeypatch.setattr(ipc, "_read_maps_shm", lambda path: read.append(int(path.split("/")[-2])) or real(path))
+    try:
+        for p in children[:2]:
+            wait_line(p)
+        from witty_profiler.collectors.engine import run_window
+        graph = run_window(0.3, 0.3, pids=[p.pid for p in children], collectors=["process", "ipc"])
+    finally:
+        for p in children:
+            p.kill()
+            p.wait()
+        Path(shm_path).unlink(missing_ok=True)
+    host = graph.meta.hosts[0]
+    a, b = sorted(p.pid for p in children[:2])
+    [edge] = [e for e in graph.edges("shm") if (e.source, e.target) == (process_id(host, a), process_id(host, b))]
+    assert edge.attrs["path"] == shm_path
+    assert {a, b} <= set(read)
+    # a SysV segment attached anywhere (this module's other processes may hold one) means all maps are read
+    attached = any(row["nattch"] for row in ipc.parse_sysvipc(Path("/proc/sysvipc/shm").read_text()))
+    assert (children[2].pid in read) == attached
+
+
+def test_any_attached_sysv_segment_means_every_maps_is_read():
+    resident = {"rss_shmem_kb": {10: 0, 11: 4}}
+    assert ipc._resident_shmem(resident, []) == {10: 0, 11: 4}
+    assert ipc._resident_shmem(resident, [{"shmid": 3, "nattch": 0}]) == {10: 0, 11: 4}
+    assert ipc._resident_shmem(resident, [{"shmid": 3, "nattch": 2}]) == {}  # attached, maybe never touched
+    assert ipc._resident_shmem({}, []) == {}  # no process collector: every maps is read

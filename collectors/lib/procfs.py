@@ -119,7 +119,7 @@ def parse_schedstat(text: str) -> tuple[int, int, int] | None:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-_STATUS_LINES = re.compile(r"^(Name|State|PPid|Threads|VmRSS|Cpus_allowed_list|Mems_allowed_list|"
+_STATUS_LINES = re.compile(r"^(Name|State|PPid|Threads|VmRSS|RssShmem|Cpus_allowed_list|Mems_allowed_list|"
                            r"voluntary_ctxt_switches|nonvoluntary_ctxt_switches|Uid):[ \t]*(.*)$", re.M)
 
 
