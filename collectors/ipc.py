@@ -2,7 +2,8 @@
 memory and SysV message queues, as process -> process edges.
 
 Read at the start and the end of the window (the reads are expensive: every fd of every process,
-every /proc/PID/maps, the socket tables), and edges are drawn from the end state. Volumes where
+the socket tables, and at the end /proc/PID/maps of each process holding shared memory), and edges
+are drawn from the end state. Volumes where
 the kernel keeps them: TCP bytes acked/received over the window (tcp_info), bytes queued in
 pipes, unix sockets, TCP connections (both ends' receive and send queues) and message queues at
 the end plus their growth over the window, and for sockets which end the queue waits for
