@@ -48,6 +48,20 @@ def _outcome(doc: dict, bulk: bool) -> str:
             return f"error: {exc}"
 
 
+
+def test_the_records_of_the_bulk_path_are_those_of_the_item_path():
+    """Made without __init__: equal records, each with an `extra` of its own, made where it is first read."""
+    bulk = validate.graph_of(copy.deepcopy(DOC), "g.json", finite=True)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(validate, "bulk_records", lambda items, links: None)
+        each = validate.graph_of(copy.deepcopy(DOC), "g.json", finite=True)
+    assert bulk.entities() == each.entities() and bulk.edges() == each.edges()
+    first, second = bulk.entities()[:2]
+    first.extra["note"] = 1
+    assert first.extra == {"note": 1} and second.extra == {} and bulk.edges()[0].extra == {}
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        first.nope  # noqa: B018
+
 def _places(doc: dict) -> list[tuple]:
     """(list, index, field) of every field of every item, and (list, index, None) for a whole item."""
     out = []

@@ -17,7 +17,7 @@ from itertools import chain, repeat
 from operator import is_not, itemgetter
 from typing import Any
 
-from witty_profiler.topology.models import ATTR_TYPES, Edge, Entity
+from witty_profiler.topology.models import ATTR_TYPES, Edge, Entity, made_edge, made_entity
 
 MAX_MAGNITUDE = 1e18  # bytes, nanoseconds, pages: a real value stays far below; 1e308 would overflow the sums
 _ENTITY_ORDER = ("id", "type", "attrs", "metrics")  # as the records take them
@@ -43,10 +43,10 @@ def bulk_records(items: list[Any], links: list[Any]) -> tuple[dict[str, Entity],
             and set(map(type, chain(attrs, metrics, eattrs, emetrics))) <= PARTS
             and plain_attrs(chain(attrs, eattrs)) and plain_metrics(chain(metrics, emetrics))):
         return None
-    entities = dict(zip(ids, map(Entity, ids, kinds, attrs, metrics)))
+    entities = dict(zip(ids, map(made_entity, ids, kinds, attrs, metrics)))
     if len(entities) != len(ids) or not all(map(entities.__contains__, chain(sources, targets))):
         return None
-    edges = dict(zip(eids, map(Edge, eids, ekinds, sources, targets, eattrs, emetrics)))
+    edges = dict(zip(eids, map(made_edge, eids, ekinds, sources, targets, eattrs, emetrics)))
     return (entities, edges) if len(edges) == len(eids) else None
 
 
