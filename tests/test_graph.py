@@ -179,6 +179,24 @@ def test_merge_never_shares_containers_with_its_source():
     assert b.entity("process:n1:5").metrics == {"rss_bytes": 1}
 
 
+def test_entities_and_edges_of_a_type_are_in_id_order_whatever_the_ids():
+    """The type indexes, where ids begin with their type (each type's ids together) and where they do not."""
+    import random
+    rnd = random.Random(2)
+    for _ in range(200):
+        g = Graph()
+        for n in range(rnd.randint(0, 30)):
+            kind = rnd.choice(["a", "b", "c"])
+            eid = rnd.choice([f"{kind}:{n}", f"{rnd.choice('abcz')}{n}"])
+            g.add_entity(Entity(eid, kind))
+            g.add_edge(Edge(f"{rnd.choice('xyz')}|{n}", rnd.choice(["x", "y"]), eid, eid))
+        for items, of_type, counts in ((g.entities(), g.entities, g.counts_by_type()[0]),
+                                       (g.edges(), g.edges, g.counts_by_type()[1])):
+            kinds = sorted({i.type for i in items})
+            assert all(of_type(k) == [i for i in items if i.type == k] for k in kinds)
+            assert counts == {k: len(of_type(k)) for k in kinds} and list(counts) == kinds
+
+
 def test_queries_on_a_generated_graph_agree_with_a_plain_scan():
     """Every query kind on a few thousand entities, against the answer a plain scan of the lists gives."""
     from collections import deque
