@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 
 class Slot(str):
@@ -22,11 +21,43 @@ class Slot(str):
 MCP_PAGE = 200  # query_graph's largest `limit` (mcp_server.schemas); longer lists page on with next_cursor
 
 
-@dataclass(frozen=True)
-class CliHints:
+class _Frozen:
+    """What a frozen dataclass would give the hints (== and a hash by type and fields, repr, no assignment),
+    written out: `convert` imports this module, and dataclasses costs it 5 ms. Not a NamedTuple: a CliHints
+    and an McpHints on the same name are different keys (converters.context keeps a context per hints)."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self._FIELDS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in self._FIELDS))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self._FIELDS)})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # copy and pickle make it with __init__
+        return type(self), tuple(getattr(self, name) for name in self._FIELDS)
+
+
+class CliHints(_Frozen):
     """`witty-profiler ...` command lines on the graph file `ref` (the default)."""
 
-    ref: str = "GRAPH"
+    __slots__ = ("ref",)
+    _FIELDS = ("ref",)
+
+    def __init__(self, ref: str = "GRAPH") -> None:
+        object.__setattr__(self, "ref", ref)
 
     @property
     def graph(self) -> str:
@@ -68,11 +99,14 @@ class CliHints:
         return f"witty-profiler diagnose {self.graph} --layer {layer}"
 
 
-@dataclass(frozen=True)
-class McpHints:
+class McpHints(_Frozen):
     """Calls of the witty-mcp tools (query_graph, convert_layer, graph_summary) on `graph_id`."""
 
-    graph_id: str
+    __slots__ = ("graph_id",)
+    _FIELDS = ("graph_id",)
+
+    def __init__(self, graph_id: str) -> None:
+        object.__setattr__(self, "graph_id", graph_id)
 
     def _call(self, tool: str, **args: object) -> str:
         given = [f"graph_id={_value(self.graph_id)}"]

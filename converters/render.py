@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
 from witty_profiler.converters.tokens import count_tokens
+from witty_profiler.topology.models import Fields
 
 MIN_TOKENS = 200  # below this a view cannot say what it left out; the API refuses smaller budgets
 NOTES_SHARE = 0.3  # the most of a budget that legends and notes may take
@@ -161,35 +161,45 @@ def own_id(item: Any) -> tuple[str, ...]:
     return (item.id,)
 
 
-@dataclass
-class Lines:
-    lines: list[str]
-    essential: bool = False  # kept on budgets so tight that the optional blocks go
+# plain records on topology.models.Fields, not dataclasses: `convert` imports this module
+class Lines(Fields):
+    _FIELDS = ("lines", "essential")
+
+    def __init__(self, lines: list[str], essential: bool = False) -> None:
+        self.lines = lines
+        self.essential = essential  # kept on budgets so tight that the optional blocks go
 
 
-@dataclass
-class Column:
-    header: str
-    cell: Callable[[Any], Any]  # item -> text ('' / None / '-' = nothing to show)
-    left: bool = False  # text columns align left, numbers right
-    optional: bool = False  # context, not evidence (a name, a ratio of other columns): the first to go when
-    #                         the rows that findings cite would not fit otherwise
+class Column(Fields):
+    _FIELDS = ("header", "cell", "left", "optional")
+
+    def __init__(self, header: str, cell: Callable[[Any], Any], left: bool = False, optional: bool = False) -> None:
+        self.header = header
+        self.cell = cell  # item -> text ('' / None / '-' = nothing to show)
+        self.left = left  # text columns align left, numbers right
+        # context, not evidence (a name, a ratio of other columns): the first to go when the rows that
+        # findings cite would not fit otherwise
+        self.optional = optional
 
 
-@dataclass
-class Table:
-    title: str
-    columns: list[Column]
-    items: Sequence[Any]  # ranked, most relevant first
-    noun: str  # what a row is, plural ("threads")
-    more: str  # the exact request that lists what is left out (ctx.hints.query(...))
-    pinned: int = 0  # the first `pinned` items are cited by findings and shown before anything else
-    weight: float = 1.0  # share of the budget relative to the other tables
-    covers: Callable[[Any], tuple[str, ...]] = own_id  # ids a row shows
-    label: Callable[[Any], str] | None = None  # a cited row named on the fold line (default: the ids it shows)
-    slim: bool = False  # render without the optional columns (set by fit for one budget)
-    _cells: dict[int, list[str]] = field(default_factory=dict, repr=False)
-    _costs: dict[int, int] = field(default_factory=dict, repr=False)
+class Table(Fields):
+    _FIELDS = ("title", "columns", "items", "noun", "more", "pinned", "weight", "covers", "label", "slim")
+
+    def __init__(self, title: str, columns: list[Column], items: Sequence[Any], noun: str, more: str,
+                 pinned: int = 0, weight: float = 1.0, covers: Callable[[Any], tuple[str, ...]] = own_id,
+                 label: Callable[[Any], str] | None = None, slim: bool = False) -> None:
+        self.title = title
+        self.columns = columns
+        self.items = items  # ranked, most relevant first
+        self.noun = noun  # what a row is, plural ("threads")
+        self.more = more  # the exact request that lists what is left out (ctx.hints.query(...))
+        self.pinned = pinned  # the first `pinned` items are cited by findings and shown before anything else
+        self.weight = weight  # share of the budget relative to the other tables
+        self.covers = covers  # ids a row shows
+        self.label = label  # a cited row named on the fold line (default: the ids it shows)
+        self.slim = slim  # render without the optional columns (set by fit for one budget)
+        self._cells: dict[int, list[str]] = {}  # the rows' cells and costs, made once: not fields
+        self._costs: dict[int, int] = {}
 
     def cost(self, i: int) -> int:
         """Estimated tokens of row i (cached: the same blocks serve several budgets)."""
@@ -255,12 +265,14 @@ def _render(blocks: list[Block], shown: list[int], dropped: set[int]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
-@dataclass
-class Fitted:
-    text: str
-    tokens: int
-    truncated: bool
-    omitted: dict[str, int]
+class Fitted(Fields):
+    _FIELDS = ("text", "tokens", "truncated", "omitted")
+
+    def __init__(self, text: str, tokens: int, truncated: bool, omitted: dict[str, int]) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.truncated = truncated
+        self.omitted = omitted
 
 
 def _with_header(header: Callable[[int], str], body: str) -> tuple[str, int]:

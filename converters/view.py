@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from witty_profiler.converters.context import GraphContext, context_for
@@ -12,19 +11,23 @@ from witty_profiler.converters.views import LAYER_VIEWS, module, view_blocks
 from witty_profiler.converters.views.common import LEGEND_START, NOT_EVALUATED
 from witty_profiler.topology import Graph
 from witty_profiler.topology.errors import InputError
+from witty_profiler.topology.models import Fields, copy_value
 from witty_profiler.topology.layers import view_title
 
 
-@dataclass
-class View:
-    layer: str
-    text: str
-    tokens: int  # cl100k_base tokens of text, header included
-    truncated: bool  # something was left out to fit the budget
-    omitted: dict[str, int] = field(default_factory=dict)  # rows left out, by what they are
+class View(Fields):  # not a dataclass: `convert` imports this module
+    _FIELDS = ("layer", "text", "tokens", "truncated", "omitted")
+
+    def __init__(self, layer: str, text: str, tokens: int, truncated: bool,
+                 omitted: dict[str, int] | None = None) -> None:
+        self.layer = layer
+        self.text = text
+        self.tokens = tokens  # cl100k_base tokens of text, header included
+        self.truncated = truncated  # something was left out to fit the budget
+        self.omitted = {} if omitted is None else omitted  # rows left out, by what they are
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: copy_value(getattr(self, name)) for name in self._FIELDS}
 
 
 def check_request(layer: str, max_tokens: int | None) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from witty_profiler.diagnosis.models import LAYERS, Evidence
+from witty_profiler.topology.models import Fields
 
 if TYPE_CHECKING:
     from witty_profiler.diagnosis.scope import Scope
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 LEVELS = ("critical", "warning", "notice")
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(NamedTuple):  # not a dataclass: `convert` and `diagnose` import this module
     """A levelled threshold. `above`: the value must exceed the level to reach it (strictly);
     `below`: the value must be under it (strictly). A level of None is not used."""
 
@@ -45,8 +44,7 @@ class Threshold:
         return ", ".join(parts)
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     """A single value that shapes a pattern's test (a minimum activity, a filter)."""
 
     name: str
@@ -55,12 +53,14 @@ class Param:
     help: str
 
 
-@dataclass
-class Levels:
+class Levels(Fields):
     """The effective levels of one threshold (defaults merged with overrides)."""
 
-    threshold: Threshold
-    values: dict[str, float]
+    _FIELDS = ("threshold", "values")
+
+    def __init__(self, threshold: Threshold, values: dict[str, float]) -> None:
+        self.threshold = threshold
+        self.values = values
 
     @property
     def direction(self) -> str:
@@ -92,18 +92,23 @@ class Levels:
         return None
 
 
-@dataclass
-class Verdict:
-    status: Literal["finding", "clear", "not_evaluated"]
-    reason: str = ""
-    severity: str | None = None
-    description: str = ""
-    evidence: list[Evidence] = field(default_factory=list)
-    subjects: list[str] = field(default_factory=list)
-    related: list[str] = field(default_factory=list)
-    # where the evidence shows a cause the pattern's own advice does not fit (a CPU quota rather
-    # than competing processes): the finding's recommendations instead of the pattern's
-    recommendations: list[str] = field(default_factory=list)
+class Verdict(Fields):
+    _FIELDS = ("status", "reason", "severity", "description", "evidence", "subjects", "related", "recommendations")
+
+    def __init__(self, status: Literal["finding", "clear", "not_evaluated"], reason: str = "",
+                 severity: str | None = None, description: str = "", evidence: list[Evidence] | None = None,
+                 subjects: list[str] | None = None, related: list[str] | None = None,
+                 recommendations: list[str] | None = None) -> None:
+        self.status = status
+        self.reason = reason
+        self.severity = severity
+        self.description = description
+        self.evidence = [] if evidence is None else evidence
+        self.subjects = [] if subjects is None else subjects
+        self.related = [] if related is None else related
+        # where the evidence shows a cause the pattern's own advice does not fit (a CPU quota rather
+        # than competing processes): the finding's recommendations instead of the pattern's
+        self.recommendations = [] if recommendations is None else recommendations
 
 
 def clear(reason: str) -> Verdict:
@@ -126,8 +131,7 @@ def worst(*severities: str | None) -> str | None:
     return min(found, key=LEVELS.index) if found else None
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(NamedTuple):
     id: str
     layer: int
     title: str

@@ -15,13 +15,50 @@ the peers' median is zero.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
-from statistics import median
+from collections.abc import Iterable
 from typing import Any
 
 from witty_profiler.diagnosis.catalog import Levels
 
 Digest = dict[str, Any]
+
+
+# statistics.median and statistics.mean, written out for numbers: statistics (with fractions, decimal and random)
+# costs every `convert` and `diagnose` 2-3 ms to import; it is imported where these would raise StatisticsError
+def median(values: Iterable[Any]) -> Any:
+    """statistics.median: the middle value, or the mean of the two middle ones."""
+    data = sorted(values)
+    n = len(data)
+    if n == 0:
+        import statistics
+        return statistics.median(data)  # StatisticsError
+    if n % 2 == 1:
+        return data[n // 2]
+    return (data[n // 2 - 1] + data[n // 2]) / 2
+
+
+def mean(values: Iterable[Any]) -> Any:
+    """statistics.mean of ints and floats: the exact sum over the count, rounded once (an int where the ints'
+    sum divides by their count); of anything else, or of nothing, statistics.mean itself."""
+    data = list(values)
+    n = len(data)
+    if n == 0 or any(type(v) not in (int, float, bool) for v in data):
+        import statistics
+        return statistics.mean(data)
+    if not any(type(v) is float for v in data):
+        total = sum(data)
+        return total // n if total % n == 0 else total / n
+    if not all(math.isfinite(v) for v in data):
+        special = 0
+        for v in data:  # infinities and NaNs: what statistics sums, the finite values left out
+            if not math.isfinite(v):
+                special += v
+        return special / n
+    ratios = [v.as_integer_ratio() for v in data]  # the denominators are powers of two
+    common = max(d for _, d in ratios)
+    return sum(p * (common // d) for p, d in ratios) / (common * n)  # int / int: correctly rounded
 
 
 class _LeaveOneOut:

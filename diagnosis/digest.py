@@ -8,9 +8,9 @@ worker processes and keeps only them; a merged graph gives one digest per host t
 
 from __future__ import annotations
 
-from statistics import mean
 from typing import Any
 
+from witty_profiler.diagnosis.crosshost import mean
 from witty_profiler.topology import Entity, Graph
 from witty_profiler.topology.hosts import host_windows
 from witty_profiler.topology.ids import host_of

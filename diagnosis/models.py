@@ -8,8 +8,9 @@ so the same graph with the same thresholds always gives the same bytes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from witty_profiler.topology.models import Fields, copy_value
 
 # the seven layers, bottom up, from the one list every part reads
 from witty_profiler.topology.layers import LAYER_NAMES, LAYER_NUMBERS, LAYER_TITLES, LAYERS  # noqa: F401
@@ -34,62 +35,86 @@ def rounded(value: Any) -> Any:
     return value
 
 
-class _Model:
+class _Model(Fields):
+    """Plain records on topology.models.Fields, not dataclasses: `convert` and `diagnose` import this module."""
+
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON data, floats rounded."""
-        return rounded(_jsonable(asdict(self)))
+        return rounded(_jsonable(self))
 
 
 def _jsonable(value: Any) -> Any:
-    """Tuples and sets as lists: what JSON has."""
+    """Records as dicts of their fields, tuples and sets as lists: what JSON has (a copy that shares no
+    container with the record, as dataclasses.asdict made)."""
+    if hasattr(type(value), "__dataclass_fields__"):  # a record of a module that `convert` does not import
+        from dataclasses import fields
+        return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Fields):
+        return {name: _jsonable(getattr(value, name)) for name in value._FIELDS}
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {copy_value(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
-    return value
+    return copy_value(value)
 
 
-@dataclass
 class Evidence(_Model):
     """One fact a finding rests on: a metric of an entity, a relation, or an aggregate."""
 
-    kind: Literal["entity", "edge", "statistic"]
-    ids: list[str] = field(default_factory=list)  # entity ids (entity, statistic) or edge ids (edge)
-    metric: str | None = None
-    value: Any = None
-    threshold: Any = None
-    unit: str | None = None
-    note: str | None = None
+    _FIELDS = ("kind", "ids", "metric", "value", "threshold", "unit", "note")
+
+    def __init__(self, kind: Literal["entity", "edge", "statistic"], ids: list[str] | None = None,
+                 metric: str | None = None, value: Any = None, threshold: Any = None, unit: str | None = None,
+                 note: str | None = None) -> None:
+        self.kind = kind
+        self.ids = [] if ids is None else ids  # entity ids (entity, statistic) or edge ids (edge)
+        self.metric = metric
+        self.value = value
+        self.threshold = threshold
+        self.unit = unit
+        self.note = note
 
 
-@dataclass
 class Finding(_Model):
-    pattern: str
-    layer: int
-    layer_name: str
-    severity: Severity
-    priority: Literal["P0", "P1", "P2"]
-    title: str
-    description: str
-    evidence: list[Evidence] = field(default_factory=list)
-    recommendations: list[str] = field(default_factory=list)
-    subjects: list[str] = field(default_factory=list)  # ids of the entities the finding is about
-    related: list[str] = field(default_factory=list)  # ids of patterns that explain or are explained by this one
+    _FIELDS = ("pattern", "layer", "layer_name", "severity", "priority", "title", "description", "evidence",
+               "recommendations", "subjects", "related")
+
+    def __init__(self, pattern: str, layer: int, layer_name: str, severity: Severity,
+                 priority: Literal["P0", "P1", "P2"], title: str, description: str,
+                 evidence: list[Evidence] | None = None, recommendations: list[str] | None = None,
+                 subjects: list[str] | None = None, related: list[str] | None = None) -> None:
+        self.pattern = pattern
+        self.layer = layer
+        self.layer_name = layer_name
+        self.severity = severity
+        self.priority = priority
+        self.title = title
+        self.description = description
+        self.evidence = [] if evidence is None else evidence
+        self.recommendations = [] if recommendations is None else recommendations
+        self.subjects = [] if subjects is None else subjects  # ids of the entities the finding is about
+        self.related = [] if related is None else related  # ids of patterns that explain or are explained by this one
 
 
-@dataclass
 class CoverageRow(_Model):
-    pattern: str
-    layer: int
-    status: Literal["finding", "clear", "not_evaluated"]
-    reason: str
+    _FIELDS = ("pattern", "layer", "status", "reason")
+
+    def __init__(self, pattern: str, layer: int, status: Literal["finding", "clear", "not_evaluated"],
+                 reason: str) -> None:
+        self.pattern = pattern
+        self.layer = layer
+        self.status = status
+        self.reason = reason
 
 
-@dataclass
 class Diagnosis(_Model):
-    findings: list[Finding] = field(default_factory=list)
-    coverage: list[CoverageRow] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    _FIELDS = ("findings", "coverage", "summary")
+
+    def __init__(self, findings: list[Finding] | None = None, coverage: list[CoverageRow] | None = None,
+                 summary: dict[str, Any] | None = None) -> None:
+        self.findings = [] if findings is None else findings
+        self.coverage = [] if coverage is None else coverage
+        self.summary = {} if summary is None else summary
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

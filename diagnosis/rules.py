@@ -5,7 +5,6 @@ levelled threshold, and turn the result into a finding, `clear` or `not_evaluate
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from witty_profiler.diagnosis import evidence as ev
 from witty_profiler.diagnosis.catalog import (
@@ -24,17 +23,21 @@ from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of, process_of_thread
+from witty_profiler.topology.models import Fields
 from witty_profiler.topology.query import runnable_pct  # noqa: F401 - the rules' users take it from here
 from witty_profiler.topology.vocabulary import E, M, T
 
 Value = Callable[[Entity], float | None]
 
 
-@dataclass
-class Assessment:
-    levels: Levels
-    measured: list[tuple[Entity, float]] = field(default_factory=list)
-    hits: list[tuple[Entity, float, str]] = field(default_factory=list)
+class Assessment(Fields):  # not a dataclass: `convert` and `diagnose` import this module
+    _FIELDS = ("levels", "measured", "hits")
+
+    def __init__(self, levels: Levels, measured: list[tuple[Entity, float]] | None = None,
+                 hits: list[tuple[Entity, float, str]] | None = None) -> None:
+        self.levels = levels
+        self.measured = [] if measured is None else measured
+        self.hits = [] if hits is None else hits
 
     @property
     def severity(self) -> str | None:
@@ -290,13 +293,15 @@ def scope_cgroups(scope: Scope) -> list[Entity]:
     return chosen
 
 
-@dataclass
-class QuotaCause:
+class QuotaCause(Fields):
     """What a finding about tasks waiting for a CPU says when CPU quotas hold some of them back."""
 
-    held: dict[str, list[Entity]]  # task id -> throttled cgroups that hold it
-    text: str  # a sentence to add to the description
-    evidence: list[Evidence]
+    _FIELDS = ("held", "text", "evidence")
+
+    def __init__(self, held: dict[str, list[Entity]], text: str, evidence: list[Evidence]) -> None:
+        self.held = held  # task id -> throttled cgroups that hold it
+        self.text = text  # a sentence to add to the description
+        self.evidence = evidence
 
     @property
     def related(self) -> list[str]:

@@ -116,3 +116,28 @@ def test_a_collect_imports_nothing_it_does_not_use(tmp_path):
     assert (tmp_path / "g.json").is_file()
     heavy = COLLECT_HEAVY if _nvml_loads() else (*COLLECT_HEAVY, "pynvml")
     assert [m for m in modules if m in heavy] == []
+
+
+# never imported by a convert or a diagnose: dataclasses and inspect (5-7 ms), statistics (with fractions and
+# decimal, 2-3 ms)
+CONVERT_HEAVY = ("dataclasses", "inspect", "statistics")
+
+
+def test_the_views_and_the_matcher_import_nothing_a_convert_does_not_use(tmp_path):
+    """What `convert` imports to diagnose a graph and draw its views: the views, the matcher and every pattern."""
+    code = ("import json, sys\nimport witty_profiler.app.views\nimport witty_profiler.diagnosis.matcher\n"
+            "from witty_profiler.diagnosis.catalog import catalog\ncatalog()\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert run.returncode == 0, run.stderr
+    modules = json.loads(run.stdout)
+    assert "witty_profiler.diagnosis.patterns.traces" in modules
+    assert [m for m in modules if m in CONVERT_HEAVY] == []
+
+
+def test_a_convert_imports_nothing_it_does_not_use(tmp_path):
+    graph = tmp_path / "g.json"
+    dump_graph(hand_graph(), graph)
+    modules, out = _imported(tmp_path, "convert", str(graph), "--layer", "all", "--max-tokens", "2000")
+    assert out.strip()
+    assert [m for m in modules if m in CONVERT_HEAVY] == []

@@ -10,10 +10,9 @@ limits a flow is a judgement: diagnosis.flow makes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from witty_profiler.topology.models import Edge, Entity
+from witty_profiler.topology.models import Edge, Entity, Fields
 from witty_profiler.topology.query import GraphQuery, runnable_pct
 from witty_profiler.topology.vocabulary import IPC_EDGES, E, M, T
 
@@ -22,27 +21,32 @@ ORDERED = {E.PIPE, E.TCP}  # the kinds whose two ends have a feeding order
 RESOURCE_EDGES = (E.USES_SHM, E.USES_RDMA, E.USES_DEVICE)
 
 
-@dataclass
-class Link:
+class Link(Fields):  # not a dataclass: `convert` imports this module
     """One edge of a flow: process -> process (IPC) or process -> resource (shm, rdma, device)."""
 
-    edge: Edge
-    ordered: bool  # writer -> reader / client -> server; False: both ways
+    _FIELDS = ("edge", "ordered")
+
+    def __init__(self, edge: Edge, ordered: bool) -> None:
+        self.edge = edge
+        self.ordered = ordered  # writer -> reader / client -> server; False: both ways
 
     @property
     def kind(self) -> str:
         return self.edge.type
 
 
-@dataclass
-class Flow:
-    number: int
-    stages: list[Entity]  # feeding order
-    links: list[Link]  # process -> process
-    resources: list[Entity] = field(default_factory=list)
-    uses: list[Link] = field(default_factory=list)  # process -> resource
-    limit: Any = None  # what diagnosis.flow judged limits it (a Limit), where judged
-    in_workload: bool = False
+class Flow(Fields):
+    _FIELDS = ("number", "stages", "links", "resources", "uses", "limit", "in_workload")
+
+    def __init__(self, number: int, stages: list[Entity], links: list[Link], resources: list[Entity] | None = None,
+                 uses: list[Link] | None = None, limit: Any = None, in_workload: bool = False) -> None:
+        self.number = number
+        self.stages = stages  # feeding order
+        self.links = links  # process -> process
+        self.resources = [] if resources is None else resources
+        self.uses = [] if uses is None else uses  # process -> resource
+        self.limit = limit  # what diagnosis.flow judged limits it (a Limit), where judged
+        self.in_workload = in_workload
 
     def order(self, entity_id: str) -> int:
         return next((i for i, s in enumerate(self.stages, 1) if s.id == entity_id), 0)

@@ -11,23 +11,26 @@ the views show it: both get it from `GraphQuery.placement`.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
-from witty_profiler.topology.models import Entity
+from witty_profiler.topology.models import Entity, Fields
 from witty_profiler.topology.query import GraphQuery, num
 from witty_profiler.topology.vocabulary import E, M
 
 
-@dataclass
-class Placement:
-    runtime: dict[int, float] = field(default_factory=dict)  # node -> run time (ns, or share in %)
-    runtime_ids: list[str] = field(default_factory=list)  # the edges or entities it came from
-    pages: dict[int, float] = field(default_factory=dict)  # node -> pages
-    pages_ids: list[str] = field(default_factory=list)
-    allowed_cpus: set[int] = field(default_factory=set)
-    allowed_nodes: list[int] = field(default_factory=list)
+class Placement(Fields):  # not a dataclass: `convert` imports this module
+    _FIELDS = ("runtime", "runtime_ids", "pages", "pages_ids", "allowed_cpus", "allowed_nodes")
+
+    def __init__(self, runtime: dict[int, float] | None = None, runtime_ids: list[str] | None = None,
+                 pages: dict[int, float] | None = None, pages_ids: list[str] | None = None,
+                 allowed_cpus: set[int] | None = None, allowed_nodes: list[int] | None = None) -> None:
+        self.runtime = {} if runtime is None else runtime  # node -> run time (ns, or share in %)
+        self.runtime_ids = [] if runtime_ids is None else runtime_ids  # the edges or entities it came from
+        self.pages = {} if pages is None else pages  # node -> pages
+        self.pages_ids = [] if pages_ids is None else pages_ids
+        self.allowed_cpus = set() if allowed_cpus is None else allowed_cpus
+        self.allowed_nodes = [] if allowed_nodes is None else allowed_nodes
 
     @staticmethod
     def share(values: dict[int, float], node: int) -> float | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from statistics import median
 from typing import Any
 
 from witty_profiler.diagnosis import evidence as ev
@@ -36,6 +35,7 @@ from witty_profiler.diagnosis.catalog import (
     not_evaluated,
     worst,
 )
+from witty_profiler.diagnosis.crosshost import median
 from witty_profiler.diagnosis.models import Evidence
 from witty_profiler.diagnosis.scope import Scope, num
 from witty_profiler.topology import Entity
