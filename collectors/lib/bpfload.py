@@ -104,7 +104,9 @@ class Loaded:
         for off, fd in map_references(bytes(code)):
             struct.pack_into("<i", code, off + 4, by_old[fd])
         try:
-            fd = bpfsys.load_program(prog_type, name, bytes(code), self.image.license, self.image.kern_version)
+            # named as libbcc names it (what bpftool lists): a tracepoint's category and event, cut to 15 bytes
+            fd = bpfsys.load_program(prog_type, name.removeprefix(TRACEPOINT_FN_PREFIX), bytes(code),
+                                     self.image.license, self.image.kern_version)
         except OSError as exc:
             raise OSError(exc.errno, f"the kernel refused {name}: {exc.strerror}") from None
         self.prog_fds[name] = fd
