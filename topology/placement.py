@@ -11,6 +11,8 @@ the views show it: both get it from `GraphQuery.placement`.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import repeat
+from operator import attrgetter
 
 from witty_profiler.topology.cpulist import cpu_set
 from witty_profiler.topology.ids import host_of
@@ -68,18 +70,28 @@ def per_node(values: object) -> dict[int, float]:
     return found
 
 
-def _runs_on(q: GraphQuery, entity: Entity) -> tuple[dict[int, float], list[str]]:
-    values: dict[int, float] = defaultdict(float)
+def _runs_on(q: GraphQuery, entity: Entity, edges: list | None = None) -> tuple[dict[int, float], list[str]]:
+    if edges is None:
+        edges = q.out_edges(entity.id, E.RUNS_ON)
+    if not edges:  # most threads of a process without runs_on edges, and every process with them
+        return {}, []
+    values: dict[int, float] = {}
     ids = []
-    for edge in q.out_edges(entity.id, E.RUNS_ON):
-        node = q.node_of(edge.target)
-        value = num(edge, M.RUNTIME_NS_TOTAL)
-        if value is None:
-            value = num(edge, M.RUNTIME_SHARE_PCT)
+    node_of, ns, share = q.node_of, M.RUNTIME_NS_TOTAL, M.RUNTIME_SHARE_PCT
+    for edge in edges:
+        node = node_of(edge.target)
+        metrics = edge.metrics
+        value = metrics.get(ns)
+        if type(value) is not float:  # num's own checks, for a value that is not a float
+            value = None if value is None else num(edge, ns)
+            if value is None:
+                value = metrics.get(share)
+                if value is not None and type(value) is not float:
+                    value = num(edge, share)
         if node is not None and value is not None:
-            values[node] += value
+            values[node] = values.get(node, 0.0) + value
             ids.append(edge.id)
-    return dict(values), ids
+    return values, ids
 
 
 def placement_of(q: GraphQuery, process: Entity) -> Placement:
@@ -93,8 +105,9 @@ def placement_of(q: GraphQuery, process: Entity) -> Placement:
         runtime.update(values)
         p.runtime_ids.extend(ids)
     else:
-        for thread in threads:
-            t_values, t_ids = _runs_on(q, thread)
+        out_edges = q.out_edges
+        for thread, edges in zip(threads, map(out_edges, map(_ID, threads), repeat(E.RUNS_ON))):
+            t_values, t_ids = _runs_on(q, thread, edges) if edges else _NONE
             if t_values:
                 for node, v in t_values.items():
                     runtime[node] += v
@@ -119,13 +132,22 @@ def placement_of(q: GraphQuery, process: Entity) -> Placement:
             p.pages_ids.append(process.id)
     # Allowed CPUs: the process's mask, widened by any thread's own mask; without masks, the nodes
     # the allowed_on edges name.
+    masks = set()  # the threads of a process mostly share one mask string: each read once
     for entity in [process, *threads]:
-        p.allowed_cpus |= cpu_set(entity.attrs.get("cpus_allowed"))
+        mask = entity.attrs.get("cpus_allowed")
+        if type(mask) is str:
+            if mask in masks:
+                continue
+            masks.add(mask)
+        p.allowed_cpus |= cpu_set(mask)
     p.allowed_nodes = list(q.nodes_of_cpus(host_of(process.id), p.allowed_cpus))
     if not p.allowed_cpus:
         nodes = {q.node_of(e.target) for entity in [process, *threads] for e in q.out_edges(entity.id, E.ALLOWED_ON)}
         p.allowed_nodes = sorted(n for n in nodes if n is not None)
     return p
+
+
+_ID, _NONE = attrgetter("id"), ({}, [])
 
 
 def expected_remote_pct(p: Placement) -> float | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from witty_profiler.topology.cpulist import cpu_set
@@ -82,6 +82,8 @@ class GraphQuery:
         self._cpu_node: dict[str, dict[int, int]] | None = None  # host -> cpu -> node number
         self._placements: dict[str, Placement] = {}
         self._node_of: dict[str, int | None] = {}
+        self._threads: dict[str, list[Entity]] = {}
+        self._process_of: dict[str, str] | None = None
 
     @classmethod
     def of(cls, graph: Graph) -> "GraphQuery":
@@ -104,8 +106,7 @@ class GraphQuery:
 
     def targets(self, eid: str, kind: str) -> list[Entity]:
         """The entities at the other end of an entity's outgoing edges of a type (those in the graph)."""
-        found = (self.graph.entity(e.target) for e in self.out_edges(eid, kind))
-        return [e for e in found if e is not None]
+        return [e for e in map(self.graph.entity, map(_TARGET, self.out_edges(eid, kind))) if e is not None]
 
     def sources(self, eid: str, kind: str) -> list[Entity]:
         found = (self.graph.entity(e.source) for e in self.in_edges(eid, kind))
@@ -113,12 +114,21 @@ class GraphQuery:
 
     # -- processes, threads, devices --------------------------------------------------------
     def threads_of(self, process: Entity) -> list[Entity]:
-        return self.targets(process.id, E.HAS_THREAD)
+        """A process's threads (a new list each call): found once per process, since the diagnosis and
+        the views ask several times for each of thousands of processes."""
+        found = self._threads.get(process.id)
+        if found is None:
+            found = self._threads[process.id] = self.targets(process.id, E.HAS_THREAD)
+        return list(found)
 
     def process_of(self, thread: Entity) -> str:
         """The id of a thread's process: its has_thread edge, else what the thread's id says."""
-        edges = self.in_edges(thread.id, E.HAS_THREAD)
-        return edges[0].source if edges else process_of_thread(thread.id)
+        if self._process_of is None:  # thread -> the source of its first has_thread edge, at C speed
+            self.in_edges("", E.HAS_THREAD)
+            index = self._in[E.HAS_THREAD]
+            self._process_of = dict(zip(index, map(_SOURCE, map(_FIRST, index.values()))))
+        found = self._process_of.get(thread.id)
+        return found if found is not None else process_of_thread(thread.id)
 
     def parent_of(self, process: Entity) -> Entity | None:
         parents = self.sources(process.id, E.PARENT_OF)
@@ -158,20 +168,25 @@ class GraphQuery:
             self._node_of[eid] = node_number(node) if node is not None and node.type == T.NUMA_NODE else None
         return self._node_of[eid]
 
-    def node_of_cpu(self, host: str, cpu: int) -> int | None:
+    def _cpu_nodes(self, host: str) -> dict[int, int]:
+        """cpu -> node number of a host."""
         if self._cpu_node is None:
             self._cpu_node = defaultdict(dict)
             for node in self.graph.entities(T.NUMA_NODE):
                 number = node_number(node)
                 for c in cpu_set(node.attrs.get("cpus")) if number is not None else ():
                     self._cpu_node[host_of(node.id)][c] = number
-        return self._cpu_node.get(host, {}).get(cpu)
+        return self._cpu_node.get(host, {})
+
+    def node_of_cpu(self, host: str, cpu: int) -> int | None:
+        return self._cpu_nodes(host).get(cpu)
 
     def nodes_of_cpus(self, host: str, cpus: Iterable[int]) -> dict[int, list[int]]:
         """node -> the CPUs of `cpus` on it, both in order (CPUs whose node is unknown are left out)."""
         found: dict[int, list[int]] = defaultdict(list)
-        for cpu in sorted(cpus):
-            node = self.node_of_cpu(host, cpu)
+        table = self._cpu_nodes(host)
+        ordered = sorted(cpus)
+        for cpu, node in zip(ordered, map(table.get, ordered)):
             if node is not None:
                 found[node].append(cpu)
         return dict(sorted(found.items()))
@@ -225,4 +240,4 @@ def _group(edges: list[Edge], key: Any) -> dict[str, list[Edge]]:
     return dict(grouped)
 
 
-_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")  # keys without a Python frame per edge
+_SOURCE, _TARGET, _FIRST = attrgetter("source"), attrgetter("target"), itemgetter(0)  # keys without a Python frame per edge
