@@ -96,14 +96,19 @@ def _nvml_loads() -> bool:
     return True
 
 
+def _printed(code: str, cwd) -> object:
+    """What `code`, run in a new interpreter, prints as JSON on its last line."""
+    run = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], capture_output=True, text=True,
+                         cwd=cwd, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 def test_the_collectors_import_nothing_a_collect_does_not_use(tmp_path):
     """Every collector module (what a collect imports before its window) and the graph writer."""
-    code = ("import json, sys\nfrom witty_profiler.collectors.engine import discover\nbroken = discover()\n"
-            "from witty_profiler.topology import dumps_graph\nimport witty_profiler.commands.collect\n"
-            "print(json.dumps([broken, sorted(sys.modules)]))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert run.returncode == 0, run.stderr
-    broken, modules = json.loads(run.stdout)
+    broken, modules = _printed("from witty_profiler.collectors.engine import discover\nbroken = discover()\n"
+                               "from witty_profiler.topology import dumps_graph\nimport witty_profiler.commands.collect\n"
+                               "print(json.dumps([broken, sorted(sys.modules)]))", tmp_path)
     assert broken == {}
     assert "witty_profiler.collectors.gpu" in modules
     assert [m for m in modules if m in COLLECT_HEAVY or m == "pynvml"] == []
@@ -125,12 +130,9 @@ CONVERT_HEAVY = ("dataclasses", "inspect", "statistics")
 
 def test_the_views_and_the_matcher_import_nothing_a_convert_does_not_use(tmp_path):
     """What `convert` imports to diagnose a graph and draw its views: the views, the matcher and every pattern."""
-    code = ("import json, sys\nimport witty_profiler.app.views\nimport witty_profiler.diagnosis.matcher\n"
-            "from witty_profiler.diagnosis.catalog import catalog\ncatalog()\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert run.returncode == 0, run.stderr
-    modules = json.loads(run.stdout)
+    modules = _printed("import witty_profiler.app.views\nimport witty_profiler.diagnosis.matcher\n"
+                       "from witty_profiler.diagnosis.catalog import catalog\ncatalog()\n"
+                       "print(json.dumps(sorted(sys.modules)))", tmp_path)
     assert "witty_profiler.diagnosis.patterns.traces" in modules
     assert [m for m in modules if m in CONVERT_HEAVY] == []
 
