@@ -24,7 +24,6 @@ from witty_profiler.collectors.lib.bpfcache import IMAGES
 from witty_profiler.collectors.lib.bpfimage import PROG_PERF_EVENT, PROG_TRACEPOINT, Image, map_references
 
 TRACEPOINT_FN_PREFIX = "tracepoint__"  # bcc names a TRACEPOINT_PROBE's function after its tracepoint
-PERF_EVENT_IOC_DISABLE = 0x2401
 REFUSED = (errno.EINVAL, errno.EACCES, errno.E2BIG)  # the verifier's answers to a program it rejects
 READ_TYPES = (1, 2, 7, 9)  # hash, array, stack trace, LRU hash: the maps these programs read
 
@@ -150,7 +149,7 @@ class Loaded:
         """A perf event stops sampling now (PERF_EVENT_IOC_DISABLE); a tracepoint's program runs until
         its event is closed, which cleanup does without waiting for it."""
         try:
-            fcntl.ioctl(perf_fd, PERF_EVENT_IOC_DISABLE, 0)
+            fcntl.ioctl(perf_fd, bpfsys.PERF_EVENT_IOC_DISABLE, 0)
         except OSError:
             pass
         self._retired.append(perf_fd)

@@ -22,23 +22,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from witty_profiler.collectors.lib.perf_event import PERF_ATTR_SIZE_VER5, perf_event_open
 from witty_profiler.topology.cpulist import parse_cpulist
 
 # enum bpf_cmd
 MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_GET_NEXT_KEY, PROG_LOAD, MAP_LOOKUP_BATCH = 0, 1, 2, 4, 5, 24
 BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "loongarch64": 280, "ppc64le": 361, "ppc64": 361,
                "s390x": 351, "i686": 357, "armv7l": 386}
-PERF_EVENT_OPEN_SYSCALL = {"x86_64": 298, "aarch64": 241, "riscv64": 241, "loongarch64": 241, "ppc64le": 319,
-                           "ppc64": 319, "s390x": 331, "i686": 336, "armv7l": 364}
 PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT = 1, 2
 PERF_COUNT_SW_CPU_CLOCK = 0
 PERF_SAMPLE_RAW = 1 << 10
 PERF_ATTR_FREQ = 1 << 10  # perf_event_attr's flag bit: sample_freq rather than sample_period
-PERF_FLAG_FD_CLOEXEC = 1 << 3
-PERF_ATTR_SIZE = 112  # PERF_ATTR_SIZE_VER5, accepted by every kernel since 4.1
-PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF = 0x2400, 0x40042408
+PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_SET_BPF = 0x2400, 0x2401, 0x40042408
 BPF_OBJ_NAME_LEN = 16
-STACK_TRACE_MAP = 7  # BPF_MAP_TYPE_STACK_TRACE: the map `walk` reads
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.syscall.restype = ctypes.c_long
@@ -116,20 +112,14 @@ def load_program(prog_type: int, name: str, code: bytes, license: str, kern_vers
             raise OSError(first.errno, f"{first.strerror}" + (f" ({said[-1]})" if said else "")) from None
 
 
-def perf_event_open(event_type: int, config: int, period_or_freq: int, attr_flags: int, sample_type: int,
-                    cpu: int) -> int:
-    """A perf event of every task on `cpu` (a tracepoint's program runs on every CPU whichever it names)."""
-    nr = PERF_EVENT_OPEN_SYSCALL.get(_MACHINE)
-    if nr is None:
-        raise OSError(errno.ENOSYS, f"perf_event_open(2) is not known on {_MACHINE}")
-    attr = ctypes.create_string_buffer(struct.pack("<IIQQQQQI", event_type, PERF_ATTR_SIZE, config, period_or_freq,
-                                                   sample_type, 0, attr_flags, 1), PERF_ATTR_SIZE)
-    fd = _LIBC.syscall(ctypes.c_long(nr), attr, ctypes.c_int(-1), ctypes.c_int(cpu), ctypes.c_int(-1),
-                       ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return fd
+def sampling_event(event_type: int, config: int, period_or_freq: int, attr_flags: int, sample_type: int,
+                   cpu: int) -> int:
+    """A perf event of every task on `cpu`, waking on each sample (a tracepoint's program runs on every
+    CPU whichever it names)."""
+    # type, size, config, sample_period or sample_freq, sample_type, read_format, flags, wakeup_events
+    attr = struct.pack("<IIQQQQQI", event_type, PERF_ATTR_SIZE_VER5, config, period_or_freq, sample_type, 0,
+                       attr_flags, 1)
+    return perf_event_open(attr, -1, cpu)
 
 
 def attach(perf_fd: int, prog_fd: int) -> int:
@@ -146,11 +136,11 @@ def attach(perf_fd: int, prog_fd: int) -> int:
 
 def attach_tracepoint(prog_fd: int, tracefs: Path, category: str, event: str) -> int:
     event_id = int((tracefs / "events" / category / event / "id").read_text())
-    return attach(perf_event_open(PERF_TYPE_TRACEPOINT, event_id, 1, 0, PERF_SAMPLE_RAW, 0), prog_fd)
+    return attach(sampling_event(PERF_TYPE_TRACEPOINT, event_id, 1, 0, PERF_SAMPLE_RAW, 0), prog_fd)
 
 
 def attach_sampling(prog_fd: int, event_type: int, config: int, sample_freq: int, cpu: int) -> int:
-    return attach(perf_event_open(event_type, config, sample_freq, PERF_ATTR_FREQ, 0, cpu), prog_fd)
+    return attach(sampling_event(event_type, config, sample_freq, PERF_ATTR_FREQ, 0, cpu), prog_fd)
 
 
 def online_cpus(sysfs: str = "/sys") -> list[int]:

@@ -36,7 +36,30 @@ ATTR_EXCLUDE_HV = 1 << 6
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 PERF_ATTR_SIZE_VER5 = 112  # every kernel since 4.1 accepts it
 
-SYSCALL_NR = {"x86_64": 298, "aarch64": 241}
+SYSCALL_NR = {"x86_64": 298, "aarch64": 241, "riscv64": 241, "loongarch64": 241, "ppc64le": 319, "ppc64": 319,
+              "s390x": 331, "i686": 336, "armv7l": 364}
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+
+
+def syscall_nr(machine: str | None = None) -> int:
+    """perf_event_open's number on `machine` (this one's by default); OSError ENOSYS where none is known."""
+    machine = machine or os.uname().machine  # platform.machine(), without importing platform
+    if machine not in SYSCALL_NR:
+        raise OSError(errno.ENOSYS, f"no perf_event_open syscall number known for {machine}")
+    return SYSCALL_NR[machine]
+
+
+def perf_event_open(attr: bytes, pid: int, cpu: int, group_fd: int = -1, nr: int | None = None) -> int:
+    """perf_event_open(2) of a struct perf_event_attr (PERF_ATTR_SIZE_VER5 bytes), close-on-exec: its
+    descriptor, or OSError with the kernel's errno."""
+    buffer = ctypes.create_string_buffer(attr, PERF_ATTR_SIZE_VER5)
+    fd = _LIBC.syscall(ctypes.c_long(syscall_nr() if nr is None else nr), buffer, ctypes.c_int(pid),
+                       ctypes.c_int(cpu), ctypes.c_int(group_fd), ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return fd
 
 
 class Event(NamedTuple):
@@ -78,21 +101,10 @@ class Syscalls:
     """The kernel's perf_event_open(2), read(2) and close(2)."""
 
     def __init__(self, machine: str | None = None) -> None:
-        machine = machine or os.uname().machine  # platform.machine(), without importing platform
-        if machine not in SYSCALL_NR:
-            raise OSError(errno.ENOSYS, f"no perf_event_open syscall number known for {machine}")
-        self.nr = SYSCALL_NR[machine]
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.libc.syscall.restype = ctypes.c_long
+        self.nr = syscall_nr(machine)
 
     def open(self, event: Event, pid: int, cpu: int, group_fd: int, flags: int) -> int:
-        attr = ctypes.create_string_buffer(attr_bytes(event, flags), PERF_ATTR_SIZE_VER5)
-        fd = self.libc.syscall(self.nr, attr, ctypes.c_int(pid), ctypes.c_int(cpu), ctypes.c_int(group_fd),
-                               ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        return fd
+        return perf_event_open(attr_bytes(event, flags), pid, cpu, group_fd, self.nr)
 
     def read(self, fd: int, size: int) -> bytes:
         return os.read(fd, size)
