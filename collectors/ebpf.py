@@ -260,8 +260,9 @@ class EbpfCollector(Collector):
             present = [s for s in SYSCALLS if (events / f"sys_enter_{s}").is_dir()]
             if "futex" not in present:
                 raise NotReady(f"no futex syscall tracepoints in {events} (kernel without CONFIG_FTRACE_SYSCALLS)")
-            tree, self.note = kernel_headers(os.uname().release)
-            self.pidns = nested_pid_namespace(str(self.ctx.proc), os.uname().release)
+            release = os.uname().release
+            tree, self.note = kernel_headers(release)
+            self.pidns = nested_pid_namespace(str(self.ctx.proc), release)
         except NotReady as exc:
             self.problem = str(exc)
             return
