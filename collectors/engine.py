@@ -49,11 +49,16 @@ def discover() -> dict[str, str]:
 
 def module_names(folders: list[str]) -> list[str]:
     """The modules (not the packages: lib/ holds what collectors stand on) in these folders, in the order
-    pkgutil.iter_modules gives them; it imports inspect for that, 5-7 ms of every collect."""
+    pkgutil.iter_modules gives them; it imports inspect for that, 5-7 ms of every collect. A folder this
+    user cannot list gives none, as with pkgutil (a collect that dropped root after importing them)."""
     suffixes = sorted(all_suffixes(), key=len, reverse=True)  # inspect.getmodulename's order
     names: list[str] = []
     for folder in folders:
-        for entry in sorted(os.listdir(folder)):
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
             name = next((entry[: -len(s)] for s in suffixes if entry.endswith(s)), "")
             if name and "." not in name and name != "__init__" and name not in names:
                 names.append(name)

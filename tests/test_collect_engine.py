@@ -265,9 +265,11 @@ def test_the_modules_discovered_are_the_ones_pkgutil_lists(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "folder").mkdir()
-    for folders in ([str(tmp_path)], collectors.__path__):
+    # a folder that cannot be listed (gone, or unreadable to a user the collect dropped to) lists nothing
+    for folders in ([str(tmp_path)], collectors.__path__, [str(tmp_path / "gone"), str(tmp_path)]):
         assert module_names(folders) == [m.name for m in pkgutil.iter_modules(folders) if not m.ispkg]
     assert "gpu" in module_names(collectors.__path__)
+    assert module_names([str(tmp_path / "gone")]) == []
 
 
 @pytest.mark.live
